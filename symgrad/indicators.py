@@ -1,0 +1,153 @@
+"""The symbolic vocabulary of the W-matrix view.
+
+* ``Indicator(rel)`` is the Iverson bracket [rel] of a comparison: 1 where it holds, 0 elsewhere.
+  Its derivative is a DiracDelta on the comparison's boundary.  Unlike SymPy's
+  ``Heaviside(a - b)`` it never takes the value 1/2 and it remembers whether the comparison was
+  strict, which is exactly what a tie policy decides.
+* ``MaxOf(*args)`` / ``MinOf(*args)`` are max and min that keep their arguments in the order given
+  (SymPy's ``Max`` sorts them); argument order is what a tie policy is applied to.
+* ``IsNan(e)`` is the predicate "e is NaN", used once the comparisons are lowered to code.
+"""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.core.relational import Relational
+from sympy.logic.boolalg import BooleanFunction
+
+_UPPER = (sp.StrictGreaterThan, sp.GreaterThan)
+_LOWER = (sp.StrictLessThan, sp.LessThan)
+_STRICT = (sp.StrictGreaterThan, sp.StrictLessThan)
+
+
+def canonical_delta(arg: sp.Expr) -> tuple[sp.Expr, int]:
+    """DiracDelta(arg) written as sign * DiracDelta(d) with d in one canonical orientation.
+
+    DiracDelta is even, so delta(a - b) and delta(b - a) are the same distribution; SymPy does
+    not identify them, and cancellation needs it to.  Returns (DiracDelta(d), 1).
+    """
+    if arg.could_extract_minus_sign():
+        arg = -arg
+    return sp.DiracDelta(arg), 1
+
+
+class Indicator(sp.Function):
+    """Iverson bracket of a comparison: ``Indicator(x > y)`` is 1 where x > y and 0 elsewhere."""
+
+    nargs = 1
+    is_real = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, rel):
+        if rel is sp.true:
+            return sp.S.One
+        if rel is sp.false:
+            return sp.S.Zero
+        if not isinstance(rel, Relational) or not isinstance(rel, _UPPER + _LOWER):
+            raise TypeError(f"Indicator takes a comparison (>, >=, <, <=), got {rel!r}")
+        return None
+
+    @property
+    def rel(self) -> Relational:
+        return self.args[0]
+
+    @property
+    def strict(self) -> bool:
+        return isinstance(self.rel, _STRICT)
+
+    @property
+    def gap(self) -> sp.Expr:
+        """The expression that the comparison tests against 0: [gap > 0] or [gap >= 0]."""
+        lhs, rhs = self.rel.lhs, self.rel.rhs
+        return lhs - rhs if isinstance(self.rel, _UPPER) else rhs - lhs
+
+    def non_strict(self) -> "Indicator":
+        """The same comparison with equality admitted (they differ only on the boundary)."""
+        if not self.strict:
+            return self
+        lhs, rhs = self.rel.lhs, self.rel.rhs
+        return compare(sp.Ge if isinstance(self.rel, _UPPER) else sp.Le, lhs, rhs)
+
+    def _eval_derivative(self, s):
+        # d/ds [g > 0] = delta(g) * dg/ds, for strict and non-strict alike.
+        gap = self.gap
+        dgap = sp.diff(gap, s)
+        if dgap == 0:
+            return sp.S.Zero
+        delta, sign = canonical_delta(gap if gap.is_Add and len(gap.args) == 2 else sp.expand(gap))
+        return sign * delta * dgap
+
+    def _latex(self, printer):
+        return r"\left[%s\right]" % printer._print(self.rel)
+
+    def _sympystr(self, printer):
+        return "[%s]" % printer._print(self.rel)
+
+
+class _Extremum(sp.Function):
+    """Common base of MaxOf/MinOf: an unevaluated, order-keeping max or min."""
+
+    is_real = True
+    kind = ""
+
+    @classmethod
+    def eval(cls, *args):
+        if len(args) < 1:
+            raise TypeError(f"{cls.__name__} needs at least one argument")
+        return None
+
+    def _latex(self, printer):
+        return r"\%s\left(%s\right)" % (self.kind, ", ".join(printer._print(a) for a in self.args))
+
+    def _sympystr(self, printer):
+        return "%s(%s)" % (self.kind, ", ".join(printer._print(a) for a in self.args))
+
+
+class MaxOf(_Extremum):
+    """max(a, b, ...) with its arguments kept in the given order."""
+
+    kind = "max"
+
+
+class MinOf(_Extremum):
+    """min(a, b, ...) with its arguments kept in the given order."""
+
+    kind = "min"
+
+
+class IsNan(BooleanFunction):
+    """The predicate 'e is NaN' (a Boolean-valued function for lowered comparisons)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, e):
+        if e.is_number:
+            return sp.false if e.is_finite or e.is_infinite else None
+        return None
+
+    def _sympystr(self, printer):
+        return "isnan(%s)" % printer._print(self.args[0])
+
+
+def compare(cls, a: sp.Expr, b: sp.Expr) -> Indicator | sp.Integer:
+    """Indicator(cls(a, b)), evaluated to 0/1 only where it is decided (numbers, or a == b).
+
+    Building relationals this way skips SymPy's sign inference, which dominates the cost of
+    large windows; the result is the same object ``Indicator(cls(a, b))`` would give.
+    """
+    if a == b or (a.is_number and b.is_number):
+        return Indicator(cls(a, b))
+    return Indicator(cls(a, b, evaluate=False))
+
+
+def substitute(ind: Indicator, old: sp.Symbol, new: sp.Expr) -> sp.Expr:
+    """ind with old replaced by new in its comparison (0/1 where that decides it)."""
+    rel = ind.rel
+    return compare(type(rel), rel.lhs.xreplace({old: new}), rel.rhs.xreplace({old: new}))
+
+
+def indicators_in(expr: sp.Expr) -> list[Indicator]:
+    """All Indicator factors of a product (in order)."""
+    return [f for f in sp.Mul.make_args(expr) if isinstance(f, Indicator)]

@@ -1,0 +1,279 @@
+"""Op specs: what each op computes, as data.
+
+Every op is one ``OpSpec`` in ``OPS``.  An op's forward is one of three shapes:
+
+* ``elementwise``: a nested max/min (``MaxOf``/``MinOf``) of pieces built from the inputs and
+  constants, e.g. relu = max(0, x), clamp = min(max(x, min), max).  The argument order is part of
+  the definition: with the tie policy it fixes the gradient at a kink.
+* ``pool`` / ``maxout``: the extremum of a static window of input elements, numbered in row-major
+  (scan) order of the window.
+* ``reduction``: the extremum of the elements along some dims; the window length is known only
+  at run time, so it is derived on a representative window and lowered to a form valid for any
+  length.
+
+Parameters are named and defaulted as in ``torch.nn.functional`` (``torch.amax`` for reductions).
+``resolve`` validates them and returns an ``Op``: the spec, its normalized parameters and the
+tie policy, which is everything that affects generated code.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import sympy as sp
+
+from . import policy as _policy
+from .indicators import MaxOf, MinOf
+
+REPRESENTATIVE_REDUCTION_WINDOW = 4
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str  # "ints" | "int" | "bool" | "float" | "optfloat" | "dim"
+    default: Any
+    help: str
+    minimum: int | None = None
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    kind: str  # "elementwise" | "pool" | "maxout" | "reduction"
+    summary: str
+    inputs: tuple[str, ...] = ("x",)
+    params: tuple[Param, ...] = ()
+    extremum: str = "max"  # for pool, maxout, reduction
+    spatial: int = 0  # pooling dims
+    forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
+    check: Callable[[dict], None] | None = None
+    torch_name: str = ""
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One concrete op: spec, normalized parameters and tie policy."""
+
+    spec: OpSpec
+    params: dict = field(hash=False)
+    ties: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def describe(self) -> str:
+        ps = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{self.name}({ps}) ties={self.ties}"
+
+    def window_size(self) -> int:
+        if self.spec.kind == "pool":
+            return math.prod(self.params["kernel_size"])
+        if self.spec.kind == "maxout":
+            return self.params["pieces"]
+        if self.spec.kind == "reduction":
+            return REPRESENTATIVE_REDUCTION_WINDOW
+        raise ValueError(f"{self.name} has no window")
+
+
+# ----------------------------------------------------------------------------- validation
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
+    want = f"an int >= {p.minimum} or a tuple of {dims} such ints"
+    if _is_int(v):
+        v = (int(v),) * dims
+    elif isinstance(v, (tuple, list)) and all(_is_int(e) for e in v):
+        if len(v) == 1:
+            v = tuple(v) * dims
+        if len(v) != dims:
+            raise ValueError(f"{op}: {p.name} must be {want}, got {tuple(v)!r} ({len(v)} values)")
+        v = tuple(int(e) for e in v)
+    else:
+        raise TypeError(f"{op}: {p.name} must be {want}, got {v!r}")
+    if any(e < p.minimum for e in v):
+        raise ValueError(f"{op}: {p.name} must be {want}, got {v!r}")
+    return v
+
+
+def _norm_value(op: str, p: Param, v, dims: int):
+    if p.kind == "ints":
+        return _norm_ints(op, p, v, dims)
+    if p.kind == "int":
+        if not _is_int(v):
+            raise TypeError(f"{op}: {p.name} must be an int >= {p.minimum}, got {v!r}")
+        if v < p.minimum:
+            raise ValueError(f"{op}: {p.name} must be an int >= {p.minimum}, got {v!r}")
+        return int(v)
+    if p.kind == "bool":
+        if not isinstance(v, bool):
+            raise TypeError(f"{op}: {p.name} must be True or False, got {v!r}")
+        return v
+    if p.kind in ("float", "optfloat"):
+        if v is None and p.kind == "optfloat":
+            return None
+        if not _is_real(v):
+            kind = "a real number or None" if p.kind == "optfloat" else "a real number"
+            raise TypeError(f"{op}: {p.name} must be {kind}, got {v!r}")
+        if not math.isfinite(v):
+            raise ValueError(f"{op}: {p.name} must be finite, got {v!r}")
+        return int(v) if _is_int(v) else float(v)
+    if p.kind == "dim":
+        if v is None or v == ():
+            return None
+        if _is_int(v):
+            return (int(v),)
+        if isinstance(v, (tuple, list)) and v and all(_is_int(e) for e in v):
+            v = tuple(int(e) for e in v)
+            if len(set(v)) != len(v):
+                raise ValueError(f"{op}: dim must not repeat a dimension, got {v!r}")
+            return v
+        raise TypeError(f"{op}: dim must be an int, a tuple of ints or None, got {v!r}")
+    raise AssertionError(p.kind)
+
+
+def resolve(name: object, ties: object = None, **params) -> Op:
+    """Validate an op name, tie policy and parameters; return the normalized ``Op``."""
+    if not isinstance(name, str):
+        raise TypeError(f"op must be an op name (a string), got {name!r}")
+    if name not in OPS:
+        raise ValueError(f"unknown op {name!r}; expected one of: {', '.join(OPS)}")
+    spec = OPS[name]
+    ties = _policy.check_policy(ties)
+    known = {p.name for p in spec.params}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        expected = ", ".join(sorted(known)) or "no parameters"
+        raise TypeError(f"{name}: unexpected parameter {unknown[0]!r}; {name} takes {expected}")
+    norm = {}
+    for p in spec.params:
+        if p.name not in params or params[p.name] is None and p.kind != "optfloat":
+            if p.required:
+                raise TypeError(f"{name}: missing required parameter {p.name!r}")
+            norm[p.name] = p.default
+            continue
+        norm[p.name] = _norm_value(name, p, params[p.name], spec.spatial)
+    if spec.check:
+        spec.check(norm)
+    return Op(spec, norm, ties)
+
+
+# ----------------------------------------------------------------------------- forwards
+
+def _num(v) -> sp.Expr:
+    """A parameter value as a SymPy number (ints stay exact; floats keep their binary value)."""
+    return sp.Integer(v) if isinstance(v, int) else sp.Float(v, 17)
+
+
+def _clamp(x, lo, hi) -> sp.Expr:
+    if lo is None:
+        return MinOf(x, _num(hi))
+    if hi is None:
+        return MaxOf(x, _num(lo))
+    return MinOf(MaxOf(x, _num(lo)), _num(hi))
+
+
+def _leaky(params, xs):
+    (x,) = xs
+    a = params["negative_slope"]
+    # x and a*x cross at 0; the upper envelope is max for a <= 1 and min for a > 1.
+    return (MaxOf if a <= 1 else MinOf)(x, _num(a) * x)
+
+
+def _check_clamp(params):
+    if params["min"] is None and params["max"] is None:
+        raise ValueError("clamp: at least one of min and max must be given (not None)")
+
+
+def _check_hardtanh(params):
+    if params["min_val"] > params["max_val"]:
+        raise ValueError(
+            f"hardtanh: min_val must be <= max_val, got min_val={params['min_val']!r}, "
+            f"max_val={params['max_val']!r}")
+
+
+def _check_pool(spatial):
+    def check(params):
+        if params["stride"] is None:
+            params["stride"] = params["kernel_size"]
+        for k, p in zip(params["kernel_size"], params["padding"]):
+            if p > k // 2:
+                raise ValueError(
+                    f"max_pool{spatial}d: padding must be at most half of kernel_size, got "
+                    f"padding={params['padding']!r} for kernel_size={params['kernel_size']!r}")
+    return check
+
+
+def _pool_params(d: int) -> tuple[Param, ...]:
+    return (
+        Param("kernel_size", "ints", None, "window size (int or tuple)", 1, required=True),
+        Param("stride", "ints", None, "window step (int or tuple; default kernel_size)", 1),
+        Param("padding", "ints", (0,) * d, "implicit padding on both sides; never wins", 0),
+        Param("dilation", "ints", (1,) * d, "spacing between window elements", 1),
+        Param("ceil_mode", "bool", False, "use ceil instead of floor for the output size"),
+    )
+
+
+_RED = (
+    Param("dim", "dim", None, "dim(s) to reduce (int, tuple, or none for all)"),
+    Param("keepdim", "bool", False, "keep reduced dims with size 1"),
+)
+
+
+def _spec_list() -> list[OpSpec]:
+    x = lambda xs: xs[0]  # noqa: E731
+    specs = [
+        OpSpec("maximum", "elementwise", "max(a, b), elementwise with broadcasting",
+               inputs=("a", "b"), forward=lambda p, xs: MaxOf(*xs), torch_name="torch.maximum"),
+        OpSpec("minimum", "elementwise", "min(a, b), elementwise with broadcasting",
+               inputs=("a", "b"), forward=lambda p, xs: MinOf(*xs), torch_name="torch.minimum"),
+        OpSpec("relu", "elementwise", "max(0, x)",
+               forward=lambda p, xs: MaxOf(sp.S.Zero, x(xs)), torch_name="F.relu"),
+        OpSpec("clamp", "elementwise", "min(max(x, min), max); either bound may be None",
+               params=(Param("min", "optfloat", None, "lower bound"),
+                       Param("max", "optfloat", None, "upper bound")),
+               forward=lambda p, xs: _clamp(x(xs), p["min"], p["max"]),
+               check=_check_clamp, torch_name="torch.clamp"),
+        OpSpec("hardtanh", "elementwise", "min(max(x, min_val), max_val)",
+               params=(Param("min_val", "float", -1.0, "lower bound"),
+                       Param("max_val", "float", 1.0, "upper bound")),
+               forward=lambda p, xs: _clamp(x(xs), p["min_val"], p["max_val"]),
+               check=_check_hardtanh, torch_name="F.hardtanh"),
+        OpSpec("relu6", "elementwise", "min(max(x, 0), 6)",
+               forward=lambda p, xs: _clamp(x(xs), 0, 6), torch_name="F.relu6"),
+        OpSpec("leaky_relu", "elementwise",
+               "max(x, negative_slope*x) (min for negative_slope > 1)",
+               params=(Param("negative_slope", "float", 0.01, "slope for x < 0"),),
+               forward=_leaky, torch_name="F.leaky_relu"),
+        OpSpec("abs", "elementwise", "max(x, -x)",
+               forward=lambda p, xs: MaxOf(x(xs), -x(xs)), torch_name="torch.abs"),
+        OpSpec("amax", "reduction", "max over dim(s)", params=_RED, torch_name="torch.amax"),
+        OpSpec("amin", "reduction", "min over dim(s)", params=_RED, extremum="min",
+               torch_name="torch.amin"),
+    ]
+    for d in (1, 2, 3):
+        specs.append(OpSpec(f"max_pool{d}d", "pool",
+                            f"{d}-d max pooling over (N, C, ...) or (C, ...) inputs",
+                            params=_pool_params(d), spatial=d, check=_check_pool(d),
+                            torch_name=f"F.max_pool{d}d"))
+    specs.append(OpSpec("maxout", "maxout", "max over groups of `pieces` consecutive channels (dim 1)",
+                        params=(Param("pieces", "int", None, "channels per group", 1, required=True),)))
+    return specs
+
+
+OPS: dict[str, OpSpec] = {s.name: s for s in _spec_list()}
