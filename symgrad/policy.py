@@ -48,6 +48,28 @@ INFO = {
     ),
 }
 
+def _formula(strict_before: str, strict_after: str):
+    def f(kind: str) -> str:
+        b, a = (strict_before, strict_after) if kind == "max" else (
+            strict_before.replace(">", "<"), strict_after.replace(">", "<"))
+        return f"w_k = prod_(j<k) [x_k {b} x_j] * prod_(j>k) [x_k {a} x_j]"
+    return f
+
+
+def _formula_mask(split: bool):
+    def f(kind: str) -> str:
+        e = f"E_k = prod_(j!=k) [x_k {'>=' if kind == 'max' else '<='} x_j]"
+        return f"w_k = E_k / sum_j E_j, {e}" if split else f"w_k = {e}"
+    return f
+
+
+FORMULA = {
+    "first": _formula(">", ">="),
+    "last": _formula(">=", ">"),
+    "split": _formula_mask(True),
+    "all": _formula_mask(False),
+}
+
 NAN_RULE = (
     "NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, "
     "so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy"
@@ -110,10 +132,11 @@ def nan_aware(ind: Indicator) -> sp.Basic:
     strict      [a > b]   ->  (a > b) | (isnan(a) & ~isnan(b))
     """
     rel = ind.rel
-    a, b = rel.lhs, rel.rhs
+    nan_a, nan_b = isnan_of(rel.lhs), isnan_of(rel.rhs)
     if ind.strict:
-        return sp.Or(rel, sp.And(isnan_of(a), sp.Not(isnan_of(b))))
-    return sp.Or(rel, isnan_of(a))
+        # a and b NaN together (x vs 0.01*x) tie, and a tie is no strict win
+        return rel if nan_a == nan_b else sp.Or(rel, sp.And(nan_a, sp.Not(nan_b)))
+    return sp.Or(rel, nan_a)
 
 
 def nan_aware_equal(v: sp.Expr, extremum: sp.Expr) -> sp.Basic:

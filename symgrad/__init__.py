@@ -1,0 +1,8 @@
+"""symgrad: derive the backward of max-like ops under an explicit tie policy, generate the code."""
+
+__version__ = "0.1.0"
+
+from .api import derive, generate, list_ops, load  # noqa: E402
+from .policy import DEFAULT_POLICY, POLICIES  # noqa: E402
+
+__all__ = ["load", "derive", "generate", "list_ops", "POLICIES", "DEFAULT_POLICY", "__version__"]

@@ -1,0 +1,201 @@
+"""Lowering: a Derivation becomes a backend-neutral kernel description.
+
+After this step no math is decided anywhere else: printers turn each SymPy node into text and
+templates place that text.  The description says
+
+* which comparisons the code makes, with the NaN rule applied (``policy.nan_aware``);
+* how a window's winner is found: a running ``scan`` (first/last: the indicator products are
+  equivalent to one pass that replaces the running winner when a later element beats it with the
+  comparison the W-form uses against earlier elements, O(n) comparisons instead of O(n^2)), or a
+  ``mask`` of the elements attaining the extremum (split/all);
+* what forward saves (a window-local index in the smallest unsigned type, or the input itself);
+* the gradient expression of every input in terms of grad_output, as selects over conditions.
+
+Lowered-only node types: ``Select(cond, a, b)`` (cond ? a : b), ``Quotient(a, b)`` and
+``Count(c0, c1, ...)`` (how many of the conditions hold, in the working dtype).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from . import policy as _policy
+from .derive import Derivation, Node
+from .indicators import Indicator, MaxOf, MinOf
+
+
+class Select(sp.Function):
+    """Select(cond, a, b): a where cond holds, else b."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, cond, a, b):
+        if cond is sp.true:
+            return a
+        if cond is sp.false:
+            return b
+        return None
+
+
+class Quotient(sp.Function):
+    """Quotient(a, b): a / b, kept apart so every backend prints one division."""
+
+    nargs = 2
+
+
+class Count(sp.Function):
+    """Count(c0, c1, ...): the number of conditions that hold, in the working dtype."""
+
+
+GRAD_OUTPUT = sp.Symbol("grad_output", real=True)
+V, BEST, EXTREMUM, HIT, COUNT = sp.symbols("v best extremum hit count", real=True)
+
+
+@dataclass(frozen=True)
+class Assign:
+    name: str
+    expr: sp.Basic
+
+
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    inputs: tuple[str, ...]
+    intermediates: tuple[Assign, ...]  # node values used by the gradients (u0, ...)
+    output: sp.Expr  # forward value
+    grads: tuple[Assign, ...]  # grad_<input> in terms of grad_output, inputs, intermediates
+    saved: tuple[str, ...]  # what forward keeps for backward
+    broadcast: bool  # several inputs: gradients are summed back to each input's shape
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How a window's winner(s) are found and weighted."""
+
+    form: str  # "scan" | "mask"
+    extremum: str  # "max" | "min"
+    take: sp.Basic | None  # scan: later element v replaces the running winner best
+    order: str | None  # scan: "first" (strict) or "last" (non-strict) winner among equals
+    hit: sp.Basic | None  # mask: element v attains the window's extremum
+    weight: sp.Expr | None  # mask: gradient of a hit element, in grad_output, hit, count
+    counts: bool  # mask: the weight needs the number of hits
+
+
+@dataclass(frozen=True)
+class WindowKernel:
+    geometry: str  # "pool" | "maxout" | "reduction"
+    window: int  # elements per window (representative size for reductions)
+    selection: Selection
+    index_dtype: str | None  # scan: the saved window-local index type (static windows)
+    saved: tuple[str, ...]
+
+
+def smallest_index_dtype(n: int) -> str:
+    """The smallest unsigned type holding window-local indices 0..n-1."""
+    for t in ("uint8", "uint16", "uint32", "uint64"):
+        if n - 1 <= np.iinfo(t).max:
+            return t
+    raise ValueError(f"window of {n} elements is too large")
+
+
+# ----------------------------------------------------------------------------- conditions
+
+def _condition(factors: list[sp.Expr]) -> sp.Basic:
+    """A product of indicators as one Boolean, each comparison under the NaN rule."""
+    return sp.And(*[_policy.nan_aware(f) for f in factors])
+
+
+def _split_term(term: sp.Expr) -> tuple[sp.Expr, list[Indicator]]:
+    coeff, inds = [], []
+    for f in sp.Mul.make_args(term):
+        (inds if isinstance(f, Indicator) else coeff).append(f)
+    return sp.Mul(*coeff), inds
+
+
+def lower_partial(partial: sp.Expr) -> sp.Expr:
+    """grad_output * partial as a sum of selects, divided by counts where the policy splits."""
+    num, den = sp.fraction(partial)
+    total = []
+    for term in sp.Add.make_args(sp.expand(num)):
+        coeff, inds = _split_term(term)
+        if coeff == 0:
+            continue
+        value = GRAD_OUTPUT * coeff
+        total.append(Select(_condition(inds), value, sp.S.Zero) if inds else value)
+    out = sp.Add(*total) if total else sp.S.Zero
+    counts = []
+    for factor in sp.Mul.make_args(den):
+        if factor == 1:
+            continue
+        conds = []
+        for term in sp.Add.make_args(factor):
+            coeff, inds = _split_term(term)
+            if coeff != 1 or not inds:
+                raise AssertionError(f"unexpected count term {term}")
+            conds.append(_condition(inds))
+        counts.append(Count(*conds))
+    return Quotient(out, sp.Mul(*counts)) if counts else out
+
+
+# ----------------------------------------------------------------------------- selection
+
+def _relation_to(w: sp.Expr, k: int, j: int, xs) -> type:
+    for f in sp.Mul.make_args(w):
+        if isinstance(f, Indicator) and set(f.rel.free_symbols) == {xs[k], xs[j]}:
+            rel = f.rel if f.rel.lhs == xs[k] else f.rel.reversed
+            return type(rel)
+    raise AssertionError(f"w_{k} has no comparison with x{j}")
+
+
+def selection(node: Node, xs: tuple[sp.Symbol, ...]) -> Selection:
+    """Recognize the W-form of a window node and lower it to a scan or a mask."""
+    n = len(xs)
+    kind = node.kind
+    if n == 1:
+        # a window of one element: it always wins, whatever the policy
+        return Selection("scan", kind, sp.false, "first", None, None, False)
+    if node.count is None:
+        rels = {(k, j): _relation_to(node.weights[k], k, j, xs) for k in range(n) for j in range(n) if j != k}
+        before = {rels[k, j] for (k, j) in rels if j < k}
+        after = {rels[k, j] for (k, j) in rels if j > k}
+        strict = {sp.StrictGreaterThan, sp.StrictLessThan}
+        if len(before) == 1 and len(after) == 1 and (before <= strict) != (after <= strict):
+            # Scan: element k beats every earlier element (with the 'before' comparison) iff it
+            # beats the running winner of the earlier ones; later elements must beat it in turn.
+            (rel,) = before
+            take = _policy.nan_aware(Indicator(rel(V, BEST)))
+            order = "first" if rel in strict else "last"
+            return Selection("scan", kind, take, order, None, None, False)
+        if (before | after) <= {sp.GreaterThan, sp.LessThan}:
+            # all: every element attaining the extremum gets the whole gradient
+            hit = _policy.nan_aware_equal(V, EXTREMUM)
+            return Selection("mask", kind, None, None, hit, Select(HIT, GRAD_OUTPUT, 0), False)
+        raise AssertionError(f"unrecognized W-form for {node.symbol}")
+    hit = _policy.nan_aware_equal(V, EXTREMUM)
+    return Selection("mask", kind, None, None, hit, Select(HIT, GRAD_OUTPUT / COUNT, 0), True)
+
+
+# ----------------------------------------------------------------------------- lowering
+
+def lower(d: Derivation):
+    op = d.op
+    if op.spec.kind == "elementwise":
+        inter = tuple(Assign(str(n.symbol), n.forward) for n in d.nodes[:-1])
+        grads = tuple(Assign(f"grad_{s}", lower_partial(d.partials[s])) for s in d.inputs)
+        return ElementwiseKernel(
+            inputs=tuple(str(s) for s in d.inputs),
+            intermediates=inter,
+            output=d.output.forward,
+            grads=grads,
+            saved=tuple(str(s) for s in d.inputs),
+            broadcast=len(d.inputs) > 1,
+        )
+    sel = selection(d.output, d.inputs)
+    geometry = op.spec.kind
+    static = geometry in ("pool", "maxout")
+    index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
+    saved = ("index",) if sel.form == "scan" else ("x", "output")
+    return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved)

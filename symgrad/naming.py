@@ -1,0 +1,55 @@
+"""Every emitted identifier and file name is made here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from . import __version__
+from .ops import Op
+
+_ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "ceil_mode": "ceil",
+           "negative_slope": "slope", "min_val": "lo", "max_val": "hi", "min": "min", "max": "max",
+           "dim": "dim", "keepdim": "keepdim", "pieces": "pieces"}
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, tuple):
+        return "x".join(_value(e) for e in v)
+    if v is None:
+        return "none"
+    s = repr(v).replace("-", "m").replace(".", "p").replace("+", "")
+    return s
+
+
+def module_name(op: Op) -> str:
+    """A readable, unique module name: op, its non-default parameters, the policy."""
+    parts = [op.name]
+    for p in op.spec.params:
+        v = op.params[p.name]
+        default = p.default
+        if p.name == "stride" and v == op.params.get("kernel_size"):
+            continue
+        if v == default and not p.required:
+            continue
+        parts.append(f"{_ABBREV[p.name]}{_value(v)}")
+    parts.append(op.ties)
+    return "_".join(parts)
+
+
+def canonical(op: Op, backend: str) -> dict:
+    return {"op": op.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
+                                       for k, v in op.params.items()},
+            "ties": op.ties, "backend": backend, "symgrad": __version__}
+
+
+def key(op: Op, backend: str = "numpy") -> str:
+    """Hash of everything that affects the generated code."""
+    blob = json.dumps(canonical(op, backend), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def cli_flag(param: str) -> str:
+    return "--" + param.replace("_", "-")
