@@ -14,7 +14,7 @@ from .derive import Derivation
 from .derive import derive as _derive
 from .ops import OPS, resolve
 from .policy import POLICIES
-from .render import diff, has_provenance, render_numpy, write_atomic
+from .render import diff, has_provenance, render_numpy, write_atomic  # noqa: F401
 
 BACKENDS = ("numpy",)
 CONVENTIONS: tuple[str, ...] = ()  # framework presets arrive with the conventions issue
@@ -22,6 +22,8 @@ _PKG = Path(__file__).resolve().parent
 
 
 def _check_backend(backend: object) -> str:
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be one of {', '.join(BACKENDS)} (a string), got {backend!r}")
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of: {', '.join(BACKENDS)}")
     return backend

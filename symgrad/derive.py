@@ -35,6 +35,13 @@ from .ops import Op
 
 EXHAUSTIVE_UP_TO = 4
 NUMERIC_SAMPLES = 4000
+# Delta elimination is carried out for every variable of windows up to this size, and the raw
+# derivative kept for display.  Beyond it, it is carried out for representative positions: the
+# first (every partner comes after it), the middle (partners on both sides) and the last (every
+# partner before it).  Any other position is one of these up to a relabeling that keeps the
+# order of the other elements, which maps its delta groups onto theirs.
+ALL_VARIABLES_UP_TO = 32
+MAX_WINDOW = 1024
 
 
 @dataclass(frozen=True)
@@ -124,36 +131,31 @@ def _make_node(symbol, ext: _Extremum, ties: str) -> Node:
 
 # ---------------------------------------------------------------------------------- calculus
 
-def _d_product(factors: list[sp.Expr], v: sp.Symbol) -> list[tuple[sp.Expr, sp.Expr]]:
-    """Product rule over a factor list: [(d factor_k / dv, other factors), ...] for factors in v."""
-    out = []
-    for k, f in enumerate(factors):
-        if v in f.free_symbols:
-            rest = factors[:k] + factors[k + 1:]
-            # the factors are already canonical indicators: skip Mul's flattening
-            out.append((sp.diff(f, v), sp.Mul._from_args(rest) if len(rest) > 1 else sp.Mul(*rest)))
-    return out
-
-
-def _delta_terms(node: Node, v: sp.Symbol, numerator: bool) -> list[sp.Expr]:
-    """The DiracDelta terms of d(sum_i p_i E_i)/dv (numerator) or d(sum_i E_i)/dv (count)."""
-    terms = []
-    for p, w in zip(node.pieces, node.weights):
-        for dfactor, rest in _d_product(list(sp.Mul.make_args(w)), v):
-            terms.append((p if numerator else sp.S.One) * dfactor * rest)
-    return terms
-
-
-def _group_by_delta(terms: list[sp.Expr]) -> dict:
+def _delta_groups(node: Node, v: sp.Symbol, numerator: bool) -> dict:
+    """The DiracDelta terms of d(sum_i p_i E_i)/dv (numerator) or of d(sum_i E_i)/dv (count),
+    by the product rule over each E_i's indicator factors, grouped by their delta:
+    {delta: [(scalar coefficient, other indicator factors), ...]}.
+    """
     groups: dict = {}
-    for t in terms:
-        if t == 0:
+    for p, w in zip(node.pieces, node.weights):
+        if numerator and p == 0:
             continue
-        deltas = [f for f in sp.Mul.make_args(t) if isinstance(f, sp.DiracDelta)]
-        assert len(deltas) == 1, t
-        d = deltas[0]
-        groups.setdefault(d, []).append(t / d)
+        factors = sp.Mul.make_args(w)
+        for k, f in enumerate(factors):
+            if not isinstance(f, Indicator) or v not in f.rel.free_symbols:
+                continue
+            d = f._eval_derivative(v)  # sign * delta(g) * dg/dv
+            if d == 0:
+                continue
+            delta = next(a for a in sp.Mul.make_args(d) if isinstance(a, sp.DiracDelta))
+            scalar = d / delta
+            groups.setdefault(delta, []).append(
+                ((p if numerator else sp.S.One) * scalar, factors[:k] + factors[k + 1:]))
     return groups
+
+
+def _group_expr(terms: list) -> sp.Expr:
+    return sp.Add(*[c * sp.Mul(*rest) for c, rest in terms])
 
 
 def _support(gap: sp.Expr) -> tuple[sp.Symbol, sp.Expr]:
@@ -166,50 +168,86 @@ def _support(gap: sp.Expr) -> tuple[sp.Symbol, sp.Expr]:
     return var, -rest / a
 
 
-def _sift_term(term: sp.Expr, var: sp.Symbol, value: sp.Expr) -> sp.Expr:
-    factors = []
-    for f in sp.Mul.make_args(term):
-        if isinstance(f, Indicator):
-            f = substitute(f, var, value)
-            f = f.non_strict() if isinstance(f, Indicator) else f
-        else:
-            f = f.xreplace({var: value})
-        factors.append(f)
-    return sp.Mul(*factors)
+_NON_STRICT: dict = {}
+_SUBSTITUTED: dict = {}
 
 
-def _sift(delta: sp.DiracDelta, coeff: sp.Expr) -> sp.Expr:
-    """coeff restricted to the support of delta, indicators taken non-strict there."""
+def _non_strict(f: Indicator) -> Indicator:
+    if f not in _NON_STRICT:
+        _NON_STRICT[f] = f.non_strict()
+    return _NON_STRICT[f]
+
+
+def _sift_term(coeff: sp.Expr, factors: tuple, var: sp.Symbol, value: sp.Expr):
+    """One term restricted to var = value: (coefficient, set of non-strict indicators) or None.
+
+    Indicators are idempotent ([a]*[a] = [a]), so a set of them is the product exactly; a set
+    also makes equal products compare equal without rebuilding a large SymPy product.
+    """
+    inds = set()
+    for f in factors:
+        if var in f.rel.free_symbols:
+            key = (f, var, value)
+            if key not in _SUBSTITUTED:
+                _SUBSTITUTED[key] = substitute(f, var, value)
+            f = _SUBSTITUTED[key]
+            if f == 0:
+                return None
+            if f == 1:
+                continue
+        inds.add(_non_strict(f))
+    return coeff.xreplace({var: value}), frozenset(inds)
+
+
+def _sift(delta: sp.DiracDelta, terms: list) -> sp.Expr:
+    """A delta group restricted to the delta's support, indicators taken non-strict, summed."""
     var, value = _support(delta.args[0])
-    sifted = sp.Add(*[_sift_term(t, var, value) for t in sp.Add.make_args(coeff)])
-    return sifted if sifted == 0 else sp.expand(sifted)
+    acc: dict = {}
+    for coeff, factors in terms:
+        sifted = _sift_term(coeff, factors, var, value)
+        if sifted is not None:
+            c, inds = sifted
+            acc[inds] = acc.get(inds, sp.S.Zero) + c
+    return sp.Add(*[sp.expand(c) * sp.Mul(*inds) for inds, c in acc.items() if sp.expand(c) != 0])
 
 
-def _differentiate(node: Node, v: sp.Symbol) -> None:
-    regular = sp.Add(*[sp.diff(p, v) * w for p, w in zip(node.pieces, node.weights)])
-    num_groups = _group_by_delta(_delta_terms(node, v, numerator=True))
+def _regular_part(node: Node, v: sp.Symbol) -> sp.Expr:
+    """sum_i (dp_i/dv) w_i: the part of the derivative without delta terms."""
+    return sp.Add(*[(sp.S.One if p == v else sp.diff(p, v)) * w
+                    for p, w in zip(node.pieces, node.weights) if v in p.free_symbols])
+
+
+def _differentiate(node: Node, v: sp.Symbol, show: bool = True) -> None:
+    """dy/dv: regular part plus delta groups; each group is sifted and must cancel to 0.
+
+    ``show`` keeps the raw derivative and the groups as SymPy expressions for display (building
+    them costs more than the derivation itself for large windows).
+    """
+    regular = _regular_part(node, v)
+    num_groups = _delta_groups(node, v, numerator=True)
+    cnt_groups = _delta_groups(node, v, numerator=False) if node.count is not None else {}
     groups = []
+    for gs in (num_groups, cnt_groups):
+        for d, terms in gs.items():
+            sifted = _sift(d, terms)
+            if sifted != 0:
+                raise AssertionError(f"delta terms of d{node.symbol}/d{v} did not cancel: {d}*{sifted}")
+            groups.append((d, _group_expr(terms) if show else None, sifted))
     if node.count is None:
-        raw = regular + sp.Add(*[d * sp.Add(*c) for d, c in num_groups.items()])
-        for d, c in num_groups.items():
-            groups.append((d, sp.Add(*c), _sift(d, sp.Add(*c))))
-        partial = regular
+        node.partials[v] = regular
+        raw = (regular + sp.Add(*[d * _group_expr(t) for d, t in num_groups.items()])) if show else None
     else:
-        cnt_groups = _group_by_delta(_delta_terms(node, v, numerator=False))
-        num = sp.Add(*[w * p for w, p in zip(node.weights, node.pieces)])
-        dnum = regular + sp.Add(*[d * sp.Add(*c) for d, c in num_groups.items()])
-        dcnt = sp.Add(*[d * sp.Add(*c) for d, c in cnt_groups.items()])
-        raw = dnum / node.count - num * dcnt / node.count**2
-        for label, gs in (("N", num_groups), ("C", cnt_groups)):
-            for d, c in gs.items():
-                groups.append((d, sp.Add(*c), _sift(d, sp.Add(*c))))
-        partial = regular / node.count
-    for d, coeff, sifted in groups:
-        if sifted != 0:
-            raise AssertionError(f"delta terms of d{node.symbol}/d{v} did not cancel: {d}*{sifted}")
-    node.raw[v] = raw
-    node.delta_groups[v] = groups
-    node.partials[v] = partial
+        node.partials[v] = regular / node.count
+        if show:
+            num = sp.Add(*[w * p for w, p in zip(node.weights, node.pieces)])
+            dnum = regular + sp.Add(*[d * _group_expr(t) for d, t in num_groups.items()])
+            dcnt = sp.Add(*[d * _group_expr(t) for d, t in cnt_groups.items()])
+            raw = dnum / node.count - num * dcnt / node.count**2
+        else:
+            raw = None
+    if show:
+        node.raw[v] = raw
+        node.delta_groups[v] = groups
 
 
 # ---------------------------------------------------------------------------------- checks
@@ -225,24 +263,36 @@ def weak_orderings(n: int):
             yield norm
 
 
-def evaluate(expr: sp.Expr, env: dict) -> np.ndarray:
+def evaluate(expr: sp.Expr, env: dict, _memo: dict | None = None) -> np.ndarray:
     """Evaluate an indicator expression on NumPy arrays (a small, independent evaluator)."""
+    memo = {} if _memo is None else _memo
+    if expr in memo:
+        return memo[expr]
+    memo[expr] = value = _evaluate(expr, env, memo)
+    return value
+
+
+def _evaluate(expr: sp.Expr, env: dict, memo: dict) -> np.ndarray:
+    """Indicators and products of indicators stay Boolean arrays; sums and powers are float."""
+    evaluate_ = functools.partial(evaluate, env=env, _memo=memo)
     if isinstance(expr, Indicator):
         rel = expr.rel
-        a, b = evaluate(rel.lhs, env), evaluate(rel.rhs, env)
         ops = {sp.StrictGreaterThan: np.greater, sp.GreaterThan: np.greater_equal,
                sp.StrictLessThan: np.less, sp.LessThan: np.less_equal}
-        return ops[type(rel)](a, b).astype(np.float64)
+        return ops[type(rel)](evaluate_(rel.lhs), evaluate_(rel.rhs))
     if expr.is_Symbol:
         return env[expr]
     if expr.is_Number:
         return float(expr)
     if expr.is_Add:
-        return sum(evaluate(a, env) for a in expr.args)
+        return sum(np.asarray(evaluate_(a), dtype=np.float64) for a in expr.args)
     if expr.is_Mul:
-        return functools.reduce(np.multiply, (evaluate(a, env) for a in expr.args))
+        vals = [evaluate_(a) for a in expr.args]
+        if all(isinstance(v, np.ndarray) and v.dtype == bool for v in vals):
+            return np.logical_and.reduce(vals)
+        return functools.reduce(np.multiply, (np.asarray(v, dtype=np.float64) for v in vals))
     if expr.is_Pow:
-        return evaluate(expr.base, env) ** float(expr.exp)
+        return np.asarray(evaluate_(expr.base), dtype=np.float64) ** float(expr.exp)
     raise TypeError(f"cannot evaluate {expr!r}")
 
 
@@ -267,7 +317,7 @@ def check_weights(ties: str, kind: str, n: int) -> str:
     rng = np.random.default_rng(n)
     vals = rng.integers(0, 3, size=(n, NUMERIC_SAMPLES)).astype(np.float64) * sign
     env = dict(zip(qs, vals))
-    got = evaluate(total, env)
+    got = np.asarray(evaluate(total, env), dtype=np.float64)
     extreme = vals.max(axis=0) if sign > 0 else vals.min(axis=0)
     want = np.ones(NUMERIC_SAMPLES) if ties != "all" else (vals == extreme).sum(axis=0)
     # split sums k rounded values of 1/k: equal up to rounding, not bit for bit
@@ -278,6 +328,34 @@ def check_weights(ties: str, kind: str, n: int) -> str:
 
 
 # ---------------------------------------------------------------------------------- derive
+
+@functools.lru_cache(maxsize=32)
+def derive_window(n: int, ties: str, kind: str = "max") -> Node:
+    """The derived extremum node of a window x0..x{n-1} (any length; used for checks and docs)."""
+    xs = window_symbols(n)
+    node = _make_node(sp.Symbol("y", real=True), (MaxOf if kind == "max" else MinOf)(*xs), ties)
+    _differentiate_all(node, list(xs))
+    return node
+
+
+def _differentiate_all(node: Node, variables: list) -> str:
+    """Differentiate a node by every variable; return what the delta elimination covered."""
+    n = len(variables)
+    if n <= ALL_VARIABLES_UP_TO:
+        for v in variables:
+            _differentiate(node, v)
+        return f"delta terms eliminated and cancelled for all {n} variables"
+    reps = sorted({0, n // 2, n - 1})
+    for k, v in enumerate(variables):
+        if k in reps:
+            _differentiate(node, v, show=False)
+        else:
+            part = _regular_part(node, v)
+            node.partials[v] = part / node.count if node.count is not None else part
+    names = ", ".join(str(variables[k]) for k in reps)
+    return (f"delta terms eliminated and cancelled for {names}; the other {n - len(reps)} "
+            f"variables are the same up to relabeling")
+
 
 def _chain(nodes: list[Node], inputs) -> dict:
     """dy/dinput through the intermediate node symbols (chain rule)."""
@@ -309,11 +387,16 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
     last_sym, last_ext = inner.pop()
     assert last_sym == root
     inner.append((y, last_ext))
+    if len(inner[-1][1].args) > MAX_WINDOW:
+        raise ValueError(f"{op.name}: a window of {len(inner[-1][1].args)} elements is larger "
+                         f"than symgrad derives ({MAX_WINDOW})")
     nodes = [_make_node(sym, ext, op.ties) for sym, ext in inner]
     checks = []
     for node in nodes:
-        for v in sorted(set().union(*[p.free_symbols for p in node.pieces]), key=lambda s: s.name):
-            _differentiate(node, v)
+        free = set().union(*[p.free_symbols for p in node.pieces])
+        variables = [v for v in inputs if v in free] + sorted(
+            (v for v in free if v not in inputs), key=lambda s: s.name)
+        checks.append(_differentiate_all(node, variables))
         checks.append(check_weights(op.ties, node.kind, len(node.pieces)))
     partials = _chain(nodes, inputs)
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks)
@@ -326,6 +409,7 @@ def derive(op: Op) -> Derivation:
 
 
 def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
+    from .printers import text  # printers import lower, which imports this module
     y = nodes[-1].symbol
     ys = [(str(n.symbol), n.forward) for n in nodes]
     steps = [Step("forward", f"{op.name} as max/min of its pieces, in argument order", tuple(ys))]
@@ -350,7 +434,7 @@ def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
     for n in nodes:
         for v, groups in n.delta_groups.items():
             for d, coeff, sifted in groups:
-                delta_items.append((f"d{n.symbol}/d{v}: coefficient of {d}", coeff))
+                delta_items.append((f"d{n.symbol}/d{v}: coefficient of {text(d)}", coeff))
                 delta_items.append(("  sifted and cancelled", sifted))
     steps.append(Step("delta elimination",
                       "f*delta(g) = f|_{g=0}*delta(g) (sifting); on the support, indicators are "

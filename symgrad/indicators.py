@@ -139,13 +139,20 @@ def compare(cls, a: sp.Expr, b: sp.Expr) -> Indicator | sp.Integer:
     """
     if a == b or (a.is_number and b.is_number):
         return Indicator(cls(a, b))
-    return Indicator(cls(a, b, evaluate=False))
+    # the same objects Indicator(cls(a, b, evaluate=False)) builds, without the dispatch
+    return sp.Basic.__new__(Indicator, sp.Basic.__new__(cls, a, b))
+
+
+def _replace(e: sp.Expr, old: sp.Symbol, new: sp.Expr) -> sp.Expr:
+    if e.is_Symbol:
+        return new if e == old else e
+    return e.xreplace({old: new})
 
 
 def substitute(ind: Indicator, old: sp.Symbol, new: sp.Expr) -> sp.Expr:
     """ind with old replaced by new in its comparison (0/1 where that decides it)."""
     rel = ind.rel
-    return compare(type(rel), rel.lhs.xreplace({old: new}), rel.rhs.xreplace({old: new}))
+    return compare(type(rel), _replace(rel.lhs, old, new), _replace(rel.rhs, old, new))
 
 
 def indicators_in(expr: sp.Expr) -> list[Indicator]:

@@ -142,12 +142,16 @@ def lower_partial(partial: sp.Expr) -> sp.Expr:
 
 # ----------------------------------------------------------------------------- selection
 
-def _relation_to(w: sp.Expr, k: int, j: int, xs) -> type:
+def _relations(w: sp.Expr, k: int, index: dict) -> dict:
+    """{j: comparison class of x_k against x_j} read off the factors of w_k (one pass)."""
+    out = {}
     for f in sp.Mul.make_args(w):
-        if isinstance(f, Indicator) and set(f.rel.free_symbols) == {xs[k], xs[j]}:
-            rel = f.rel if f.rel.lhs == xs[k] else f.rel.reversed
-            return type(rel)
-    raise AssertionError(f"w_{k} has no comparison with x{j}")
+        if isinstance(f, Indicator):
+            rel = f.rel if index.get(f.rel.lhs) == k else f.rel.reversed
+            if index.get(rel.lhs) != k or rel.rhs not in index:
+                raise AssertionError(f"w_{k} compares {f.rel}, not x{k} with another element")
+            out[index[rel.rhs]] = type(rel)
+    return out
 
 
 def selection(node: Node, xs: tuple[sp.Symbol, ...]) -> Selection:
@@ -158,9 +162,14 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...]) -> Selection:
         # a window of one element: it always wins, whatever the policy
         return Selection("scan", kind, sp.false, "first", None, None, False)
     if node.count is None:
-        rels = {(k, j): _relation_to(node.weights[k], k, j, xs) for k in range(n) for j in range(n) if j != k}
-        before = {rels[k, j] for (k, j) in rels if j < k}
-        after = {rels[k, j] for (k, j) in rels if j > k}
+        index = {x: i for i, x in enumerate(xs)}
+        before, after = set(), set()
+        for k in range(n):
+            rels = _relations(node.weights[k], k, index)
+            if set(rels) != set(range(n)) - {k}:
+                raise AssertionError(f"w_{k} does not compare x{k} with every other element")
+            before |= {r for j, r in rels.items() if j < k}
+            after |= {r for j, r in rels.items() if j > k}
         strict = {sp.StrictGreaterThan, sp.StrictLessThan}
         if len(before) == 1 and len(after) == 1 and (before <= strict) != (after <= strict):
             # Scan: element k beats every earlier element (with the 'before' comparison) iff it

@@ -20,7 +20,7 @@ def _value(v) -> str:
         return "x".join(_value(e) for e in v)
     if v is None:
         return "none"
-    s = repr(v).replace("-", "m").replace(".", "p").replace("+", "")
+    s = repr(v).replace("-", "neg").replace(".", "p").replace("+", "")
     return s
 
 

@@ -96,6 +96,7 @@ def _is_real(v) -> bool:
 
 def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     want = f"an int >= {p.minimum} or a tuple of {dims} such ints"
+    given = v
     if _is_int(v):
         v = (int(v),) * dims
     elif isinstance(v, (tuple, list)) and all(_is_int(e) for e in v):
@@ -107,7 +108,7 @@ def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     else:
         raise TypeError(f"{op}: {p.name} must be {want}, got {v!r}")
     if any(e < p.minimum for e in v):
-        raise ValueError(f"{op}: {p.name} must be {want}, got {v!r}")
+        raise ValueError(f"{op}: {p.name} must be {want}, got {given!r}")
     return v
 
 

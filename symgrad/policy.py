@@ -19,6 +19,7 @@ comparison semantics that ``nan_aware`` gives the lowered code.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import sympy as sp
@@ -94,6 +95,7 @@ def _beats(a: sp.Expr, b: sp.Expr, kind: str, strict: bool) -> Indicator:
     return compare(sp.Lt if strict else sp.Le, a, b)
 
 
+@functools.lru_cache(maxsize=64)
 def weights(pieces: tuple[sp.Expr, ...], policy: str, kind: str) -> list[sp.Expr]:
     """The W-matrix row of an extremum: w_i for each piece, as indicator products."""
     n = len(pieces)

@@ -1,0 +1,39 @@
+"""The committed catalog: the list in catalog.toml, generated into generated/ and checked."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from .ops import Op, resolve
+from .render import has_provenance, render_numpy
+
+CATALOG_FILE = Path(__file__).resolve().parent / "catalog.toml"
+
+
+def entries() -> list[Op]:
+    with open(CATALOG_FILE, "rb") as f:
+        data = tomllib.load(f)
+    ops = []
+    for e in data.get("entry", []):
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in e.get("params", {}).items()}
+        ops.append(resolve(e["op"], e.get("ties"), **params))
+    return ops
+
+
+def render_all() -> dict[str, str]:
+    """{relative path: source} of every catalog file."""
+    files = {}
+    for op in entries():
+        name, source = render_numpy(op)
+        files[f"numpy/{name}"] = source
+    return files
+
+
+def stale_files(out: Path, files: dict[str, str]) -> list[Path]:
+    """Generated files under out that the catalog no longer lists."""
+    d = out / "numpy"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.glob("*.py")
+                  if f"numpy/{p.name}" not in files and has_provenance(p))

@@ -1,0 +1,240 @@
+"""The `symgrad` command line: list, derive, generate.  Wiring only; the work is in the API.
+
+Every error is one line on stderr and exit status 2; a stale --check exits 1 with a diff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import __version__, api, catalog, naming
+from . import policy as _policy
+from .ops import OPS, Param, resolve
+from .printers import text
+from .render import render_numpy, write_atomic
+
+MAX_ITEMS = 12  # per derivation step, unless --full
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage + message)
+        raise UsageError(message)
+
+
+def _number(s: str):
+    try:
+        return int(s)
+    except ValueError:
+        pass
+    try:
+        return float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
+
+
+def _dim(s: str):
+    if s.lower() == "none":
+        return None
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
+
+
+def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
+    flag = naming.cli_flag(p.name)
+    if p.kind == "bool":
+        parser.add_argument(flag, dest=p.name, action="store_true", default=None, help=p.help)
+    elif p.kind == "ints":
+        parser.add_argument(flag, dest=p.name, type=int, nargs="+", help=p.help)
+    elif p.kind == "int":
+        parser.add_argument(flag, dest=p.name, type=int, help=p.help)
+    elif p.kind == "dim":
+        parser.add_argument(flag, dest=p.name, type=_dim, nargs="+", help=p.help)
+    else:
+        parser.add_argument(flag, dest=p.name, type=_number, help=p.help)
+
+
+def _op_params(op: str, argv: list[str]) -> dict:
+    """Parse an op's own parameters (spelled as in PyTorch, with dashes)."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; expected one of: {', '.join(OPS)}")
+    parser = _Parser(prog=f"symgrad ... {op}", add_help=False)
+    for p in OPS[op].params:
+        _add_param(parser, p)
+    ns = parser.parse_args(argv)
+    params = {}
+    for p in OPS[op].params:
+        v = getattr(ns, p.name)
+        if v is None:
+            continue
+        if isinstance(v, list):
+            if p.kind == "dim" and None in v:
+                if len(v) > 1:
+                    raise ValueError("--dim takes ints, or 'none' alone")
+                v = None
+            else:
+                v = v[0] if len(v) == 1 else tuple(v)
+        params[p.name] = v
+    return params
+
+
+def _parser() -> argparse.ArgumentParser:
+    top = _Parser(prog="symgrad", description="Derive max-family backward rules and generate code.")
+    top.add_argument("--version", action="version", version=f"symgrad {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("list", help="ops, their parameters, the tie policies")
+    d = sub.add_parser("derive", help="print the derivation of an op's backward")
+    d.add_argument("op")
+    d.add_argument("--ties", choices=_policy.POLICIES, default=None)
+    d.add_argument("--full", action="store_true", help="show every item of every step")
+    g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
+    g.add_argument("op", nargs="?")
+    g.add_argument("--ties", choices=_policy.POLICIES, default=None)
+    g.add_argument("--backend", choices=api.BACKENDS, default="numpy")
+    g.add_argument("--out", type=Path, default=None, help="output directory")
+    g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
+    g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
+    g.add_argument("--force", action="store_true", help="overwrite files without symgrad's header")
+    return top
+
+
+# ----------------------------------------------------------------------------- commands
+
+def cmd_list(out) -> int:
+    print("ops:", file=out)
+    for name, spec in OPS.items():
+        ps = " ".join(f"{naming.cli_flag(p.name)}" + ("" if p.kind == "bool" else f" {p.name.upper()}")
+                      + (" (required)" if p.required else "") for p in spec.params)
+        print(f"  {name:<11} {spec.summary}" + (f"\n  {'':<11} {ps}" if ps else ""), file=out)
+    print(f"tie policies (--ties; default {_policy.DEFAULT_POLICY}):", file=out)
+    for info in _policy.INFO.values():
+        print(f"  {info.name:<6} {info.rule}", file=out)
+    print(f"NaN: {_policy.NAN_RULE}", file=out)
+    return 0
+
+
+def _show(items, full: bool) -> list[str]:
+    shown = items if full or len(items) <= MAX_ITEMS else items[:MAX_ITEMS]
+    lines = [f"  {label} = {text(expr)}" if not label.startswith(" ") else f"  {label}: {text(expr)}"
+             for label, expr in shown]
+    if len(shown) < len(items):
+        lines.append(f"  ... {len(items) - len(shown)} more (--full shows all)")
+    return lines
+
+
+def cmd_derive(op_name: str, ties, full: bool, argv: list[str], out) -> int:
+    op = resolve(op_name, ties, **_op_params(op_name, argv))
+    d = api._derive(op)
+    info = _policy.INFO[op.ties]
+    lines = [f"op: {op.describe()}", f"tie policy: {op.ties}: {info.rule}", f"NaN: {_policy.NAN_RULE}"]
+    if op.spec.kind == "pool":
+        import numpy as np
+        offs = ", ".join(f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"])))
+        lines.append(f"window elements (row-major scan order): {offs}")
+    elif op.spec.kind == "reduction":
+        lines.append(f"window: a representative slice of {op.window_size()} elements "
+                     f"(the rule is the same for every length)")
+    for step in d.steps:
+        lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
+    lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]
+    if op.spec.kind != "elementwise":
+        lines += ["", "== backward ==",
+                  "  grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"
+                  "  (W^T g; overlapping windows accumulate)"]
+    print("\n".join(lines), file=out)
+    return 0
+
+
+def cmd_generate(ns, argv: list[str], out) -> int:
+    if ns.catalog:
+        if ns.op or argv:
+            raise ValueError("generate --catalog takes no op or op parameters")
+        return _generate_catalog(ns.out or Path("generated"), ns.check, ns.force, out)
+    if not ns.op:
+        raise ValueError("generate needs an op (or --catalog)")
+    if ns.out is None and not ns.check:
+        raise ValueError("generate needs --out DIR")
+    op = resolve(ns.op, ns.ties, **_op_params(ns.op, argv))
+    name, source = render_numpy(op)
+    _check_out_dir(ns.out or Path("."))
+    path = (ns.out or Path(".")) / name
+    if ns.check:
+        d = api.check_file(path, source)
+        if d:
+            print(d, end="", file=out)
+            print(f"{path}: stale", file=sys.stderr)
+            return 1
+        print(f"{path}: up to date ({op.ties})", file=out)
+        return 0
+    _check_out_dir(ns.out)
+    changed = api.write_file(path, source, force=ns.force)
+    print(f"{'wrote' if changed else 'unchanged'} {path} (op {op.name}, tie policy {op.ties})", file=out)
+    return 0
+
+
+def _check_out_dir(d: Path) -> None:
+    if d.exists() and not d.is_dir():
+        raise ValueError(f"--out {d} is not a directory")
+
+
+def _generate_catalog(out_dir: Path, check: bool, force: bool, out) -> int:
+    _check_out_dir(out_dir)
+    files = catalog.render_all()
+    stale = catalog.stale_files(out_dir, files)
+    if check:
+        diffs = [api.check_file(out_dir / rel, src) for rel, src in files.items()]
+        diffs = [d for d in diffs if d]
+        for p in stale:
+            diffs.append(f"{p}: not in the catalog (would be removed)\n")
+        if diffs:
+            print("".join(diffs), end="", file=out)
+            print(f"symgrad: {out_dir} is stale: {len(diffs)} file(s) differ; "
+                  f"run `symgrad generate --catalog`", file=sys.stderr)
+            return 1
+        print(f"{out_dir}: {len(files)} files up to date", file=out)
+        return 0
+    _check_out_dir(out_dir)
+    # refuse before writing anything, so nothing is half-done
+    for rel in files:
+        p = out_dir / rel
+        if p.exists() and not force and not api.has_provenance(p):
+            raise ValueError(f"refusing to overwrite {p}: it was not generated by symgrad "
+                             f"(no provenance header); pass --force to replace it")
+    changed = sum(api.write_file(out_dir / rel, src, force=force) for rel, src in files.items())
+    for p in stale:
+        p.unlink()
+    print(f"{out_dir}: {len(files)} files, {changed} written, {len(stale)} removed", file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        ns, rest = _parser().parse_known_args(argv)
+        if ns.command == "list":
+            if rest:
+                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
+            return cmd_list(sys.stdout)
+        if ns.command == "derive":
+            return cmd_derive(ns.op, ns.ties, ns.full, rest, sys.stdout)
+        return cmd_generate(ns, rest, sys.stdout)
+    except (UsageError, ValueError, TypeError) as exc:
+        print(f"symgrad: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"symgrad: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("symgrad: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

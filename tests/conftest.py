@@ -1,0 +1,92 @@
+"""Shared fixtures and the op table the tests are parametrized over."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import sympy as sp
+
+from symgrad.indicators import MaxOf, MinOf
+from symgrad.policy import POLICIES
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Every test generates into one private cache, never the user's."""
+    old = os.environ.get("SYMGRAD_CACHE_DIR")
+    os.environ["SYMGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("symgrad-cache"))
+    yield
+    if old is None:
+        os.environ.pop("SYMGRAD_CACHE_DIR", None)
+    else:
+        os.environ["SYMGRAD_CACHE_DIR"] = old
+
+
+# Elementwise ops with parameters: (op, params, input shapes)
+ELEMENTWISE = [
+    ("maximum", {}, [(3, 4), (3, 4)]),
+    ("maximum", {}, [(3, 1), (4,)]),  # broadcasting
+    ("minimum", {}, [(2, 5), (2, 5)]),
+    ("relu", {}, [(4, 5)]),
+    ("clamp", {"min": 0}, [(4, 5)]),
+    ("clamp", {"max": 0.5}, [(4, 5)]),
+    ("clamp", {"min": -1.0, "max": 1.0}, [(4, 5)]),
+    ("clamp", {"min": 1.0, "max": -1.0}, [(4, 5)]),  # min > max: the output is max
+    ("hardtanh", {}, [(4, 5)]),
+    ("hardtanh", {"min_val": -2.0, "max_val": 3.0}, [(4, 5)]),
+    ("relu6", {}, [(4, 5)]),
+    ("leaky_relu", {}, [(4, 5)]),
+    ("leaky_relu", {"negative_slope": 0.2}, [(4, 5)]),
+    ("leaky_relu", {"negative_slope": -0.5}, [(4, 5)]),
+    ("leaky_relu", {"negative_slope": 2.0}, [(4, 5)]),  # slope > 1: the envelope is a min
+    ("abs", {}, [(4, 5)]),
+]
+
+# Window ops: (op, params, input shape)
+WINDOWED = [
+    ("max_pool1d", {"kernel_size": 2}, (2, 3, 8)),
+    ("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9)),
+    ("max_pool1d", {"kernel_size": 3, "stride": 1, "dilation": 2}, (3, 10)),  # unbatched
+    ("max_pool1d", {"kernel_size": 2, "stride": 3, "padding": 1, "ceil_mode": True}, (2, 2, 8)),
+    ("max_pool2d", {"kernel_size": 2}, (2, 3, 6, 6)),
+    ("max_pool2d", {"kernel_size": 2, "stride": 1}, (2, 2, 5, 5)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 2, 7, 7)),
+    ("max_pool2d", {"kernel_size": (3, 2), "stride": (2, 1), "padding": (1, 0), "dilation": (1, 2)}, (2, 7, 8)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "ceil_mode": True}, (1, 2, 8, 8)),
+    ("max_pool3d", {"kernel_size": 2}, (1, 2, 4, 4, 4)),
+    ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1}, (2, 3, 3, 3)),  # unbatched
+    ("maxout", {"pieces": 2}, (2, 6, 3)),
+    ("maxout", {"pieces": 3}, (2, 6)),
+    ("amax", {}, (3, 4)),
+    ("amax", {"dim": 1}, (3, 4, 2)),
+    ("amax", {"dim": (0, 2), "keepdim": True}, (3, 4, 2)),
+    ("amin", {"dim": -1}, (3, 5)),
+    ("amin", {"dim": (1,), "keepdim": True}, (2, 3, 4)),
+]
+
+
+def case_id(op, params, *_):
+    return op + "".join(f"-{k}{v}" for k, v in params.items()).replace(" ", "")
+
+
+def sympy_value(expr, env):
+    """Evaluate a derivation expression exactly with SymPy (max/min with SymPy's Max/Min)."""
+    expr = expr.replace(lambda e: isinstance(e, MaxOf), lambda e: sp.Max(*e.args))
+    expr = expr.replace(lambda e: isinstance(e, MinOf), lambda e: sp.Min(*e.args))
+    return expr.xreplace(env)
+
+
+def tie_heavy(rng, shape, levels=3):
+    """Values drawn from a few small integers, so ties are common (exact in every float type)."""
+    return rng.integers(0, levels, size=shape).astype(np.float64)
+
+
+def tie_free(rng, shape, gap=0.05):
+    """Distinct values at least `gap` apart, in random order."""
+    n = int(np.prod(shape))
+    return (rng.permutation(n) * gap - n * gap / 2 + 0.013).reshape(shape)
+
+
+__all__ = ["ELEMENTWISE", "WINDOWED", "POLICIES", "case_id", "sympy_value", "tie_heavy", "tie_free"]
