@@ -131,11 +131,41 @@ class IsNan(BooleanFunction):
         return "isnan(%s)" % printer._print(self.args[0])
 
 
+_FLIP = {sp.StrictGreaterThan: sp.StrictLessThan, sp.GreaterThan: sp.LessThan,
+         sp.StrictLessThan: sp.StrictGreaterThan, sp.LessThan: sp.GreaterThan}
+
+
+def crossing_form(ind: "Indicator") -> Relational | None:
+    """[a ? b] for two linear pieces of one variable s, as s ? (their crossing point), or None.
+
+    E.g. [x >= 0.01*x] is x >= 0 and [-x > x] is x < 0.  The two agree on every real x, and
+    only the second is right at x = +-inf, where both pieces overflow to the same value.
+    """
+    cls, a, b = type(ind.rel), ind.rel.lhs, ind.rel.rhs
+    if (a.is_Symbol and b.is_Symbol) or (a.is_number or b.is_number):
+        return None  # already a comparison of the variables themselves
+    gap = sp.expand(a - b) if cls in (sp.StrictGreaterThan, sp.GreaterThan) else sp.expand(b - a)
+    syms = gap.free_symbols
+    if len(syms) != 1:
+        return None
+    (s,) = syms
+    c = gap.coeff(s)
+    k = sp.expand(gap - c * s)
+    if not (c.is_number and k.is_number) or c == 0:
+        return None
+    up = cls if cls in (sp.StrictGreaterThan, sp.GreaterThan) else _FLIP[cls]
+    point = -k / c
+    if isinstance(point, sp.Float) and point == int(point):
+        point = sp.Integer(int(point)) if point != 0 else sp.S.Zero
+    # c*s + k > 0  <=>  s > -k/c for c > 0, s < -k/c for c < 0
+    return (up if c > 0 else _FLIP[up])(s, point)
+
+
 def compare(cls, a: sp.Expr, b: sp.Expr) -> Indicator | sp.Integer:
     """Indicator(cls(a, b)), evaluated to 0/1 only where it is decided (numbers, or a == b).
 
-    Building relationals this way skips SymPy's sign inference, which dominates the cost of
-    large windows; the result is the same object ``Indicator(cls(a, b))`` would give.
+    Relationals are built without SymPy's sign inference, which dominates the cost of large
+    windows; the result is the same object ``Indicator(cls(a, b))`` would give.
     """
     if a == b or (a.is_number and b.is_number):
         return Indicator(cls(a, b))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .indicators import Indicator, IsNan, compare
+from .indicators import Indicator, IsNan, compare, crossing_form
 
 POLICIES = ("first", "last", "split", "all")
 DEFAULT_POLICY = "first"
@@ -132,9 +132,15 @@ def nan_aware(ind: Indicator) -> sp.Basic:
 
     non-strict  [a >= b]  ->  (a >= b) | isnan(a)
     strict      [a > b]   ->  (a > b) | (isnan(a) & ~isnan(b))
+
+    Two linear pieces of one variable are compared through the variable (x >= 0.01*x is
+    emitted as x >= 0: equal for real x, and right at +-inf where both pieces overflow), while
+    the NaN terms still follow the pieces: x and 0.01*x are NaN together, a tie.
     """
     rel = ind.rel
     nan_a, nan_b = isnan_of(rel.lhs), isnan_of(rel.rhs)
+    crossing = crossing_form(ind)
+    rel = rel if crossing is None else crossing
     if ind.strict:
         # a and b NaN together (x vs 0.01*x) tie, and a tie is no strict win
         return rel if nan_a == nan_b else sp.Or(rel, sp.And(nan_a, sp.Not(nan_b)))

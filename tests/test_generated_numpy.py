@@ -335,3 +335,68 @@ def test_overlapping_windows_accumulate():
     np.testing.assert_array_equal(y, [[[5, 6], [8, 9]]])
     (gx,) = m.backward(np.array([[[1.0, 10.0], [100.0, 1000.0]]]), saved)
     np.testing.assert_array_equal(gx, [[[0, 0, 0], [0, 1, 10], [0, 100, 1000]]])
+
+
+def _nan_rule_oracle(d, ties, nan_inputs):
+    """d output / d input at a point where `nan_inputs` are NaN, from the W-form and the NaN rule.
+
+    In each node, the pieces that depend on a NaN are NaN together: they all become one value N
+    that dominates the node's numbers (+oo in a max node, -oo in a min node), so NaN pieces tie
+    with each other and beat the rest, as the rule says.
+    """
+    N = sp.Symbol("N")
+    nan_syms = set(nan_inputs)
+    total = {}
+    for node in d.nodes:
+        dominant = sp.oo if node.kind == "max" else -sp.oo
+        nan_pieces = [bool(p.free_symbols & nan_syms) for p in node.pieces]
+        vals = [N if is_nan else p for p, is_nan in zip(node.pieces, nan_pieces)]
+        from symgrad.policy import weights as policy_weights
+        ws = [w.xreplace({N: dominant}) for w in policy_weights(tuple(vals), ties, node.kind)]
+        grads = {}
+        for s in d.inputs:
+            acc = sp.S.Zero
+            for p, w in zip(node.pieces, ws):
+                for v in p.free_symbols:  # chain rule through inputs and inner nodes
+                    dv = sp.S.One if v == s else total.get(v, {}).get(s, sp.S.Zero)
+                    acc += sp.diff(p, v) * w * dv
+            grads[s] = acc
+        total[node.symbol] = grads
+        if any(nan_pieces):
+            nan_syms.add(node.symbol)
+    return total[d.nodes[-1].symbol]
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("op,params,shapes", ELEMENTWISE, ids=[case_id(*c) for c in ELEMENTWISE])
+def test_nan_rule_every_elementwise_op(op, params, shapes, ties):
+    m = symgrad.load(op, ties=ties, **params)
+    d = derive(resolve(op, ties, **params))
+    cases = [[np.nan]] if len(d.inputs) == 1 else [[np.nan, 1.0], [1.0, np.nan], [np.nan, np.nan]]
+    for vals in cases:
+        inputs = [np.array([v]) for v in vals]
+        y, saved = m.forward(*inputs)
+        assert np.isnan(y).all()
+        got = m.backward(np.ones_like(y), saved)
+        nan_inputs = [s for s, v in zip(d.inputs, vals) if np.isnan(v)]
+        want = _nan_rule_oracle(d, ties, nan_inputs)
+        for s, g in zip(d.inputs, got):
+            assert g[0] == float(want[s]), (s, vals)
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("op,params,shapes", [c for c in ELEMENTWISE if len(c[2]) == 1],
+                         ids=[case_id(*c) for c in ELEMENTWISE if len(c[2]) == 1])
+def test_infinities_take_the_limit_of_the_derivation(op, params, shapes, ties):
+    """At +-inf the gradient is the derivation's value at large finite |x| (no spurious tie
+    where two pieces such as x and 0.01*x both overflow to inf)."""
+    m = symgrad.load(op, ties=ties, **params)
+    d = derive(resolve(op, ties, **params))
+    (x,) = d.inputs
+    y, saved = m.forward(np.array([np.inf, -np.inf]))
+    (got,) = m.backward(np.ones(2), saved)
+    for value, g in zip((10**6, -10**6), got):
+        env = {x: sp.Integer(value)}
+        for node in d.nodes[:-1]:
+            env[node.symbol] = sympy_value(node.forward, env)
+        assert g == float(sympy_value(d.partials[x], env)), value

@@ -86,7 +86,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     grad_output = _check_backward(grad_output, saved)
     dtype = saved.dtype
     x = saved.x
-    grad_x = (np.where(np.isnan(x) | (-x >= x), -grad_output, 0) + np.where(np.isnan(x) | (x >= -x), grad_output, 0)) / (np.add((np.isnan(x) | (x >= -x)), (np.isnan(x) | (-x >= x)), dtype=dtype))
+    grad_x = (np.where(np.isnan(x) | (x >= 0), grad_output, 0) + np.where(np.isnan(x) | (x <= 0), -grad_output, 0)) / (np.add((np.isnan(x) | (x >= 0)), (np.isnan(x) | (x <= 0)), dtype=dtype))
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

@@ -86,7 +86,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     grad_output = _check_backward(grad_output, saved)
     dtype = saved.dtype
     x = saved.x
-    grad_x = np.where(np.isnan(x) | (x >= 0.01*x), grad_output, 0) + np.where(0.01*x > x, 0.01*grad_output, 0)
+    grad_x = np.where(np.isnan(x) | (x >= 0), grad_output, 0) + np.where(x < 0, 0.01*grad_output, 0)
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )
