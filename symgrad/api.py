@@ -17,7 +17,6 @@ from .policy import POLICIES
 from .render import diff, has_provenance, render_numpy, write_atomic  # noqa: F401
 
 BACKENDS = ("numpy",)
-CONVENTIONS: tuple[str, ...] = ()  # framework presets arrive with the conventions issue
 _PKG = Path(__file__).resolve().parent
 
 
@@ -29,12 +28,6 @@ def _check_backend(backend: object) -> str:
     return backend
 
 
-def _check_convention(convention: object) -> None:
-    if convention is not None:
-        raise ValueError(f"unknown convention {convention!r}; expected None (no framework presets "
-                         f"are defined yet; choose a tie policy with ties=)")
-
-
 def list_ops() -> dict:
     """{op name: {summary, inputs, params: {name: default}}} for every op."""
     return {name: {"summary": s.summary, "inputs": s.inputs,
@@ -42,18 +35,18 @@ def list_ops() -> dict:
             for name, s in OPS.items()}
 
 
-def derive(op: str, ties: str | None = None, convention: str | None = None, **params) -> Derivation:
+def derive(op: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
+           order: str | None = None, **params) -> Derivation:
     """Derive op's backward under a tie policy; the result carries every step."""
-    _check_convention(convention)
-    return _derive(resolve(op, ties, **params))
+    return _derive(resolve(op, ties, convention=convention, nan=nan, order=order, **params))
 
 
 def generate(op: str, out: str | os.PathLike, ties: str | None = None, backend: str = "numpy",
-             convention: str | None = None, force: bool = False, **params) -> Path:
+             convention: str | None = None, nan: str | None = None, order: str | None = None,
+             force: bool = False, **params) -> Path:
     """Write op's generated module into directory ``out``; return its path."""
     _check_backend(backend)
-    _check_convention(convention)
-    spec = resolve(op, ties, **params)
+    spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
     name, source = render_numpy(spec)
     path = Path(out) / name
     write_file(path, source, force=force)
@@ -124,13 +117,13 @@ def _import(path: Path, key: str) -> ModuleType:
 
 
 def load(op: str, backend: str = "numpy", ties: str | None = None,
-         convention: str | None = None, **params) -> ModuleType:
+         convention: str | None = None, nan: str | None = None, order: str | None = None,
+         **params) -> ModuleType:
     """Import the generated module of an op: from the committed catalog when it holds exactly this
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
     _check_backend(backend)
-    _check_convention(convention)
-    spec = resolve(op, ties, **params)
+    spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
     key = naming.key(spec, backend)
     with _LOCK:
         if key in _LOADED:

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from . import __version__, api, catalog, naming
 from . import policy as _policy
-from .ops import OPS, Param, resolve
+from .conventions import CONVENTIONS
+from .ops import OPS, ORDERS, Param, resolve
 from .printers import text
-from .render import render_numpy, write_atomic
+from .render import render_numpy, settings_lines
 
 MAX_ITEMS = 12  # per derivation step, unless --full
 
@@ -85,6 +86,21 @@ def _op_params(op: str, argv: list[str]) -> dict:
     return params
 
 
+def _add_settings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--convention", choices=CONVENTIONS, default=None,
+                   help="framework preset: tie policy, NaN rule and argument order per op")
+    p.add_argument("--ties", choices=_policy.POLICIES, default=None, help="tie policy (overrides --convention)")
+    p.add_argument("--nan", choices=tuple(_policy.NAN_RULES), default=None,
+                   help="NaN rule (overrides --convention)")
+    p.add_argument("--order", choices=ORDERS, default=None,
+                   help="argument order of an elementwise op's max/min (overrides --convention)")
+
+
+def _resolve(ns, argv):
+    return resolve(ns.op, ns.ties, convention=ns.convention, nan=ns.nan, order=ns.order,
+                   **_op_params(ns.op, argv))
+
+
 def _parser() -> argparse.ArgumentParser:
     top = _Parser(prog="symgrad", description="Derive max-family backward rules and generate code.")
     top.add_argument("--version", action="version", version=f"symgrad {__version__}")
@@ -92,11 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="ops, their parameters, the tie policies")
     d = sub.add_parser("derive", help="print the derivation of an op's backward")
     d.add_argument("op")
-    d.add_argument("--ties", choices=_policy.POLICIES, default=None)
+    _add_settings(d)
     d.add_argument("--full", action="store_true", help="show every item of every step")
     g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
     g.add_argument("op", nargs="?")
-    g.add_argument("--ties", choices=_policy.POLICIES, default=None)
+    _add_settings(g)
     g.add_argument("--backend", choices=api.BACKENDS, default="numpy")
     g.add_argument("--out", type=Path, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
@@ -116,7 +132,11 @@ def cmd_list(out) -> int:
     print(f"tie policies (--ties; default {_policy.DEFAULT_POLICY}):", file=out)
     for info in _policy.INFO.values():
         print(f"  {info.name:<6} {info.rule}", file=out)
-    print(f"NaN: {_policy.NAN_RULE}", file=out)
+    print(f"NaN rules (--nan; default {_policy.DEFAULT_NAN}):", file=out)
+    for r in _policy.NAN_RULES.values():
+        print(f"  {r.name:<8} (with {'/'.join(r.policies)}) {r.rule}", file=out)
+    print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
+          file=out)
     return 0
 
 
@@ -129,11 +149,11 @@ def _show(items, full: bool) -> list[str]:
     return lines
 
 
-def cmd_derive(op_name: str, ties, full: bool, argv: list[str], out) -> int:
-    op = resolve(op_name, ties, **_op_params(op_name, argv))
+def cmd_derive(ns, argv: list[str], out) -> int:
+    op = _resolve(ns, argv)
+    full = ns.full
     d = api._derive(op)
-    info = _policy.INFO[op.ties]
-    lines = [f"op: {op.describe()}", f"tie policy: {op.ties}: {info.rule}", f"NaN: {_policy.NAN_RULE}"]
+    lines = [f"op: {op.describe()}"] + settings_lines(op)
     if op.spec.kind == "pool":
         import numpy as np
         offs = ", ".join(f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"])))
@@ -161,7 +181,7 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         raise ValueError("generate needs an op (or --catalog)")
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
-    op = resolve(ns.op, ns.ties, **_op_params(ns.op, argv))
+    op = _resolve(ns, argv)
     name, source = render_numpy(op)
     _check_out_dir(ns.out or Path("."))
     path = (ns.out or Path(".")) / name
@@ -171,12 +191,20 @@ def cmd_generate(ns, argv: list[str], out) -> int:
             print(d, end="", file=out)
             print(f"{path}: stale", file=sys.stderr)
             return 1
-        print(f"{path}: up to date ({op.ties})", file=out)
+        print(f"{path}: up to date ({_settings_summary(op)})", file=out)
         return 0
     _check_out_dir(ns.out)
     changed = api.write_file(path, source, force=ns.force)
-    print(f"{'wrote' if changed else 'unchanged'} {path} (op {op.name}, tie policy {op.ties})", file=out)
+    print(f"{'wrote' if changed else 'unchanged'} {path} (op {op.name}, {_settings_summary(op)})", file=out)
     return 0
+
+
+def _settings_summary(op) -> str:
+    origin = dict(op.origin)
+    parts = [f"tie policy {op.ties} [{origin['ties']}]", f"NaN rule {op.nan} [{origin['nan']}]"]
+    if op.spec.kind == "elementwise":
+        parts.append(f"order {op.order} [{origin['order']}]")
+    return ", ".join(parts)
 
 
 def _check_out_dir(d: Path) -> None:
@@ -223,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
             return cmd_list(sys.stdout)
         if ns.command == "derive":
-            return cmd_derive(ns.op, ns.ties, ns.full, rest, sys.stdout)
+            return cmd_derive(ns, rest, sys.stdout)
         return cmd_generate(ns, rest, sys.stdout)
     except (UsageError, ValueError, TypeError) as exc:
         print(f"symgrad: error: {exc}", file=sys.stderr)

@@ -113,6 +113,13 @@ def _split_nodes(expr: sp.Expr, inner: list[tuple[sp.Symbol, _Extremum]]) -> sp.
     return expr
 
 
+def _reversed(expr: sp.Expr) -> sp.Expr:
+    """Every max/min with its arguments in reverse order (the 'reversed' argument order)."""
+    if isinstance(expr, _Extremum):
+        return type(expr)(*[_reversed(a) for a in reversed(expr.args)])
+    return expr
+
+
 def _make_node(symbol, ext: _Extremum, ties: str) -> Node:
     kind = ext.kind
     pieces = tuple(ext.args)
@@ -329,13 +336,21 @@ def check_weights(ties: str, kind: str, n: int) -> str:
 
 # ---------------------------------------------------------------------------------- derive
 
-@functools.lru_cache(maxsize=32)
 def derive_window(n: int, ties: str, kind: str = "max") -> Node:
     """The derived extremum node of a window x0..x{n-1} (any length; used for checks and docs)."""
+    return _window(n, ties, kind)[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _window(n: int, ties: str, kind: str) -> tuple[Node, list[str]]:
+    """A window's node and checks: they depend on its size, policy and max/min only, so every
+    pooling configuration with the same window shares one derivation."""
+    if n > MAX_WINDOW:
+        raise ValueError(f"a window of {n} elements is larger than symgrad derives ({MAX_WINDOW})")
     xs = window_symbols(n)
     node = _make_node(sp.Symbol("y", real=True), (MaxOf if kind == "max" else MinOf)(*xs), ties)
-    _differentiate_all(node, list(xs))
-    return node
+    checks = [_differentiate_all(node, list(xs)), check_weights(ties, kind, n)]
+    return node, checks
 
 
 def _differentiate_all(node: Node, variables: list) -> str:
@@ -372,12 +387,14 @@ def _chain(nodes: list[Node], inputs) -> dict:
     return total[nodes[-1].symbol]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _derive_cached(op_key: tuple, op: Op) -> Derivation:
     spec = op.spec
     inputs = input_symbols(op)
     if spec.kind == "elementwise":
         forward = spec.forward(op.params, inputs)
+        if op.order == "reversed":
+            forward = _reversed(forward)
     else:
         forward = (MaxOf if spec.extremum == "max" else MinOf)(*inputs)
     inner: list = []
@@ -387,9 +404,14 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
     last_sym, last_ext = inner.pop()
     assert last_sym == root
     inner.append((y, last_ext))
-    if len(inner[-1][1].args) > MAX_WINDOW:
-        raise ValueError(f"{op.name}: a window of {len(inner[-1][1].args)} elements is larger "
-                         f"than symgrad derives ({MAX_WINDOW})")
+    if spec.kind != "elementwise":
+        try:
+            node, checks = _window(len(inputs), op.ties, spec.extremum)
+        except ValueError as exc:
+            raise ValueError(f"{op.name}: {exc}") from None
+        nodes = [node]
+        return Derivation(op, inputs, forward, nodes, dict(node.partials),
+                          _steps(op, forward, nodes, node.partials), list(checks))
     nodes = [_make_node(sym, ext, op.ties) for sym, ext in inner]
     checks = []
     for node in nodes:
@@ -404,7 +426,7 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
 
 def derive(op: Op) -> Derivation:
     """Derive the backward of an op (cached by op, parameters and policy)."""
-    key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties)
+    key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op)
 
 

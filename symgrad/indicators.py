@@ -185,6 +185,24 @@ def substitute(ind: Indicator, old: sp.Symbol, new: sp.Expr) -> sp.Expr:
     return compare(type(rel), _replace(rel.lhs, old, new), _replace(rel.rhs, old, new))
 
 
+class IeeeNot(BooleanFunction):
+    """not(b), kept as written: under IEEE comparisons not(a <= b) is true when a or b is NaN,
+    so it must not be rewritten to a > b (SymPy's Not would)."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, b):
+        if b is sp.true:
+            return sp.false
+        if b is sp.false:
+            return sp.true
+        return None
+
+    def _sympystr(self, printer):
+        return "not(%s)" % printer._print(self.args[0])
+
+
 def indicators_in(expr: sp.Expr) -> list[Indicator]:
     """All Indicator factors of a product (in order)."""
     return [f for f in sp.Mul.make_args(expr) if isinstance(f, Indicator)]

@@ -24,7 +24,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .derive import Derivation, Node
-from .indicators import Indicator, MaxOf, MinOf
+from .indicators import Indicator, IsNan, MaxOf, MinOf
 
 
 class Select(sp.Function):
@@ -82,6 +82,7 @@ class Selection:
     hit: sp.Basic | None  # mask: element v attains the window's extremum
     weight: sp.Expr | None  # mask: gradient of a hit element, in grad_output, hit, count
     counts: bool  # mask: the weight needs the number of hits
+    winner_is_output: bool = True  # scan: the winner's value is the output (else fold max/min)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class WindowKernel:
     selection: Selection
     index_dtype: str | None  # scan: the saved window-local index type (static windows)
     saved: tuple[str, ...]
+    padding_takes_part: bool = False  # pooling: padding is -inf and competes (JAX) or never wins
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -103,9 +105,27 @@ def smallest_index_dtype(n: int) -> str:
 
 # ----------------------------------------------------------------------------- conditions
 
-def _condition(factors: list[sp.Expr]) -> sp.Basic:
-    """A product of indicators as one Boolean, each comparison under the NaN rule."""
-    return sp.And(*[_policy.nan_aware(f) for f in factors])
+def _condition(factors: list[sp.Expr], nan: str, roles: dict) -> sp.Basic:
+    """A product of indicators as one Boolean, each comparison under the NaN rule and its role."""
+    return sp.And(*[_policy.lower_comparison(f, nan, roles[f]) for f in factors])
+
+
+def factor_roles(nodes: list[Node]) -> dict:
+    """{indicator: survive} for every W-form factor [p_i beats p_j] of every node: True when p_i
+    comes before p_j (p_i keeps the gradient unless p_j takes over), False when after."""
+    roles: dict = {}
+    for node in nodes:
+        index = {p: i for i, p in enumerate(node.pieces)}
+        for i, w in enumerate(node.weights):
+            for f in sp.Mul.make_args(w):
+                if not isinstance(f, Indicator):
+                    continue
+                j = index[f.rel.rhs]
+                assert index[f.rel.lhs] == i, (f, i)
+                if roles.get(f, j > i) != (j > i):
+                    raise AssertionError(f"{f} plays two roles; the NaN rule cannot read it")
+                roles[f] = j > i
+    return roles
 
 
 def _split_term(term: sp.Expr) -> tuple[sp.Expr, list[Indicator]]:
@@ -115,17 +135,14 @@ def _split_term(term: sp.Expr) -> tuple[sp.Expr, list[Indicator]]:
     return sp.Mul(*coeff), inds
 
 
-def lower_partial(partial: sp.Expr) -> sp.Expr:
-    """grad_output * partial as a sum of selects, divided by counts where the policy splits."""
+def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = None) -> sp.Expr:
+    """grad_output * partial as a sum of selects, divided by counts where the policy splits.
+
+    Under 'dominate' a count is never 0 and the sum is divided once.  Under IEEE rules a count
+    can be 0 (a NaN equals nothing); the division then goes inside each select, which yields 0.
+    """
+    roles = roles or {}
     num, den = sp.fraction(partial)
-    total = []
-    for term in sp.Add.make_args(sp.expand(num)):
-        coeff, inds = _split_term(term)
-        if coeff == 0:
-            continue
-        value = GRAD_OUTPUT * coeff
-        total.append(Select(_condition(inds), value, sp.S.Zero) if inds else value)
-    out = sp.Add(*total) if total else sp.S.Zero
     counts = []
     for factor in sp.Mul.make_args(den):
         if factor == 1:
@@ -135,9 +152,21 @@ def lower_partial(partial: sp.Expr) -> sp.Expr:
             coeff, inds = _split_term(term)
             if coeff != 1 or not inds:
                 raise AssertionError(f"unexpected count term {term}")
-            conds.append(_condition(inds))
+            conds.append(_condition(inds, nan, roles))
         counts.append(Count(*conds))
-    return Quotient(out, sp.Mul(*counts)) if counts else out
+    count = sp.Mul(*counts)
+    inner = bool(counts) and nan != "dominate"
+    total = []
+    for term in sp.Add.make_args(sp.expand(num)):
+        coeff, inds = _split_term(term)
+        if coeff == 0:
+            continue
+        value = GRAD_OUTPUT * coeff
+        if inner:
+            value = Quotient(value, count)
+        total.append(Select(_condition(inds, nan, roles), value, sp.S.Zero) if inds else value)
+    out = sp.Add(*total) if total else sp.S.Zero
+    return Quotient(out, count) if (counts and not inner) else out
 
 
 # ----------------------------------------------------------------------------- selection
@@ -154,10 +183,13 @@ def _relations(w: sp.Expr, k: int, index: dict) -> dict:
     return out
 
 
-def selection(node: Node, xs: tuple[sp.Symbol, ...]) -> Selection:
-    """Recognize the W-form of a window node and lower it to a scan or a mask."""
+def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
+              ties: str = "first") -> Selection:
+    """Recognize the W-form of a window node and lower it to a scan or a mask, under a NaN rule."""
     n = len(xs)
     kind = node.kind
+    if node.count is not None or nan in ("zero", "nan", "each"):
+        return _mask_selection(node, kind, nan, split=node.count is not None or ties == "split")
     if n == 1:
         # a window of one element: it always wins, whatever the policy
         return Selection("scan", kind, sp.false, "first", None, None, False)
@@ -175,16 +207,30 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...]) -> Selection:
             # Scan: element k beats every earlier element (with the 'before' comparison) iff it
             # beats the running winner of the earlier ones; later elements must beat it in turn.
             (rel,) = before
-            take = _policy.nan_aware(Indicator(rel(V, BEST)))
+            take = _policy.lower_comparison(Indicator(rel(V, BEST, evaluate=False)), nan, False)
             order = "first" if rel in strict else "last"
-            return Selection("scan", kind, take, order, None, None, False)
+            # keep/replace can leave a number as the winner of a window holding NaN, whose output
+            # is NaN: the output is then folded separately
+            return Selection("scan", kind, take, order, None, None, False,
+                             winner_is_output=nan in ("dominate", "last_nan"))
         if (before | after) <= {sp.GreaterThan, sp.LessThan}:
-            # all: every element attaining the extremum gets the whole gradient
-            hit = _policy.nan_aware_equal(V, EXTREMUM)
-            return Selection("mask", kind, None, None, hit, Select(HIT, GRAD_OUTPUT, 0), False)
+            return _mask_selection(node, kind, nan, split=False)
         raise AssertionError(f"unrecognized W-form for {node.symbol}")
-    hit = _policy.nan_aware_equal(V, EXTREMUM)
-    return Selection("mask", kind, None, None, hit, Select(HIT, GRAD_OUTPUT / COUNT, 0), True)
+    raise AssertionError(f"unrecognized W-form for {node.symbol}")
+
+
+def _mask_selection(node: Node, kind: str, nan: str, split: bool) -> Selection:
+    """split/all: every element attaining the extremum is hit; weights by policy and NaN rule."""
+    hit = _policy.lower_hit(V, EXTREMUM, nan)
+    if not split:
+        weight = Select(HIT, GRAD_OUTPUT, 0)
+    elif nan == "nan":
+        weight = Quotient(GRAD_OUTPUT, COUNT) * HIT  # arithmetic: 0 hits, count 0 -> NaN
+    else:
+        weight = Select(HIT, Quotient(GRAD_OUTPUT, COUNT), 0)
+    if nan == "each":
+        weight = Select(IsNan(EXTREMUM), GRAD_OUTPUT, weight)
+    return Selection("mask", kind, None, None, hit, weight, split)
 
 
 # ----------------------------------------------------------------------------- lowering
@@ -193,7 +239,15 @@ def lower(d: Derivation):
     op = d.op
     if op.spec.kind == "elementwise":
         inter = tuple(Assign(str(n.symbol), n.forward) for n in d.nodes[:-1])
-        grads = tuple(Assign(f"grad_{s}", lower_partial(d.partials[s])) for s in d.inputs)
+        roles = factor_roles(d.nodes)
+        grads = []
+        for s in d.inputs:
+            g = lower_partial(d.partials[s], op.nan, roles)
+            if op.nan == "each":  # a NaN anywhere among the pieces: every input gets the whole g
+                any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
+                g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
+            grads.append(Assign(f"grad_{s}", g))
+        grads = tuple(grads)
         return ElementwiseKernel(
             inputs=tuple(str(s) for s in d.inputs),
             intermediates=inter,
@@ -202,9 +256,10 @@ def lower(d: Derivation):
             saved=tuple(str(s) for s in d.inputs),
             broadcast=len(d.inputs) > 1,
         )
-    sel = selection(d.output, d.inputs)
+    sel = selection(d.output, d.inputs, op.nan, op.ties)
     geometry = op.spec.kind
     static = geometry in ("pool", "maxout")
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
-    return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved)
+    return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
+                        op.padding_mode == "neg_inf")

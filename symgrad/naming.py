@@ -35,14 +35,24 @@ def module_name(op: Op) -> str:
         if v == default and not p.required:
             continue
         parts.append(f"{_ABBREV[p.name]}{_value(v)}")
+    if op.convention and all(how.startswith("convention") for _, how in op.origin):
+        parts.append(op.convention)  # exactly the preset
+        return "_".join(parts)
+    if op.convention:
+        parts.append(op.convention)
     parts.append(op.ties)
+    if op.nan != "dominate":
+        parts.append(f"nan{op.nan.replace('_', '')}")
+    if op.order != "given":
+        parts.append("rev")
     return "_".join(parts)
 
 
 def canonical(op: Op, backend: str) -> dict:
     return {"op": op.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
                                        for k, v in op.params.items()},
-            "ties": op.ties, "backend": backend, "symgrad": __version__}
+            "ties": op.ties, "nan": op.nan, "order": op.order, "convention": op.convention,
+            "padding_mode": op.padding_mode, "backend": backend, "symgrad": __version__}
 
 
 def key(op: Op, backend: str = "numpy") -> str:

@@ -58,13 +58,25 @@ class OpSpec:
         return next(p for p in self.params if p.name == name)
 
 
+ORDERS = ("given", "reversed")
+
+
 @dataclass(frozen=True)
 class Op:
-    """One concrete op: spec, normalized parameters and tie policy."""
+    """One concrete op: spec, normalized parameters, tie policy, NaN rule, argument order.
+
+    ``convention`` names the framework preset the settings came from (None: plain policy), and
+    ``origin`` says for each of ties/nan/order whether the preset or an explicit argument set it.
+    """
 
     spec: OpSpec
     params: dict = field(hash=False)
     ties: str
+    nan: str = "dominate"
+    order: str = "given"
+    convention: str | None = None
+    origin: tuple = ()
+    padding_mode: str = "never_wins"  # pooling: padding never wins, or is -inf and takes part
 
     @property
     def name(self) -> str:
@@ -72,7 +84,7 @@ class Op:
 
     def describe(self) -> str:
         ps = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        return f"{self.name}({ps}) ties={self.ties}"
+        return f"{self.name}({ps}) ties={self.ties} nan={self.nan} order={self.order}"
 
     def window_size(self) -> int:
         if self.spec.kind == "pool":
@@ -148,14 +160,43 @@ def _norm_value(op: str, p: Param, v, dims: int):
     raise AssertionError(p.kind)
 
 
-def resolve(name: object, ties: object = None, **params) -> Op:
-    """Validate an op name, tie policy and parameters; return the normalized ``Op``."""
+def resolve(name: object, ties: object = None, *, nan: object = None, order: object = None,
+            convention: object = None, **params) -> Op:
+    """Validate an op name, its settings and parameters; return the normalized ``Op``.
+
+    A convention (framework preset) chooses ties, nan and order per op; an explicit ties=, nan= or
+    order= overrides the preset's value.
+    """
     if not isinstance(name, str):
         raise TypeError(f"op must be an op name (a string), got {name!r}")
     if name not in OPS:
         raise ValueError(f"unknown op {name!r}; expected one of: {', '.join(OPS)}")
     spec = OPS[name]
-    ties = _policy.check_policy(ties)
+    from .conventions import preset_for  # the presets are data about these ops
+    preset = preset_for(convention, name)
+    origin = []
+    for key, given, default in (("ties", ties, _policy.DEFAULT_POLICY),
+                                ("nan", nan, _policy.DEFAULT_NAN), ("order", order, "given")):
+        if given is not None:
+            origin.append((key, "explicit" if preset is None else f"explicit, overrides {convention}"))
+        elif preset is not None:
+            origin.append((key, f"convention {convention}"))
+        else:
+            origin.append((key, "default"))
+    ties = _policy.check_policy(ties if ties is not None else (preset.ties if preset else None))
+    nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties)
+    order = order if order is not None else (preset.order if preset else "given")
+    if not isinstance(order, str) or order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+    if order != "given" and spec.kind != "elementwise":
+        raise ValueError(f"{name}: order={order!r} applies to elementwise ops; a window keeps its "
+                         f"scan order")
+    if spec.kind == "reduction" and ties in ("first", "last") and nan != "dominate":
+        raise ValueError(f"{name}: with ties={ties!r} a reduction follows NaN rule 'dominate' "
+                         f"(NumPy's argmax/argmin), not {nan!r}")
+    if nan == "each" and spec.kind == "elementwise" and name not in ("maximum", "minimum"):
+        raise ValueError(f"{name}: NaN rule 'each' is defined for a single max/min (maximum, "
+                         f"minimum, windows), not for {name}")
     known = {p.name for p in spec.params}
     unknown = sorted(set(params) - known)
     if unknown:
@@ -171,7 +212,9 @@ def resolve(name: object, ties: object = None, **params) -> Op:
         norm[p.name] = _norm_value(name, p, params[p.name], spec.spatial)
     if spec.check:
         spec.check(norm)
-    return Op(spec, norm, ties)
+    padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
+    return Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin),
+              padding_mode)
 
 
 # ----------------------------------------------------------------------------- forwards

@@ -11,10 +11,13 @@ a product of comparison indicators. A policy decides which comparisons are stric
 min is the same with every comparison reversed.  'all' is not a subgradient: at a k-way tie the
 weights sum to k.
 
-NaN rule (every policy): NaN dominates.  A NaN beats every number in both max and min, and NaNs tie
-with each other, so a window holding a NaN has output NaN and its gradient goes to its NaN
-elements under the policy (first NaN, last NaN, split among the NaNs, or each NaN).  This is the
-comparison semantics that ``nan_aware`` gives the lowered code.
+NaN rules.  What a comparison with NaN means is a second choice, made here too (``NAN_RULES``).
+symgrad's default is ``dominate``: a NaN beats every number in both max and min, and NaNs tie with
+each other, so a window holding a NaN has output NaN and its gradient goes to its NaN elements
+under the policy (first NaN, last NaN, split among the NaNs, or each NaN).  The other rules exist
+to reproduce frameworks exactly (see conventions.py): they read the same W-form with IEEE
+comparisons (false whenever a NaN is involved) in the way each framework's kernel does.  The
+forward output is NaN for a window holding NaN under every rule.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .indicators import Indicator, IsNan, compare, crossing_form
+from .indicators import IeeeNot, Indicator, IsNan, compare, crossing_form
 
 POLICIES = ("first", "last", "split", "all")
 DEFAULT_POLICY = "first"
@@ -77,6 +80,48 @@ NAN_RULE = (
 )
 
 
+@dataclass(frozen=True)
+class NanRule:
+    name: str
+    rule: str  # one line: where the gradient of a window holding NaN goes
+    policies: tuple[str, ...]  # the tie policies it can be combined with
+
+
+NAN_RULES = {
+    "dominate": NanRule("dominate", "a NaN beats every number and NaNs tie with each other: the "
+                        "gradient goes to the NaN element(s) by the tie policy", POLICIES),
+    "keep": NanRule("keep", "comparisons with NaN are false and a later element takes over only "
+                    "on a true comparison: a NaN never takes over, and a NaN that comes first keeps "
+                    "the gradient", ("first", "last")),
+    "replace": NanRule("replace", "a later element takes over unless the running winner beats "
+                       "it: a NaN takes over and is taken over by the next element (the gradient "
+                       "goes to the first winner after the last NaN)", ("first", "last")),
+    "last_nan": NanRule("last_nan", "a NaN always takes over and a number never takes over from a "
+                        "NaN: the gradient goes to the last NaN", ("first", "last")),
+    "zero": NanRule("zero", "equality with NaN is false: a window holding NaN sends no gradient "
+                    "(0 to every element)", ("split", "all")),
+    "nan": NanRule("nan", "the split weight is computed as hit * g / count: a window holding NaN "
+                   "has no hit and count 0, so every element gets NaN", ("split",)),
+    "each": NanRule("each", "a window holding NaN gives every element the whole gradient",
+                    ("split",)),
+}
+DEFAULT_NAN = "dominate"
+
+
+def check_nan(nan: object, ties: str) -> str:
+    """Validate a NaN rule name against the tie policy (None means the default)."""
+    if nan is None:
+        return DEFAULT_NAN
+    if not isinstance(nan, str):
+        raise TypeError(f"nan must be one of {', '.join(NAN_RULES)} (a string), got {nan!r}")
+    if nan not in NAN_RULES:
+        raise ValueError(f"unknown NaN rule {nan!r}; expected one of: {', '.join(NAN_RULES)}")
+    if ties not in NAN_RULES[nan].policies:
+        raise ValueError(f"NaN rule {nan!r} needs tie policy {' or '.join(NAN_RULES[nan].policies)}, "
+                         f"not {ties!r}")
+    return nan
+
+
 def check_policy(ties: object) -> str:
     """Validate a policy name (None means the default)."""
     if ties is None:
@@ -127,24 +172,69 @@ def isnan_of(e: sp.Expr) -> sp.Basic:
     return IsNan(e)
 
 
+def _code_relation(ind: Indicator):
+    """The comparison as emitted: two linear pieces of one variable are compared through the
+    variable (x >= 0.01*x is emitted as x >= 0: equal for real x, and right at +-inf where both
+    pieces overflow)."""
+    crossing = crossing_form(ind)
+    return ind.rel if crossing is None else crossing
+
+
+_OPPOSITE = {sp.GreaterThan: sp.StrictLessThan, sp.StrictGreaterThan: sp.LessThan,
+             sp.LessThan: sp.StrictGreaterThan, sp.StrictLessThan: sp.GreaterThan}
+
+
+def _opposite(ind: Indicator) -> Indicator:
+    """[a >= b] -> [a < b]: the comparison that is true exactly when ind is false (no NaN)."""
+    rel = ind.rel
+    return Indicator(_OPPOSITE[type(rel)](rel.lhs, rel.rhs, evaluate=False))
+
+
 def nan_aware(ind: Indicator) -> sp.Basic:
-    """The Boolean that the lowered code evaluates for [rel] under the NaN rule.
+    """[rel] under the 'dominate' rule.
 
     non-strict  [a >= b]  ->  (a >= b) | isnan(a)
     strict      [a > b]   ->  (a > b) | (isnan(a) & ~isnan(b))
 
-    Two linear pieces of one variable are compared through the variable (x >= 0.01*x is
-    emitted as x >= 0: equal for real x, and right at +-inf where both pieces overflow), while
-    the NaN terms still follow the pieces: x and 0.01*x are NaN together, a tie.
+    The NaN terms follow the pieces: x and 0.01*x are NaN together, a tie.
     """
-    rel = ind.rel
-    nan_a, nan_b = isnan_of(rel.lhs), isnan_of(rel.rhs)
-    crossing = crossing_form(ind)
-    rel = rel if crossing is None else crossing
+    rel = _code_relation(ind)
+    nan_a, nan_b = isnan_of(ind.rel.lhs), isnan_of(ind.rel.rhs)
     if ind.strict:
         # a and b NaN together (x vs 0.01*x) tie, and a tie is no strict win
         return rel if nan_a == nan_b else sp.Or(rel, sp.And(nan_a, sp.Not(nan_b)))
     return sp.Or(rel, nan_a)
+
+
+def lower_comparison(ind: Indicator, nan: str, survive: bool) -> sp.Basic:
+    """The Boolean the generated code evaluates for one W-form factor [p_i beats p_j].
+
+    ``survive`` says which way the factor reads in a scan over the pieces: False when p_i comes
+    after p_j (p_i must take over from p_j), True when p_i comes before p_j (p_i keeps the
+    gradient unless p_j takes over).  With no NaN every rule gives the same value.
+    """
+    if nan == "dominate":
+        return nan_aware(ind)
+    ieee = _code_relation(ind)
+    if nan in ("zero", "nan", "each"):
+        return ieee
+    partner_takes = _code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
+    if nan == "keep":
+        return IeeeNot(partner_takes) if survive else ieee
+    if nan == "replace":
+        return ieee if survive else IeeeNot(partner_takes)
+    if nan == "last_nan":
+        if survive:
+            return IeeeNot(sp.Or(partner_takes, isnan_of(ind.rel.rhs)))
+        return sp.Or(ieee, isnan_of(ind.rel.lhs))
+    raise ValueError(f"unknown NaN rule {nan!r}")
+
+
+def lower_hit(v: sp.Expr, extremum: sp.Expr, nan: str) -> sp.Basic:
+    """[v attains its window's extremum] (split/all masks)."""
+    if nan == "dominate":
+        return nan_aware_equal(v, extremum)
+    return sp.Eq(v, extremum, evaluate=False)
 
 
 def nan_aware_equal(v: sp.Expr, extremum: sp.Expr) -> sp.Basic:

@@ -63,6 +63,9 @@ class NumpyPrinter(NumPyPrinter):
     def _print_BooleanFalse(self, expr):
         return "False"
 
+    def _print_IeeeNot(self, expr):
+        return f"~{self._print(expr.args[0])}"
+
     def _print_IsNan(self, expr):
         return f"np.isnan({self._print(expr.args[0])})"
 

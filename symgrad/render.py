@@ -68,24 +68,41 @@ def cli_arguments(op: Op) -> str:
             out.append(f"{flag} {' '.join(str(e) for e in v)}")
         else:
             out.append(f"{flag} {v!r}")
-    return " ".join(out + [f"--ties {op.ties}"])
+    origin = dict(op.origin)
+    settings = [f"--convention {op.convention}"] if op.convention else []
+    for key, value in (("ties", op.ties), ("nan", op.nan), ("order", op.order)):
+        if not origin.get(key, "default").startswith("convention") and (
+                key == "ties" or value != {"nan": "dominate", "order": "given"}[key]):
+            settings.append(f"--{key} {value}")
+    return " ".join(out + settings)
 
 
 def _params_text(op: Op) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in op.params.items()) or "(none)"
 
 
+def settings_lines(op: Op) -> list[str]:
+    """Which tie policy, NaN rule and argument order are in force, and where each came from."""
+    origin = dict(op.origin)
+    lines = []
+    if op.convention:
+        lines.append(f"convention: {op.convention}")
+    lines += [
+        f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {_policy.INFO[op.ties].rule}",
+        f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {_policy.NAN_RULES[op.nan].rule}",
+    ]
+    if op.spec.kind == "elementwise":
+        lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")
+    return lines
+
+
 def _header(op: Op, backend: str) -> list[str]:
-    info = _policy.INFO[op.ties]
     return [
         f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
         f"#   symgrad generate {op.name} {cli_arguments(op)} --backend {backend} --out DIR",
         f"# op: {op.name}",
         f"# parameters: {_params_text(op)}",
-        f"# tie policy: {op.ties}: {info.rule}",
-        f"# NaN: {_policy.NAN_RULE}",
-        f"# key: {naming.key(op, backend)}",
-    ]
+    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}"]
 
 
 def _wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
@@ -97,8 +114,10 @@ def _wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
 def _docstring(op: Op, d: Derivation) -> list[str]:
     spec = op.spec
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
-    lines += _wrap(f"Forward: {spec.summary}.")
+    if spec.kind != "elementwise":
+        lines += _wrap(f"Forward: {spec.summary}.")
     if spec.kind == "elementwise":
+        lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:
             lines += _wrap(f"{n.symbol} = {text(n.forward)}", indent="        ")
         lines += ["", "W-form (the tie policy decides which comparisons are strict):"]
@@ -115,7 +134,10 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
         lines += ["(overlapping windows accumulate)."]
     lines += [""]
     lines += _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
-    lines += _wrap(f"NaN: {_policy.NAN_RULE}.")
+    lines += _wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
+    if op.convention:
+        from .conventions import PRESETS
+        lines += [""] + _wrap(f"Convention '{op.convention}': {PRESETS[op.convention][op.name].note}.")
     if not _policy.INFO[op.ties].subgradient:
         lines += _wrap("WARNING: policy 'all' is not a subgradient; use it only on purpose.")
     return lines
@@ -157,6 +179,11 @@ def numpy_context(op: Op) -> dict:
         hit=numpy_code(sel.hit) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight) if sel.form == "mask" else "",
         counts=sel.counts,
+        winner_is_output=sel.winner_is_output,
+        padding_takes_part=kernel.padding_takes_part,
+        padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
+                         "dropped)" if kernel.padding_takes_part else
+                         "padding never wins: a window's winner is always inside the input"),
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],

@@ -62,8 +62,9 @@ def test_generation_is_deterministic_and_has_provenance():
     assert (name1, a) == (name2, b)
     lines = a.splitlines()
     assert lines[0].startswith(PROVENANCE) and "DO NOT EDIT" in lines[0]
-    header = "\n".join(lines[:8])
-    for needle in ("op: max_pool2d", "tie policy: split", "NaN:", "key: ", "symgrad generate max_pool2d"):
+    header = "\n".join(lines[:12])
+    for needle in ("op: max_pool2d", "tie policy: split", "NaN rule: dominate", "key: ",
+                   "symgrad generate max_pool2d"):
         assert needle in header
 
 

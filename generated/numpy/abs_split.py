@@ -2,12 +2,13 @@
 #   symgrad generate abs --ties split --backend numpy --out DIR
 # op: abs
 # parameters: (none)
-# tie policy: split: a k-way tie gives each tied element 1/k
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: e45cee326bfdf5d0b691
+# tie policy: split (explicit): a k-way tie gives each tied element 1/k
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: db1cb7e3d2bc80bea857
 """abs forward and backward under the tie policy 'split'.
 
-Forward: max(x, -x).
+Forward, as max/min of its pieces in the order used:
 y = max(x, -x)
 
 W-form (the tie policy decides which comparisons are strict):
@@ -17,9 +18,8 @@ Gradient (after the DiracDelta terms cancel):
 dy/dx = (-[-x >= x] + [x >= -x])/([-x >= x] + [x >= -x])
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     grad_output = _check_backward(grad_output, saved)
     dtype = saved.dtype
     x = saved.x
-    grad_x = (np.where(np.isnan(x) | (x >= 0), grad_output, 0) + np.where(np.isnan(x) | (x <= 0), -grad_output, 0)) / (np.add((np.isnan(x) | (x >= 0)), (np.isnan(x) | (x <= 0)), dtype=dtype))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_x = (np.where(np.isnan(x) | (x >= 0), grad_output, 0) + np.where(np.isnan(x) | (x <= 0), -grad_output, 0)) / (np.add((np.isnan(x) | (x >= 0)), (np.isnan(x) | (x <= 0)), dtype=dtype))
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

@@ -2,9 +2,9 @@
 #   symgrad generate amax --dim -1 --ties split --backend numpy --out DIR
 # op: amax
 # parameters: dim=(-1,), keepdim=False
-# tie policy: split: a k-way tie gives each tied element 1/k
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 7dc22283ad6accc38950
+# tie policy: split (explicit): a k-way tie gives each tied element 1/k
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# key: e3cee0c866550e573ed7
 """amax forward and backward under the tie policy 'split'.
 
 Forward: max over dim(s).
@@ -16,9 +16,8 @@ Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w
 (overlapping windows accumulate).
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -140,5 +139,6 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     extremum = saved.output.reshape(kept + (1,))
     hit = np.isnan(v) | (v == extremum)
     count = np.sum(hit, axis=-1, keepdims=True, dtype=dtype)
-    grad_rows = np.asarray(np.where(hit, grad_output/count, 0), dtype=dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_rows = np.asarray(np.where(hit, (grad_output) / (count), 0), dtype=dtype)
     return (_unrows(grad_rows, saved.input_shape, dims),)

@@ -2,9 +2,9 @@
 #   symgrad generate amin --dim -1 --ties first --backend numpy --out DIR
 # op: amin
 # parameters: dim=(-1,), keepdim=False
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 95a291c3b3d7a4b21da1
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# key: 9a112b5060a1a7221016
 """amin forward and backward under the tie policy 'first'.
 
 Forward: min over dim(s).
@@ -16,9 +16,8 @@ Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w
 (overlapping windows accumulate).
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations

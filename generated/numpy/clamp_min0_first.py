@@ -2,12 +2,13 @@
 #   symgrad generate clamp --min 0 --ties first --backend numpy --out DIR
 # op: clamp
 # parameters: min=0, max=None
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 479d3d3b992e06f087a0
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: 66d66ae2a2eb65e7f00a
 """clamp forward and backward under the tie policy 'first'.
 
-Forward: min(max(x, min), max); either bound may be None.
+Forward, as max/min of its pieces in the order used:
 y = max(x, 0)
 
 W-form (the tie policy decides which comparisons are strict):
@@ -17,9 +18,8 @@ Gradient (after the DiracDelta terms cancel):
 dy/dx = [x >= 0]
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     grad_output = _check_backward(grad_output, saved)
     dtype = saved.dtype
     x = saved.x
-    grad_x = np.where(np.isnan(x) | (x >= 0), grad_output, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_x = np.where(np.isnan(x) | (x >= 0), grad_output, 0)
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

@@ -2,12 +2,13 @@
 #   symgrad generate hardtanh --ties first --backend numpy --out DIR
 # op: hardtanh
 # parameters: min_val=-1.0, max_val=1.0
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: f95e4f3a90e91640f411
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: c6e698e51f08abda9ffc
 """hardtanh forward and backward under the tie policy 'first'.
 
-Forward: min(max(x, min_val), max_val).
+Forward, as max/min of its pieces in the order used:
 u0 = max(x, -1.0)
 y = min(u0, 1.0)
 
@@ -19,9 +20,8 @@ Gradient (after the DiracDelta terms cancel):
 dy/dx = [x >= -1.0]*[u0 <= 1.0]
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     dtype = saved.dtype
     x = saved.x
     u0 = np.maximum(x, -1.0)
-    grad_x = np.where((np.isnan(u0) | (u0 <= 1.0)) & (np.isnan(x) | (x >= -1.0)), grad_output, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_x = np.where((np.isnan(u0) | (u0 <= 1.0)) & (np.isnan(x) | (x >= -1.0)), grad_output, 0)
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

@@ -2,9 +2,9 @@
 #   symgrad generate max_pool2d --kernel-size 2 2 --ties first --backend numpy --out DIR
 # op: max_pool2d
 # parameters: kernel_size=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1), ceil_mode=False
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 618d71ca30ac4c6a233c
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# key: 56c79945d78a2348e385
 """max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.
@@ -16,9 +16,8 @@ Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w
 (overlapping windows accumulate).
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -80,6 +79,8 @@ def _check_backward(grad_output, saved) -> np.ndarray:
 
 
 SPATIAL = 2
+# padding never wins: a window's winner is always inside the input
+PADDING_TAKES_PART = False
 
 
 class _Window(NamedTuple):
@@ -132,10 +133,12 @@ def _layout(shape: tuple):
             valid = valid & ((c >= 0) & (c < L)).reshape(shape1)
         first = valid & ~have
         have |= valid
+        if PADDING_TAKES_PART:  # padding is an element of value -inf like any other
+            valid, first = np.ones(outs, dtype=bool), np.zeros(outs, dtype=bool)
         windows.append(_Window(index, (Ellipsis,) + slices,
                                None if valid.all() else valid,
                                None if (index == 0 or not first.any()) else first))
-    if not have.all():
+    if not have.all() and not PADDING_TAKES_PART:
         raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of an "
                          f"input of spatial size {tuple(lengths)} holds only padding")
     out_shape = tuple(shape[:-SPATIAL]) + tuple(outs)
@@ -148,7 +151,7 @@ def _prepare(x: np.ndarray):
     xb = x.reshape(batched)
     if padded == batched:
         return xb, out_shape, windows
-    xp = np.zeros(padded, dtype=x.dtype)
+    xp = np.full(padded, -np.inf if PADDING_TAKES_PART else 0, dtype=x.dtype)
     xp[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(PADDING, batched[2:]))] = xb
     return xp, out_shape, windows
 

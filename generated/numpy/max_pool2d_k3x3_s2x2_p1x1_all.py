@@ -2,9 +2,9 @@
 #   symgrad generate max_pool2d --kernel-size 3 3 --stride 2 2 --padding 1 1 --ties all --backend numpy --out DIR
 # op: max_pool2d
 # parameters: kernel_size=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=False
-# tie policy: all: a k-way tie gives each tied element the whole gradient (NOT a subgradient: the weights of a k-way tie sum to k)
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: cd319088f56d4d40d67d
+# tie policy: all (explicit): a k-way tie gives each tied element the whole gradient (NOT a subgradient: the weights of a k-way tie sum to k)
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# key: d1284ffb015528c6cc3a
 """max_pool2d forward and backward under the tie policy 'all'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.
@@ -17,9 +17,8 @@ Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w
 
 Tie policy 'all': a k-way tie gives each tied element the whole gradient (NOT a subgradient:
     the weights of a k-way tie sum to k).
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 WARNING: policy 'all' is not a subgradient; use it only on purpose.
 """
 
@@ -82,6 +81,8 @@ def _check_backward(grad_output, saved) -> np.ndarray:
 
 
 SPATIAL = 2
+# padding never wins: a window's winner is always inside the input
+PADDING_TAKES_PART = False
 
 
 class _Window(NamedTuple):
@@ -134,10 +135,12 @@ def _layout(shape: tuple):
             valid = valid & ((c >= 0) & (c < L)).reshape(shape1)
         first = valid & ~have
         have |= valid
+        if PADDING_TAKES_PART:  # padding is an element of value -inf like any other
+            valid, first = np.ones(outs, dtype=bool), np.zeros(outs, dtype=bool)
         windows.append(_Window(index, (Ellipsis,) + slices,
                                None if valid.all() else valid,
                                None if (index == 0 or not first.any()) else first))
-    if not have.all():
+    if not have.all() and not PADDING_TAKES_PART:
         raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of an "
                          f"input of spatial size {tuple(lengths)} holds only padding")
     out_shape = tuple(shape[:-SPATIAL]) + tuple(outs)
@@ -150,7 +153,7 @@ def _prepare(x: np.ndarray):
     xb = x.reshape(batched)
     if padded == batched:
         return xb, out_shape, windows
-    xp = np.zeros(padded, dtype=x.dtype)
+    xp = np.full(padded, -np.inf if PADDING_TAKES_PART else 0, dtype=x.dtype)
     xp[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(PADDING, batched[2:]))] = xb
     return xp, out_shape, windows
 
@@ -203,8 +206,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         hit = np.isnan(v) | (v == extremum)
         return hit if w.valid is None else hit & w.valid
 
-    for w in windows:
-        hit = hits(w)
-        view = grad_xp[w.slices]
-        view += np.where(hit, grad_output, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        for w in windows:
+            hit = hits(w)
+            view = grad_xp[w.slices]
+            view += np.where(hit, grad_output, 0)
     return (_unprepare(grad_xp, saved.input_shape),)

@@ -2,9 +2,9 @@
 #   symgrad generate maxout --pieces 2 --ties first --backend numpy --out DIR
 # op: maxout
 # parameters: pieces=2
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: a9aecd98be9fdba6ede7
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# key: b783a503bf685049d362
 """maxout forward and backward under the tie policy 'first'.
 
 Forward: max over groups of `pieces` consecutive channels (dim 1).
@@ -16,9 +16,8 @@ Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w
 (overlapping windows accumulate).
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 #   symgrad generate minimum --ties split --backend numpy --out DIR
 # op: minimum
 # parameters: (none)
-# tie policy: split: a k-way tie gives each tied element 1/k
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 675db4d5a0a207f6aae7
+# tie policy: split (explicit): a k-way tie gives each tied element 1/k
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: d9e67768e4dd8cea6d1f
 """minimum forward and backward under the tie policy 'split'.
 
-Forward: min(a, b), elementwise with broadcasting.
+Forward, as max/min of its pieces in the order used:
 y = min(a, b)
 
 W-form (the tie policy decides which comparisons are strict):
@@ -18,9 +19,8 @@ dy/da = [a <= b]/([a <= b] + [b <= a])
 dy/db = [b <= a]/([a <= b] + [b <= a])
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -104,8 +104,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     dtype = saved.dtype
     a = saved.a
     b = saved.b
-    grad_a = (np.where(np.isnan(a) | (a <= b), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
-    grad_b = (np.where(np.isnan(b) | (b <= a), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_a = (np.where(np.isnan(a) | (a <= b), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
+        grad_b = (np.where(np.isnan(b) | (b <= a), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
     return (
         np.array(_sum_to_shape(np.broadcast_to(grad_a, saved.output_shape), a.shape), dtype=a.dtype),
         np.array(_sum_to_shape(np.broadcast_to(grad_b, saved.output_shape), b.shape), dtype=b.dtype),

@@ -2,12 +2,13 @@
 #   symgrad generate relu6 --ties first --backend numpy --out DIR
 # op: relu6
 # parameters: (none)
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: b03447c47b5278199e18
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: cc6ac718b7929f396b3a
 """relu6 forward and backward under the tie policy 'first'.
 
-Forward: min(max(x, 0), 6).
+Forward, as max/min of its pieces in the order used:
 u0 = max(x, 0)
 y = min(u0, 6)
 
@@ -19,9 +20,8 @@ Gradient (after the DiracDelta terms cancel):
 dy/dx = [x >= 0]*[u0 <= 6]
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     dtype = saved.dtype
     x = saved.x
     u0 = np.maximum(x, 0)
-    grad_x = np.where((np.isnan(u0) | (u0 <= 6)) & (np.isnan(x) | (x >= 0)), grad_output, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_x = np.where((np.isnan(u0) | (u0 <= 6)) & (np.isnan(x) | (x >= 0)), grad_output, 0)
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

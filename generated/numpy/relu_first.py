@@ -2,12 +2,13 @@
 #   symgrad generate relu --ties first --backend numpy --out DIR
 # op: relu
 # parameters: (none)
-# tie policy: first: a tie goes wholly to the tied element that comes first
-# NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy
-# key: 20ac1e689ffdc3ae89fd
+# tie policy: first (default): a tie goes wholly to the tied element that comes first
+# NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+# argument order: given (default)
+# key: ee48aefe86997109f3f5
 """relu forward and backward under the tie policy 'first'.
 
-Forward: max(0, x).
+Forward, as max/min of its pieces in the order used:
 y = max(0, x)
 
 W-form (the tie policy decides which comparisons are strict):
@@ -17,9 +18,8 @@ Gradient (after the DiracDelta terms cancel):
 dy/dx = [x > 0]
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
-NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other,
-    so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
-    the policy.
+NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
+    goes to the NaN element(s) by the tie policy.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     grad_output = _check_backward(grad_output, saved)
     dtype = saved.dtype
     x = saved.x
-    grad_x = np.where(np.isnan(x) | (x > 0), grad_output, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_x = np.where(np.isnan(x) | (x > 0), grad_output, 0)
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

@@ -1,0 +1,108 @@
+"""Framework presets: each framework's gradients at ties, kinks, NaN and inf, as data.
+
+A preset is, per op, a tie policy, an argument order (the op's max/min form as given in ops.py,
+or with every max/min's arguments reversed), a NaN rule (policy.NAN_RULES) and, for pooling, how
+padding takes part.  Nothing here is code: the derivation and lowering do the rest.  Sources for
+every entry: shared/reference/framework-conventions.md (PyTorch 2.13 and JAX 0.10 source lines).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Preset:
+    ties: str
+    nan: str
+    order: str = "given"
+    note: str = ""  # what the framework does, and where it contradicts itself
+    padding: str = "never_wins"  # pooling: "never_wins", or "neg_inf" (padding is -inf and takes part)
+
+
+_POOL_TORCH = Preset("first", "last_nan", note=(
+    "PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in scan order wins, the "
+    "last NaN wins); padding is never selected"))
+
+TORCH = {
+    "maximum": Preset("split", "each", note="torch.maximum: where(a == b, g/2, g), 0 where a < b: "
+                      "a tie is split 1/2-1/2, and a NaN operand gives BOTH operands the whole g"),
+    "minimum": Preset("split", "each", note="torch.minimum: as maximum, mirrored"),
+    "relu": Preset("last", "keep", "reversed", note="F.relu: threshold_backward(g, result, 0) = "
+                   "result <= 0 ? 0 : g: 0 at 0, g at NaN; written max(x, 0), last"),
+    "clamp": Preset("last", "keep", "reversed", note="torch.clamp: where(x >= min & x <= max, g, 0): "
+                    "1 at both bounds, 0 at NaN; written min(max, max(min, x)), last"),
+    "hardtanh": Preset("last", "keep", note=(
+        "F.hardtanh: (x <= min || x >= max) ? 0 : g: 0 at both bounds. PyTorch's CPU kernel "
+        "contradicts itself on NaN (0 in SIMD lanes, g in the scalar tail); this preset follows the "
+        "scalar code path (g at NaN), as torch._decomp's hardtanh_backward does")),
+    "relu6": Preset("last", "keep", note=(
+        "F.relu6 = hardtanh(0, 6): 0 at 0 and 6; on NaN PyTorch's CPU kernel gives 0 or g by SIMD "
+        "lane; this preset follows the scalar code path (g at NaN)")),
+    "leaky_relu": Preset("first", "keep", "reversed", note=(
+        "F.leaky_relu: x > 0 ? g : g*slope: the slope at 0 and at NaN; written max(slope*x, x) "
+        "(min for slope > 1), first")),
+    "abs": Preset("split", "zero", note="torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN"),
+    "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
+                   "slice holding NaN gets NaN everywhere"),
+    "amin": Preset("split", "nan", note="torch.amin: as amax"),
+    "max_pool1d": _POOL_TORCH,
+    "max_pool2d": _POOL_TORCH,
+    "max_pool3d": _POOL_TORCH,
+    "maxout": Preset("first", "dominate", note=(
+        "PyTorch has no maxout; this is x.view(N, C/pieces, pieces, ...).max(2) (max(dim) returns the "
+        "first maximal index, and the first NaN); .amax(2) would split instead")),
+}
+
+_POOL_JAX = Preset("first", "replace", note=(
+    "JAX reduce_window max VJP (select_and_scatter with ge): the running winner is replaced unless "
+    "it is >= the next element, so ties go to the first element and after a NaN the selection "
+    "restarts (the gradient goes to the first maximum after the last NaN, while the output is NaN); "
+    "padding is -inf and takes part, so in an all -inf window next to padding the padding wins and "
+    "the gradient is dropped. JAX has no VJP for dilated max pooling"), padding="neg_inf")
+
+JAX = {
+    "maximum": Preset("split", "zero", note="jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both "
+                      "when either is NaN"),
+    "minimum": Preset("split", "zero", note="jnp.minimum: as maximum"),
+    "relu": Preset("first", "keep", note="jax.nn.relu: custom_jvp select(x > 0, g, 0): 0 at 0 and NaN"),
+    "clamp": Preset("split", "zero", note="jnp.clip = minimum(max, maximum(min, x)): 1/2 at a bound, "
+                    "0 at NaN"),
+    "hardtanh": Preset("first", "keep", note="jax.nn.hard_tanh: where(x > 1, 1, where(x < -1, -1, x)): "
+                       "1 at both bounds and at NaN"),
+    "relu6": Preset("first", "keep", "reversed", note="jax.nn.relu6: custom_jvp (x > 0) & (x < 6): 0 "
+                    "at 0, 6 and NaN; written min(6, max(0, x)), first"),
+    "leaky_relu": Preset("last", "keep", "reversed", note="jax.nn.leaky_relu: where(x >= 0, x, slope*x): "
+                         "1 at 0, the slope at NaN; written max(slope*x, x), last"),
+    "abs": Preset("last", "keep", "reversed", note="jnp.abs: select(x >= 0, g, -g): +1 at 0 and -0, -1 "
+                  "at NaN; written max(-x, x), last"),
+    "amax": Preset("split", "nan", note="jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a "
+                   "slice holding NaN"),
+    "amin": Preset("split", "nan", note="jnp.min: as jnp.max"),
+    "max_pool1d": _POOL_JAX,
+    "max_pool2d": _POOL_JAX,
+    "max_pool3d": _POOL_JAX,
+    "maxout": Preset("split", "nan", note="JAX has no maxout; this is jnp.max over each group of "
+                     "channels (split evenly, NaN for a group holding NaN)"),
+}
+
+PRESETS = {"torch": TORCH, "jax": JAX}
+CONVENTIONS = tuple(PRESETS)
+
+def check_convention(convention: object) -> str | None:
+    if convention is None:
+        return None
+    if not isinstance(convention, str):
+        raise TypeError(f"convention must be one of {', '.join(CONVENTIONS)} (a string) or None, "
+                        f"got {convention!r}")
+    if convention not in PRESETS:
+        raise ValueError(f"unknown convention {convention!r}; expected one of: "
+                         f"{', '.join(CONVENTIONS)}")
+    return convention
+
+
+def preset_for(convention: object, op: str) -> Preset | None:
+    convention = check_convention(convention)
+    if convention is None:
+        return None
+    return PRESETS[convention][op]
