@@ -106,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"symgrad {__version__}")
     sub = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="ops, their parameters, the tie policies")
+    c = sub.add_parser("conventions", help="each op's gradient at ties, kinks, NaN and inf, per "
+                       "convention and policy")
+    c.add_argument("--update", type=Path, metavar="FILE",
+                   help="rewrite the table between the conventions-table markers of FILE")
+    c.add_argument("--check", type=Path, metavar="FILE",
+                   help="exit 1 with a diff if FILE's table is stale; write nothing")
     d = sub.add_parser("derive", help="print the derivation of an op's backward")
     d.add_argument("op")
     _add_settings(d)
@@ -137,6 +143,30 @@ def cmd_list(out) -> int:
         print(f"  {r.name:<8} (with {'/'.join(r.policies)}) {r.rule}", file=out)
     print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
           file=out)
+    return 0
+
+
+def cmd_conventions(ns, out) -> int:
+    from . import table
+    from .render import diff
+    md = table.markdown()
+    target = ns.update or ns.check
+    if target is None:
+        print(md, end="", file=out)
+        return 0
+    text = target.read_text(encoding="utf-8")
+    new = table.update(text, md)
+    if ns.check:
+        if new != text:
+            print(diff(target, new), end="", file=out)
+            print(f"symgrad: {target}'s conventions table is stale; run `symgrad conventions "
+                  f"--update {target}`", file=sys.stderr)
+            return 1
+        print(f"{target}: conventions table up to date", file=out)
+        return 0
+    if new != text:
+        api.write_file(target, new, force=True)
+    print(f"{'updated' if new != text else 'unchanged'} {target}", file=out)
     return 0
 
 
@@ -250,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             if rest:
                 raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
             return cmd_list(sys.stdout)
+        if ns.command == "conventions":
+            if rest:
+                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
+            return cmd_conventions(ns, sys.stdout)
         if ns.command == "derive":
             return cmd_derive(ns, rest, sys.stdout)
         return cmd_generate(ns, rest, sys.stdout)

@@ -79,3 +79,10 @@ def test_generated_module_imports_without_sympy(tmp_path):
             f"bad = [k for k in sys.modules if k.split('.')[0] in ('sympy', 'jinja2', 'symgrad')]\n"
             f"assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_readme_conventions_table_is_fresh():
+    """The table in README.md is what `symgrad conventions` measures from the modules today."""
+    from symgrad import table
+    text = (ROOT / "README.md").read_text()
+    assert table.update(text, table.markdown()) == text, "run `symgrad conventions --update README.md`"
