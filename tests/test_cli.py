@@ -325,3 +325,44 @@ def test_catalog_check_detects_and_regenerate_repairs(cli, tmp_path):
     assert foreign.read_text(encoding="utf-8") == "def helper():\n    pass\n"
     assert len(py_files(numpy_dir)) == n_files + 1  # the catalog, and the foreign file
     assert_ok(cli("generate", "--catalog", "--check", "--out", copy))
+
+
+# ----------------------------------------------------------------------------- conventions
+
+def test_generate_says_which_setting_won(cli, tmp_path):
+    r = cli("generate", "relu", "--convention", "torch", "--ties", "first", "--out", tmp_path / "o")
+    assert_ok(r)
+    assert "tie policy first [explicit, overrides torch]" in r.stdout
+    assert "NaN rule keep [convention torch]" in r.stdout
+    (path,) = py_files(tmp_path / "o")
+    head = path.read_text().splitlines()[:10]
+    assert any("convention: torch" in line for line in head)
+    assert any("tie policy: first (explicit, overrides torch)" in line for line in head)
+
+
+def test_derive_names_convention_and_rules(cli):
+    r = cli("derive", "max_pool2d", "--kernel-size", "2", "--convention", "jax")
+    assert_ok(r)
+    assert "convention: jax" in r.stdout and "NaN rule: replace (convention jax)" in r.stdout
+
+
+def test_conventions_check_detects_a_stale_readme(cli, tmp_path):
+    readme = tmp_path / "README.md"
+    shutil.copy(REPO / "README.md", readme)
+    assert_ok(cli("conventions", "--check", readme))
+    text = readme.read_text()
+    readme.write_text(text.replace("| `relu` | x = 0 |", "| `relu` | x = 0.0 |"))
+    r = cli("conventions", "--check", readme)
+    assert r.returncode == 1 and "stale" in r.stderr
+    assert_ok(cli("conventions", "--update", readme))
+    assert readme.read_text() == text
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "relu", "--convention", "pytorch", "--out", "x"], "convention"),
+    (["generate", "relu", "--nan", "zero", "--out", "x"], "NaN rule 'zero'"),
+    (["derive", "max_pool1d", "--kernel-size", "2", "--order", "reversed"], "order"),
+])
+def test_bad_settings_are_one_line(cli, argv, needle):
+    line = assert_one_line_error(cli(*argv))
+    assert needle in line
