@@ -198,7 +198,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved).reshape(_batched_output_shape(saved.output_shape))
     grad_xp, windows = _grad_buffer(saved.input_shape, saved.dtype)
     index = saved.index
-    for w in windows:
+    # last offset first: each input element then adds its windows' gradients in the order of the
+    # output positions (row-major), the order PyTorch's and XLA's kernels add them in
+    for w in reversed(windows):
         view = grad_xp[w.slices]
         np.add(view, grad_output, out=view, where=index == w.index)
     return (_unprepare(grad_xp, saved.input_shape),)

@@ -208,7 +208,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     for w in windows:
         count += hits(w)
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        for w in windows:
+        for w in reversed(windows):  # output order, as above
             hit = hits(w)
             view = grad_xp[w.slices]
             view += np.where(hit, (grad_output) / (count), 0)
