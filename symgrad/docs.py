@@ -653,14 +653,14 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
             for v, e in node.partials.items():
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
     if op.spec.kind == "elementwise":
+        if len(d.nodes) > 1:
+            s.blocks.append(Para(["By the chain rule through ",
+                                  *_join_math([latex(nd.symbol) + " = " + latex(nd.forward)
+                                               for nd in d.nodes[:-1]]), ":"]))
         for x in d.inputs:
             s.blocks.append(Display(_d(d.output.symbol, x), _lines(d.partials[x])))
             rows = _piecewise_one(d, x) if len(d.inputs) == 1 else _piecewise_two(d, x)
             s.blocks.append(Display(_d(d.output.symbol, x), [_cases(rows)]))
-        if len(d.nodes) > 1:
-            s.blocks.append(Para(["(chain rule through ",
-                                  *_join_math([latex(nd.symbol) + " = " + latex(nd.forward)
-                                               for nd in d.nodes[:-1]]), ")"]))
         g = sp.Symbol("g")
         for x in d.inputs:
             s.blocks.append(Display(r"\text{grad}_{%s}" % latex(x), [latex(g) + r" \cdot " + _d(d.output.symbol, x)]))
@@ -779,8 +779,8 @@ def _conventions_section(op: Op) -> Section:
     for name, params, situation, inputs in rows:
         label = name + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
         cells = []
-        for kw in ({"ties": op.ties, "nan": op.nan, "order": op.order}, {"convention": "torch"},
-                   {"convention": "jax"}):
+        mine = {"ties": op.ties, "nan": op.nan, "order": op.order, "convention": op.convention}
+        for kw in (mine, {"convention": "torch"}, {"convention": "jax"}):
             try:
                 mod = load(name, **kw, **params)
             except (ValueError, TypeError) as exc:  # e.g. a NaN rule this op does not take
@@ -840,14 +840,22 @@ def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) ->
     for nm, gr in zip(ex.names, ex.grads):
         lines.append(f"{'grad_' + nm:<{width}} = {_array_text(gr)}")
     s.blocks.append(Code("python", "\n".join(lines)))
+    if ex.windows is None:
+        (x,), (gx,) = ex.inputs, ex.grads
+        rows = [[[_num_text(xi)], [_num_text(yi)], [_num_text(gi)], [_num_text(gxi)],
+                 [_num_text(gxi / gi)]] for xi, yi, gi, gxi in zip(x, ex.output, ex.grad_output, gx)]
+        s.blocks.append(Para(["Point by point (the last column is grad_x / g, the local derivative "
+                              "the module applied):"]))
+        s.blocks.append(Table([[M("x")], [M("y")], [M("g")], [C("grad_x")], [M(r"\partial y / \partial x")]],
+                              rows))
     if ex.windows is not None:
         s.blocks.append(Para(["Each input receives ", M(r"\left(W^{\top} g\right)_{i}"),
                               ": the g of every window it wins, times its weight there."]))
     if picture is not None:
         s.blocks.append(Image(f"gradient routing of {op.name}", picture))
-        s.blocks.append(Para(["Left: the input with each window outlined in its own colour and its "
-                              "winner(s) marked with a dot of that colour (padding, if any, is "
-                              "grey). Middle: each output and the g it receives. Right: the gradient "
+        s.blocks.append(Para(["The picture shows the input with each window outlined in its own "
+                              "colour and its winner(s) marked with a dot of that colour (padding, if "
+                              "any, in grey), each output with the g it receives, and the gradient "
                               "each input receives."]))
     return s
 
@@ -871,14 +879,17 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
         return None
     cell = 40
     gap = 14
-    pad_x = 24
+    multi = len(ex.names) > 1
+    pad_x = 44 if multi else 24  # room for the row labels a, b
     top = 46
     in_cells = {}
     for w in ex.windows:
         for e in w:
             if e is not None:
                 in_cells[e] = ex.cell(e)
-    all_in = list(in_cells.values()) + [c for cs in (ex.pad_cells or {}).values() for c in cs]
+    real_panels = {c[0] for c in in_cells.values()}  # slices holding only padding are not drawn
+    all_in = list(in_cells.values()) + [c for cs in (ex.pad_cells or {}).values() for c in cs
+                                        if c[0] in real_panels]
     n_out = len(ex.windows)
     out_cells = [ex.out_cell(o) for o in range(n_out)]
 
@@ -890,24 +901,30 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
         cmax = max(c[2] for c in cells)
         return panels, rmin, rmax, cmin, cmax
 
-    def layout(cells, x0):
+    def layout(cells, x0, y0):
         panels, rmin, rmax, cmin, cmax = extent(cells)
         pw = (cmax - cmin + 1) * cell
         pos = {}
         for c in cells:
             k = panels.index(c[0])
-            pos[c] = (x0 + k * (pw + gap) + (c[2] - cmin) * cell, top + (c[1] - rmin) * cell)
+            pos[c] = (x0 + k * (pw + gap) + (c[2] - cmin) * cell, y0 + (c[1] - rmin) * cell)
         width = len(panels) * pw + (len(panels) - 1) * gap
         height = (rmax - rmin + 1) * cell
         return pos, width, height, panels
 
-    in_pos, in_w, in_h, in_panels = layout(all_in, pad_x)
-    x1 = pad_x + in_w + 3 * gap
-    out_pos, out_w, out_h, _ = layout(out_cells, x1)
+    in_pos, in_w, in_h, in_panels = layout(all_in, pad_x, top)
+    _, out_w, _, _ = layout(out_cells, 0, 0)
+    _, gr_w, _, _ = layout(list(in_cells.values()), 0, 0)
+    one_row = pad_x + in_w + out_w + gr_w + 6 * gap + 2 * cell <= 900
+    x1 = pad_x + in_w + 3 * gap if one_row else pad_x
+    y1 = top if one_row else top + in_h + 40 + (14 if len(in_panels) > 1 else 0)
+    out_pos, out_w, out_h, _ = layout(out_cells, x1, y1)
     x2 = x1 + max(out_w, 2 * cell) + 3 * gap
-    gr_pos, gr_w, gr_h, _ = layout(list(in_cells.values()), x2)
-    width = x2 + gr_w + pad_x
-    height = top + max(in_h, out_h, gr_h) + 70
+    gr_pos, gr_w, gr_h, _ = layout(list(in_cells.values()), x2, y1)
+    width = max(x2 + gr_w, pad_x + in_w) + pad_x
+    height = (top + max(in_h, out_h, gr_h) if one_row else y1 + max(out_h, gr_h)) + 70
+    if any(c[0] not in real_panels for cs in (ex.pad_cells or {}).values() for c in cs):
+        height += 18
 
     flat_in = [np.asarray(a).ravel() for a in ex.inputs]
     flat_gr = [np.asarray(a).ravel() for a in ex.grads]
@@ -916,21 +933,25 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
     color = [PALETTE[o % len(PALETTE)] for o in range(n_out)]
 
     cells, pads, windows, winners, outs, grads, labels = [], [], [], [], [], [], []
-    multi = len(ex.names) > 1
+    row_labels = {}
     for e, c in in_cells.items():
         x, y = in_pos[c]
-        text = _fmt_cell(flat_in[e[0]][e[1]])
-        cells.append({"x": x, "y": y, "size": cell, "text": (f"{ex.names[e[0]]}: " if multi else "") + text,
+        cells.append({"x": x, "y": y, "size": cell, "text": _fmt_cell(flat_in[e[0]][e[1]]),
                       "tx": x + cell / 2, "ty": y + cell / 2 + 5})
+        if multi:  # one row per input: name it on the left of the input and gradient grids
+            row_labels[y] = ex.names[e[0]]
     for o, cs in (ex.pad_cells or {}).items():
         for c in cs:
             if c in in_pos and not any(p["key"] == c for p in pads):
                 x, y = in_pos[c]
                 pads.append({"key": c, "x": x, "y": y, "size": cell, "tx": x + cell / 2, "ty": y + cell / 2 + 4})
     won: dict = {}
+    seen = [e for w in ex.windows for e in w if e is not None]
+    overlap = len(seen) != len(set(seen)) or bool(ex.pad_cells and any(ex.pad_cells.values()))
     for o, (w, ws) in enumerate(zip(ex.windows, ex.weights)):
-        members = [ex.cell(e) for e in w if e is not None] + list((ex.pad_cells or {}).get(o, []))
-        inset = 2 + 3 * (o % 4)
+        members = [c for c in [ex.cell(e) for e in w if e is not None]
+                   + list((ex.pad_cells or {}).get(o, [])) if c in in_pos]
+        inset = 2 + 3 * (o % 4) if overlap else 3
         for panel in sorted({c[0] for c in members}):
             pcs = [in_pos[c] for c in members if c[0] == panel]
             xs = [p[0] for p in pcs]
@@ -958,9 +979,12 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
                       "tx": x + cell / 2, "ty": y + cell / 2 + 5})
     labels = [
         {"x": pad_x, "y": top - 12, "text": ", ".join(ex.names) + " (input)", "small": False},
-        {"x": x1, "y": top - 12, "text": "output, g", "small": False},
-        {"x": x2, "y": top - 12, "text": ", ".join("grad_" + n for n in ex.names), "small": False},
+        {"x": x1, "y": y1 - 12, "text": "output, g", "small": False},
+        {"x": x2, "y": y1 - 12, "text": ", ".join("grad_" + n for n in ex.names), "small": False},
     ]
+    for y, name in sorted(row_labels.items()):
+        for x in (pad_x, x2):
+            labels.append({"x": x - 16, "y": y + cell / 2 + 5, "text": name, "small": True})
     if len(in_panels) > 1:
         pw = (in_w - (len(in_panels) - 1) * gap) / len(in_panels)
         for k, p in enumerate(in_panels):
@@ -968,10 +992,13 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
                            "small": True})
     caption = [f"{op.name}, tie policy {op.ties}: {_policy.INFO[op.ties].rule}.",
                "Dots mark each window's winner(s) in the window's colour; grad = W^T g (overlaps add)."]
+    if any(c[0] not in real_panels for cs in (ex.pad_cells or {}).values() for c in cs):
+        caption.append("Depth slices holding only padding are not drawn.")
     ctx = dict(provenance=PROVENANCE, width=int(width), height=int(height), title=
                f"Gradient routing of {op.name} (tie policy {op.ties})", cells=cells, pads=pads,
                windows=windows, winners=winners, outs=outs, grads=grads, labels=labels,
-               caption=[{"x": pad_x, "y": height - 40 + 18 * i, "text": t} for i, t in enumerate(caption)])
+               caption=[{"x": pad_x, "y": height - 22 - 18 * (len(caption) - 1 - i), "text": t}
+                        for i, t in enumerate(caption)])
     return environment().get_template("docs/routing.svg.jinja").render(**ctx)
 
 
