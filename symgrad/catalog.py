@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from . import docs as _docs
 from .ops import Op, resolve
 from .render import has_provenance, render_numpy
 
@@ -27,13 +28,15 @@ def render_all() -> dict[str, str]:
     for op in entries():
         name, source = render_numpy(op)
         files[f"numpy/{name}"] = source
+    files.update(_docs.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[Path]:
     """Generated files under out that the catalog no longer lists."""
-    d = out / "numpy"
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.glob("*.py")
-                  if f"numpy/{p.name}" not in files and has_provenance(p))
+    found = []
+    for sub, patterns in (("numpy", ("*.py",)), ("docs", ("*.md", "*.svg"))):
+        if (out / sub).is_dir():
+            found += [p for pattern in patterns for p in (out / sub).glob(pattern)
+                      if f"{sub}/{p.name}" not in files and has_provenance(p)]
+    return sorted(found)

@@ -116,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("op")
     _add_settings(d)
     d.add_argument("--full", action="store_true", help="show every item of every step")
+    d.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
+                   help="text (default), a Markdown page with math and a routing picture, or a "
+                   "standalone LaTeX document")
     g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
     g.add_argument("op", nargs="?")
     _add_settings(g)
@@ -181,6 +184,10 @@ def _show(items, full: bool) -> list[str]:
 
 def cmd_derive(ns, argv: list[str], out) -> int:
     op = _resolve(ns, argv)
+    if ns.format != "text":
+        from . import docs
+        print(docs.render(op, ns.format), end="", file=out)
+        return 0
     full = ns.full
     d = api._derive(op)
     lines = [f"op: {op.describe()}"] + settings_lines(op)

@@ -11,6 +11,7 @@ are printed as the shortest literal that reads back as the same double.
 from __future__ import annotations
 
 import sympy as sp
+from sympy.printing.latex import LatexPrinter as SympyLatexPrinter
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.str import StrPrinter
 
@@ -120,6 +121,14 @@ class TextPrinter(StrPrinter):
         return f"({self._print(expr.args[0])}) / ({self._print(expr.args[1])})"
 
 
+class LatexPrinter(SympyLatexPrinter):
+    """LaTeX for the documentation pages: Iverson brackets, DiracDelta, max/min (their ``_latex``
+    hooks), floats as the shortest literal that reads back as the same double (as in the code)."""
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+
 _ARG = {("max", "first"): "np.argmax({a}, axis=-1)",
         ("min", "first"): "np.argmin({a}, axis=-1)",
         ("max", "last"): "{a}.shape[-1] - 1 - np.argmax({a}[..., ::-1], axis=-1)",
@@ -150,6 +159,10 @@ def numpy_code(expr: sp.Basic) -> str:
 
 def text(expr: sp.Basic) -> str:
     return TextPrinter().doprint(expr)
+
+
+def latex(expr: sp.Basic) -> str:
+    return LatexPrinter().doprint(expr)
 
 
 __all__ = ["NumpyPrinter", "TextPrinter", "numpy_code", "text", "IsNan", "Select", "Count", "Quotient"]

@@ -205,7 +205,8 @@ def render_numpy(op: Op) -> tuple[str, str]:
 def has_provenance(path: Path) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.readline().startswith(PROVENANCE)
+            first = f.readline()
+        return first.startswith(PROVENANCE) or first.startswith("<!-- " + PROVENANCE[2:])
     except OSError:
         return False
 
