@@ -24,6 +24,9 @@ def _value(v) -> str:
     return s
 
 
+MAX_NAME = 100  # longer names (huge parameter values) put a hash in place of the parameters
+
+
 def module_name(op: Op) -> str:
     """A readable, unique module name: op, its non-default parameters, the policy."""
     parts = [op.name]
@@ -36,7 +39,12 @@ def module_name(op: Op) -> str:
             continue
         parts.append(f"{_ABBREV[p.name]}{_value(v)}")
     parts.append(op.ties)
-    return "_".join(parts)
+    name = "_".join(parts)
+    if len(name) > MAX_NAME:  # stay far below file name limits (255 bytes)
+        params = canonical(op, "")["params"]
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+        name = f"{op.name}_h{digest}_{op.ties}"
+    return name
 
 
 def canonical(op: Op, backend: str) -> dict:
