@@ -47,6 +47,12 @@ def _dim(s: str):
         raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
 
 
+def _out_dir(s: str) -> Path:
+    if not s:
+        raise argparse.ArgumentTypeError("expected a directory, got ''")
+    return Path(s)
+
+
 def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
     flag = naming.cli_flag(p.name)
     if p.kind == "bool":
@@ -98,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("op", nargs="?")
     g.add_argument("--ties", choices=_policy.POLICIES, default=None)
     g.add_argument("--backend", choices=api.BACKENDS, default="numpy")
-    g.add_argument("--out", type=Path, default=None, help="output directory")
+    g.add_argument("--out", type=_out_dir, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
     g.add_argument("--force", action="store_true", help="overwrite files without symgrad's header")

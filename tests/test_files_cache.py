@@ -206,6 +206,13 @@ def test_generate_out_of_the_wrong_type_or_value(tmp_path, monkeypatch, out):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_cli_out_empty_is_refused_not_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(*run_cli("generate", "relu", "--out", ""))
+    assert "--out" in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_foreign_file_is_never_overwritten_without_force(tmp_path):
     foreign = "# mine\n"
     (tmp_path / "relu_first.py").write_text(foreign, encoding="utf-8")
