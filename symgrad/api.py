@@ -15,6 +15,8 @@ from .derive import derive as _derive
 from .ops import OPS, resolve
 from .policy import POLICIES
 from .render import diff, has_provenance, render_numpy, write_atomic  # noqa: F401
+from . import cache as _cache
+from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)
 
 BACKENDS = ("numpy",)
 _PKG = Path(__file__).resolve().parent
@@ -46,10 +48,27 @@ def generate(op: str, out: str | os.PathLike, ties: str | None = None, backend: 
              force: bool = False, **params) -> Path:
     """Write op's generated module into directory ``out``; return its path."""
     _check_backend(backend)
+    out = _check_out(out)
     spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
     name, source = render_numpy(spec)
-    path = Path(out) / name
+    path = out / name
     write_file(path, source, force=force)
+    return path
+
+
+def _check_out(out: object) -> Path:
+    """out as a Path to a directory (existing or to be created), or a TypeError/ValueError."""
+    if not isinstance(out, (str, os.PathLike)) or isinstance(os.fspath(out), bytes):
+        raise TypeError(f"out must be a directory path (str or os.PathLike), got {out!r}")
+    text = os.fspath(out)
+    if not text or "\0" in text:
+        raise ValueError(f"out must be a directory path, got {text!r}")
+    path = Path(text)
+    for p in (path, *path.parents):  # the nearest existing ancestor must be a directory
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                raise ValueError(f"out must be a directory, but {p} is not one")
+            break
     return path
 
 
@@ -84,35 +103,26 @@ def catalog_dir() -> Path | None:
     return None
 
 
-def cache_dir() -> Path:
-    """SYMGRAD_CACHE_DIR, else $XDG_CACHE_HOME/symgrad, else ~/.cache/symgrad."""
-    if os.environ.get("SYMGRAD_CACHE_DIR"):
-        return Path(os.environ["SYMGRAD_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "symgrad"
-
-
-def _key_of(path: Path) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            for _, line in zip(range(20), f):
-                if line.startswith("# key: "):
-                    return line[len("# key: "):].strip()
-    except OSError:
-        return None
-    return None
-
-
 _LOADED: dict = {}
 _LOCK = threading.Lock()
 
 
-def _import(path: Path, key: str) -> ModuleType:
+def _import(path: Path, key: str, source: str) -> ModuleType:
+    """Execute exactly the source that was read (and verified), as a module at path."""
     modname = f"symgrad_generated.{path.stem}_{key}"
-    spec = importlib.util.spec_from_file_location(modname, path)
+    if "symgrad_generated" not in sys.modules:  # the parent package, so that pickle finds Saved
+        sys.modules["symgrad_generated"] = ModuleType("symgrad_generated")
+        sys.modules["symgrad_generated"].__path__ = []
+    spec = importlib.util.spec_from_loader(modname, loader=None, origin=str(path))
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = str(path)
+    code = compile(source, str(path), "exec", dont_inherit=True)
     sys.modules[modname] = module
-    spec.loader.exec_module(module)
+    try:
+        exec(code, module.__dict__)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
     return module
 
 
@@ -131,11 +141,13 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
         name = naming.module_name(spec) + ".py"
         catalog = catalog_dir()
         path = catalog / backend / name if catalog else None
-        if path is None or _key_of(path) != key:
+        source = _cache.read_keyed(path, key) if path else None  # the catalog's, if it is this one
+        if source is None:
             path = cache_dir() / backend / key / name
-            if _key_of(path) != key:
+            source = _cache.read_entry(path, key)  # None unless intact: key and content hash
+            if source is None:
                 _, source = render_numpy(spec)
-                write_atomic(path, source)
-        module = _import(path, key)
+                _cache.write_entry(path, source)
+        module = _import(path, key, source)
         _LOADED[key] = module
         return module

@@ -1,4 +1,4 @@
-"""The `symgrad` command line: list, derive, generate.  Wiring only; the work is in the API.
+"""The `symgrad` command line: list, derive, generate, cache.  Wiring only; the work is in the API.
 
 Every error is one line on stderr and exit status 2; a stale --check exits 1 with a diff.
 """
@@ -46,6 +46,12 @@ def _dim(s: str):
         return int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
+
+
+def _out_dir(s: str) -> Path:
+    if not s:
+        raise argparse.ArgumentTypeError("expected a directory, got ''")
+    return Path(s)
 
 
 def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
@@ -123,10 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("op", nargs="?")
     _add_settings(g)
     g.add_argument("--backend", choices=api.BACKENDS, default="numpy")
-    g.add_argument("--out", type=Path, default=None, help="output directory")
+    g.add_argument("--out", type=_out_dir, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
     g.add_argument("--force", action="store_true", help="overwrite files without symgrad's header")
+    c = sub.add_parser("cache", help="the cache of generated modules: info (where, how much) or clear")
+    c.add_argument("action", choices=("info", "clear"))
     return top
 
 
@@ -245,8 +253,22 @@ def _settings_summary(op) -> str:
 
 
 def _check_out_dir(d: Path) -> None:
-    if d.exists() and not d.is_dir():
-        raise ValueError(f"--out {d} is not a directory")
+    try:
+        api._check_out(d)
+    except ValueError as exc:
+        raise ValueError(f"--out {d}: {exc}") from None
+
+
+def cmd_cache(action: str, out) -> int:
+    from . import cache
+    if action == "clear":
+        root = cache.cache_dir()
+        print(f"removed {cache.clear(root)} entries from {root}", file=out)
+        return 0
+    i = cache.info()
+    print(f"location: {i['location']}\nentries: {i['entries']}\n"
+          f"size: {i['bytes']} bytes ({i['bytes'] / 1024:.1f} KiB)", file=out)
+    return 0
 
 
 def _generate_catalog(out_dir: Path, check: bool, force: bool, out) -> int:
@@ -293,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_conventions(ns, sys.stdout)
         if ns.command == "derive":
             return cmd_derive(ns, rest, sys.stdout)
+        if ns.command == "cache":
+            if rest:
+                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
+            return cmd_cache(ns.action, sys.stdout)
         return cmd_generate(ns, rest, sys.stdout)
     except (UsageError, ValueError, TypeError) as exc:
         print(f"symgrad: error: {exc}", file=sys.stderr)

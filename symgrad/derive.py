@@ -31,7 +31,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
-from .ops import Op
+from .ops import MAX_WINDOW, Op
 
 EXHAUSTIVE_UP_TO = 4
 NUMERIC_SAMPLES = 4000
@@ -41,7 +41,6 @@ NUMERIC_SAMPLES = 4000
 # partner before it).  Any other position is one of these up to a relabeling that keeps the
 # order of the other elements, which maps its delta groups onto theirs.
 ALL_VARIABLES_UP_TO = 32
-MAX_WINDOW = 1024
 
 
 @dataclass(frozen=True)

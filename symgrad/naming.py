@@ -24,6 +24,9 @@ def _value(v) -> str:
     return s
 
 
+MAX_NAME = 100  # longer names (huge parameter values) put a hash in place of the parameters
+
+
 def module_name(op: Op) -> str:
     """A readable, unique module name: op, its non-default parameters, the policy."""
     parts = [op.name]
@@ -37,7 +40,7 @@ def module_name(op: Op) -> str:
         parts.append(f"{_ABBREV[p.name]}{_value(v)}")
     if op.convention and all(how.startswith("convention") for _, how in op.origin):
         parts.append(op.convention)  # exactly the preset
-        return "_".join(parts)
+        return _bounded("_".join(parts), op)
     if op.convention:
         parts.append(op.convention)
     parts.append(op.ties)
@@ -45,7 +48,15 @@ def module_name(op: Op) -> str:
         parts.append(f"nan{op.nan.replace('_', '')}")
     if op.order != "given":
         parts.append("rev")
-    return "_".join(parts)
+    return _bounded("_".join(parts), op)
+
+
+def _bounded(name: str, op: Op) -> str:
+    if len(name) > MAX_NAME:  # stay far below file name limits (255 bytes)
+        params = canonical(op, "")["params"]
+        digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+        name = f"{op.name}_h{digest}_{op.ties}"
+    return name
 
 
 def canonical(op: Op, backend: str) -> dict:

@@ -29,6 +29,8 @@ from . import policy as _policy
 from .indicators import MaxOf, MinOf
 
 REPRESENTATIVE_REDUCTION_WINDOW = 4
+MAX_WINDOW = 1024  # the largest static window (pool, maxout) symgrad derives
+MAX_INT = 2**31 - 1  # the largest size parameter: index arithmetic stays far inside int64
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
         raise TypeError(f"{op}: {p.name} must be {want}, got {v!r}")
     if any(e < p.minimum for e in v):
         raise ValueError(f"{op}: {p.name} must be {want}, got {given!r}")
+    if any(e > MAX_INT for e in v):
+        raise ValueError(f"{op}: {p.name} must be at most {MAX_INT}, got {given!r}")
     return v
 
 
@@ -130,8 +134,9 @@ def _norm_value(op: str, p: Param, v, dims: int):
     if p.kind == "int":
         if not _is_int(v):
             raise TypeError(f"{op}: {p.name} must be an int >= {p.minimum}, got {v!r}")
-        if v < p.minimum:
-            raise ValueError(f"{op}: {p.name} must be an int >= {p.minimum}, got {v!r}")
+        if v < p.minimum or v > MAX_INT:
+            raise ValueError(f"{op}: {p.name} must be an int >= {p.minimum} (at most {MAX_INT}), "
+                             f"got {v!r}")
         return int(v)
     if p.kind == "bool":
         if not isinstance(v, bool):
@@ -143,11 +148,17 @@ def _norm_value(op: str, p: Param, v, dims: int):
         if not _is_real(v):
             kind = "a real number or None" if p.kind == "optfloat" else "a real number"
             raise TypeError(f"{op}: {p.name} must be {kind}, got {v!r}")
-        if not math.isfinite(v):
-            raise ValueError(f"{op}: {p.name} must be finite, got {v!r}")
-        return int(v) if _is_int(v) else float(v)
+        try:
+            finite = math.isfinite(float(v))
+        except OverflowError:  # an int beyond the float range
+            finite = False
+        if not finite:
+            raise ValueError(f"{op}: {p.name} must be finite (within the float64 range), got {v!r}")
+        if _is_int(v) and abs(v) <= 2**53:
+            return int(v)  # exact as a float, and named without a fraction
+        return float(v)
     if p.kind == "dim":
-        if v is None or v == ():
+        if v is None or (isinstance(v, (tuple, list)) and len(v) == 0):
             return None
         if _is_int(v):
             return (int(v),)
@@ -213,8 +224,12 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if spec.check:
         spec.check(norm)
     padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
-    return Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin),
-              padding_mode)
+    op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode)
+    if spec.kind in ("pool", "maxout") and op.window_size() > MAX_WINDOW:
+        what = "pieces" if spec.kind == "maxout" else "kernel_size"
+        raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
+                         f"{what}={norm[what]!r} ({op.window_size()} elements)")
+    return op
 
 
 # ----------------------------------------------------------------------------- forwards

@@ -129,7 +129,7 @@ def check_policy(ties: object) -> str:
     if not isinstance(ties, str):
         raise TypeError(f"ties must be one of {', '.join(POLICIES)} (a string), got {ties!r}")
     if ties not in POLICIES:
-        raise ValueError(f"unknown tie policy {ties!r}; expected one of: {', '.join(POLICIES)}")
+        raise ValueError(f"unknown tie policy ties={ties!r}; expected one of: {', '.join(POLICIES)}")
     return ties
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
+import secrets
+import stat
 from pathlib import Path
 
 import jinja2
@@ -212,12 +213,30 @@ def has_provenance(path: Path) -> bool:
 
 
 def write_atomic(path: Path, content: str) -> None:
-    """Write via a temporary file in the same directory, then rename over the target."""
+    """Write via a temporary file in the same directory, flushed to disk, then renamed over the
+    target: a reader (or a crash) sees the old file or the new one, never a part.  The new file
+    gets the old one's permissions, or the usual ones for a new file (0o666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    data = content.encode("utf-8")
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(content)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode))
+        except FileNotFoundError:
+            pass
         os.replace(tmp, path)
     except BaseException:
         try:

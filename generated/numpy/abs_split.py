@@ -48,7 +48,10 @@ _FLOATS = (np.float16, np.float32, np.float64)
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
     if isinstance(value, np.ndarray):
-        array = value
+        if isinstance(value, np.ma.MaskedArray):
+            raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
+                            f"got a masked array (fill or drop the masked values first)")
+        array = np.asarray(value)  # a subclass such as np.matrix as a plain ndarray (a view)
     else:
         try:
             array = np.asarray(value)
@@ -58,6 +61,8 @@ def _as_input(name: str, value) -> np.ndarray:
     if array.dtype.type not in _FLOATS:
         raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64, "
                         f"got dtype {array.dtype}")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
 
 

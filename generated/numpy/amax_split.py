@@ -49,7 +49,10 @@ _FLOATS = (np.float16, np.float32, np.float64)
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
     if isinstance(value, np.ndarray):
-        array = value
+        if isinstance(value, np.ma.MaskedArray):
+            raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
+                            f"got a masked array (fill or drop the masked values first)")
+        array = np.asarray(value)  # a subclass such as np.matrix as a plain ndarray (a view)
     else:
         try:
             array = np.asarray(value)
@@ -59,6 +62,8 @@ def _as_input(name: str, value) -> np.ndarray:
     if array.dtype.type not in _FLOATS:
         raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64, "
                         f"got dtype {array.dtype}")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
 
 
@@ -90,10 +95,12 @@ def _dims(ndim: int) -> tuple:
     dims = []
     for d in DIM:
         if not -rank <= d < rank:
-            raise ValueError(f"{OP}: dim {d} is out of range for an input with {ndim} dims")
+            raise ValueError(f"{OP}: dim {d} is out of range for x with {ndim} dims: dim must be "
+                             f"in [{-rank}, {rank - 1}]")
         dims.append(d % rank)
     if len(set(dims)) != len(dims):
-        raise ValueError(f"{OP}: dim {DIM} names a dimension twice for an input with {ndim} dims")
+        raise ValueError(f"{OP}: dim must name each dimension of x once, but {DIM} names one "
+                         f"twice for x with {ndim} dims")
     return tuple(sorted(dims)) if ndim else ()
 
 
@@ -103,7 +110,8 @@ def _layout(shape: tuple):
     kept = tuple(n for i, n in enumerate(shape) if i not in dims)
     n = int(np.prod([shape[i] for i in dims], dtype=np.int64))
     if n == 0:
-        raise ValueError(f"{OP}: cannot reduce over dims {dims} of size 0 in shape {shape}")
+        raise ValueError(f"{OP}: x must have a non-zero size along the reduced dims {dims}, got "
+                         f"size 0 in shape {shape}")
     out = tuple(1 if i in dims else s for i, s in enumerate(shape)) if KEEPDIM else kept
     return dims, kept, n, out
 
@@ -117,7 +125,7 @@ def _rows(x: np.ndarray, dims: tuple, kept: tuple, n: int) -> np.ndarray:
 def _unrows(grad_rows: np.ndarray, shape: tuple, dims: tuple) -> np.ndarray:
     kept = [s for i, s in enumerate(shape) if i not in dims]
     moved = grad_rows.reshape(tuple(kept) + tuple(shape[i] for i in dims))
-    return np.ascontiguousarray(np.moveaxis(moved, tuple(range(len(kept), len(shape))), dims))
+    return np.asarray(np.moveaxis(moved, tuple(range(len(kept), len(shape))), dims), order="C")  # 0-d stays 0-d
 
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
@@ -138,7 +146,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     v = _rows(saved.x, dims, kept, n)
     extremum = saved.output.reshape(kept + (1,))
     hit = np.isnan(v) | (v == extremum)
-    count = np.sum(hit, axis=-1, keepdims=True, dtype=dtype)
+    # counted exactly, held in at least float32: a float16 count would overflow past 65504
+    count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(dtype, np.float32))
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
         grad_rows = np.asarray(np.where(hit, (grad_output) / (count), 0), dtype=dtype)
     return (_unrows(grad_rows, saved.input_shape, dims),)

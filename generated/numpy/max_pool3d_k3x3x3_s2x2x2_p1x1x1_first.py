@@ -53,7 +53,10 @@ _FLOATS = (np.float16, np.float32, np.float64)
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
     if isinstance(value, np.ndarray):
-        array = value
+        if isinstance(value, np.ma.MaskedArray):
+            raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
+                            f"got a masked array (fill or drop the masked values first)")
+        array = np.asarray(value)  # a subclass such as np.matrix as a plain ndarray (a view)
     else:
         try:
             array = np.asarray(value)
@@ -63,6 +66,8 @@ def _as_input(name: str, value) -> np.ndarray:
     if array.dtype.type not in _FLOATS:
         raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64, "
                         f"got dtype {array.dtype}")
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
 
 
@@ -114,9 +119,10 @@ def _layout(shape: tuple):
     for L, k, s, p, d in zip(lengths, KERNEL_SIZE, STRIDE, PADDING, DILATION):
         out = _output_size(L, k, s, p, d)
         if out < 1:
-            raise ValueError(f"{OP}: input spatial size {tuple(lengths)} is too small for "
+            raise ValueError(f"{OP}: x of spatial size {tuple(lengths)} is too small for "
                              f"kernel_size={KERNEL_SIZE}, stride={STRIDE}, padding={PADDING}, "
-                             f"dilation={DILATION}: output size would be {out}")
+                             f"dilation={DILATION}: the output size would be {out}; it must be "
+                             f"at least 1")
         right = max(0, (out - 1) * s + d * (k - 1) + 1 - p - L)
         outs.append(out)
         padded.append(p + L + right)
@@ -139,8 +145,9 @@ def _layout(shape: tuple):
                                None if valid.all() else valid,
                                None if (index == 0 or not first.any()) else first))
     if not have.all() and not PADDING_TAKES_PART:
-        raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of an "
-                         f"input of spatial size {tuple(lengths)} holds only padding")
+        raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of "
+                         f"x of spatial size {tuple(lengths)} holds only padding; every window "
+                         f"must hold an element of x")
     out_shape = tuple(shape[:-SPATIAL]) + tuple(outs)
     return batched, tuple(batched[:2]) + tuple(padded), out_shape, windows
 
