@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 
 from .ops import Op, resolve
-from .render import has_provenance, render_numpy
+from .render import has_provenance, render
 
 CATALOG_FILE = Path(__file__).resolve().parent / "catalog.toml"
 
@@ -21,19 +21,25 @@ def entries() -> list[Op]:
     return ops
 
 
+BACKENDS = ("numpy", "cuda")  # every entry is generated for each
+
+
 def render_all() -> dict[str, str]:
     """{relative path: source} of every catalog file."""
     files = {}
     for op in entries():
-        name, source = render_numpy(op)
-        files[f"numpy/{name}"] = source
+        for backend in BACKENDS:
+            for name, source in render(op, backend).items():
+                files[f"{backend}/{name}"] = source
     return files
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[Path]:
     """Generated files under out that the catalog no longer lists."""
-    d = out / "numpy"
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.glob("*.py")
-                  if f"numpy/{p.name}" not in files and has_provenance(p))
+    stale = []
+    for backend in BACKENDS:
+        d = out / backend
+        if d.is_dir():
+            stale += [p for pattern in ("*.py", "*.cu") for p in d.glob(pattern)
+                      if f"{backend}/{p.name}" not in files and has_provenance(p)]
+    return sorted(stale)

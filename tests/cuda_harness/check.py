@@ -1,0 +1,103 @@
+"""Compare a generated CUDA module with the NumPy module of the same op, bit for bit.
+
+Used with the CPU stand-in for CuPy (``fake_cupy``) in the normal test suite and with CuPy on a
+GPU in the tests marked ``gpu``.  The NumPy module is the reference: float64 and float32 inputs
+are compared in their own type; float16 inputs (which the CUDA kernels compute in float32 and
+round once) are compared with the NumPy module run in float32 on the same values, rounded to
+float16.  Values are equal bit for bit, the sign of zero included; any NaN equals any NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import symgrad
+from symgrad.ops import OPS
+
+KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
+SPECIALS = np.array([np.nan, np.inf, -np.inf])
+
+
+def to_device(cp, a: np.ndarray, layout: str = "contiguous"):
+    """a on the device: C-contiguous, channels-last (N, ..., C in memory), or strided."""
+    if layout == "contiguous":
+        return cp.asarray(np.array(a, order="C"))
+    if layout == "channels_last":
+        axes = (0,) + tuple(range(2, a.ndim)) + (1,)
+        return cp.ascontiguousarray(cp.asarray(a).transpose(axes)).transpose(tuple(np.argsort(axes)))
+    if layout == "strided":  # every other element of a twice larger buffer along the last axis
+        big = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+        big[..., ::2] = cp.asarray(a)
+        return big[..., ::2]
+    raise ValueError(layout)
+
+
+def to_host(cp, a) -> np.ndarray:
+    return np.asarray(cp.asnumpy(a)) if hasattr(cp, "asnumpy") else np.asarray(a)
+
+
+def mismatch(got: np.ndarray, want: np.ndarray) -> str:
+    """'' if got equals want bit for bit (any NaN equal to any NaN), else a description."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"shape/dtype {got.shape} {got.dtype} != {want.shape} {want.dtype}"
+    same = ((got == want) & (np.signbit(got) == np.signbit(want))) | (np.isnan(got) & np.isnan(want))
+    if same.all():
+        return ""
+    bad = np.argwhere(~same)[:5]
+    return "; ".join(f"at {tuple(i)}: {got[tuple(i)]!r} != {want[tuple(i)]!r}" for i in bad) + \
+        f" ({(~same).sum()} of {same.size} differ)"
+
+
+def inputs_for(rng, op: str, shapes, specials: bool) -> list[np.ndarray]:
+    """Tie-heavy float64 inputs: kink values for one-input elementwise ops, small integers else;
+    with NaN and +-inf sprinkled in when `specials`."""
+    out = []
+    for shape in shapes:
+        n = int(np.prod(shape))
+        if len(shapes) == 1 and OPS[op].kind == "elementwise":
+            x = rng.choice(KINKS, size=n)
+        else:
+            x = rng.integers(0, 3, size=n).astype(np.float64)
+        if specials and n:
+            where = rng.random(n) < 0.15
+            x[where] = rng.choice(SPECIALS, size=int(where.sum()))
+        out.append(x.reshape(shape))
+    return out
+
+
+def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtype,
+            layout: str = "contiguous", seed: int = 0, module=None) -> list[str]:
+    """Run both backends on the inputs (cast to dtype); return a list of mismatches ([] if none)."""
+    numpy_module = symgrad.load(op, ties=ties, **params)
+    cuda_module = module or symgrad.load(op, backend="cuda", ties=ties, **params)
+    ref = np.float32 if dtype == np.float16 else dtype
+    xs = [x.astype(dtype) for x in inputs]
+    y_ref, saved_ref = numpy_module.forward(*[x.astype(ref) for x in xs])
+    g = np.random.default_rng(seed).integers(-3, 4, size=y_ref.shape).astype(dtype)
+    grads_ref = numpy_module.backward(g.astype(ref), saved_ref)
+
+    y, saved = cuda_module.forward(*[to_device(cp, x, layout) for x in xs])
+    grads = cuda_module.backward(to_device(cp, g, layout if g.ndim == xs[0].ndim else "contiguous"), saved)
+    problems = []
+    tag = f"{op} {params} {ties} {np.dtype(dtype).name} {layout}"
+    m = mismatch(to_host(cp, y), y_ref.astype(dtype))
+    if m:
+        problems.append(f"{tag}: forward: {m}")
+    if len(grads) != len(grads_ref):
+        problems.append(f"{tag}: {len(grads)} gradients, want {len(grads_ref)}")
+    for k, (a, b) in enumerate(zip(grads, grads_ref)):
+        m = mismatch(to_host(cp, a), b.astype(dtype))
+        if m:
+            problems.append(f"{tag}: gradient {k}: {m}")
+    if "index" in saved_ref._fields and "index" in saved._fields:
+        got_index = to_host(cp, saved.index)
+        if got_index.dtype != saved_ref.index.dtype:
+            problems.append(f"{tag}: saved index dtype {got_index.dtype}, NumPy saves {saved_ref.index.dtype}")
+        if not np.array_equal(got_index.reshape(-1), np.asarray(saved_ref.index).reshape(-1)):
+            problems.append(f"{tag}: saved index differs from the NumPy module's")
+    if layout == "channels_last" and xs[0].ndim >= 3:
+        for name, a in (("output", y), ("grad_x", grads[0])):
+            axes = (0,) + tuple(range(2, a.ndim)) + (1,)
+            if not a.transpose(axes).flags.c_contiguous:
+                problems.append(f"{tag}: {name} is not channels-last")
+    return problems
