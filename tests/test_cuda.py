@@ -29,12 +29,12 @@ import sympy as sp
 
 import cuda_harness as harness
 import symgrad
-from conftest import ELEMENTWISE, POLICIES, WINDOWED, case_id
-from cuda_harness.check import compare, inputs_for, mismatch
+from conftest import POLICIES, case_id
+from cuda_harness.check import cases, compare, every_comparison, mismatch
 from symgrad import catalog, naming
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
-from symgrad.lower import BEST, COUNT, GRAD_OUTPUT, HIT, V, Count, Quotient, Select
-from symgrad.ops import OPS, resolve
+from symgrad.lower import BEST, V, Count, Quotient, Select
+from symgrad.ops import resolve
 from symgrad.printers import cuda_code
 from symgrad.render import render_cuda
 
@@ -47,38 +47,7 @@ NO_NVCC = "nvcc is not on PATH: compiling the .cu files needs the CUDA toolkit"
 
 # ----------------------------------------------------------------------------- the cases
 
-def _key(op, params):
-    return (op, repr(resolve(op, **params).params))
-
-
-def _extra_shapes(op):
-    kind = op.spec.kind
-    if kind == "pool":
-        return [(2, 2) + (5,) * op.spec.spatial]
-    if kind == "maxout":
-        return [(2, 2 * op.params["pieces"], 3)]
-    if kind == "reduction":
-        return [(3, 4, 5)]
-    return [(3, 4)] * len(op.spec.inputs)
-
-
-def _cases():
-    """The ops of the test tables, and every other (op, parameters) of the catalog."""
-    cases = [(op, params, shapes) for op, params, shapes in ELEMENTWISE]
-    cases += [(op, params, [shape]) for op, params, shape in WINDOWED]
-    seen = {_key(op, params) for op, params, _ in cases}
-    for entry in catalog.entries():
-        params = {p.name: entry.params[p.name] for p in entry.spec.params
-                  if p.required or entry.params[p.name] != p.default}
-        if params.get("stride") == params.get("kernel_size"):
-            params.pop("stride", None)
-        if _key(entry.name, params) not in seen:
-            seen.add(_key(entry.name, params))
-            cases.append((entry.name, params, _extra_shapes(entry)))
-    return cases
-
-
-CASES = _cases()
+CASES = cases()
 CASE_IDS = [case_id(op, params) for op, params, _ in CASES]
 
 
@@ -188,37 +157,10 @@ def test_float_kernels_do_no_double_math(nvcc_builds):
 
 # ----------------------------------------------------------------------------- the CPU harness
 
-def _channels_last_ok(op, shapes):
-    spec = OPS[op]
-    if spec.kind == "pool":
-        return len(shapes[0]) == spec.spatial + 2
-    return spec.kind == "maxout" and len(shapes[0]) >= 3
-
-
 @pytest.mark.parametrize("ties", POLICIES)
 @pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
 def test_cpu_execution_equals_numpy_bit_for_bit(fake_cupy, monkeypatch, op, params, shapes, ties):
-    rng = np.random.default_rng(sum(map(ord, f"{op}{params}{ties}")))
-    module = symgrad.load(op, backend="cuda", ties=ties, **params)
-    problems = []
-    for specials in (False, True):  # tie-heavy, then with NaN and +-inf too
-        inputs = inputs_for(rng, op, shapes, specials)
-        for dtype in (np.float64, np.float32, np.float16):
-            problems += compare(fake_cupy, op, params, ties, inputs, dtype, module=module)
-    if _channels_last_ok(op, shapes):
-        for dtype in (np.float32, np.float16):
-            problems += compare(fake_cupy, op, params, ties, inputs, dtype, "channels_last", module=module)
-    if OPS[op].kind == "elementwise" and len(shapes) == 1:
-        problems += compare(fake_cupy, op, params, ties, inputs, np.float32, "strided", module=module)
-    if OPS[op].kind != "reduction":  # the 64-bit index kernels
-        monkeypatch.setattr(module, "INDEX32_LIMIT", 0)
-        problems += compare(fake_cupy, op, params, ties, inputs, np.float32, module=module)
-        if _channels_last_ok(op, shapes):
-            problems += compare(fake_cupy, op, params, ties, inputs, np.float64, "channels_last", module=module)
-    else:  # reductions in several passes
-        monkeypatch.setattr(module, "CHUNK", 2)
-        for dtype in (np.float64, np.float16):
-            problems += compare(fake_cupy, op, params, ties, inputs, dtype, module=module)
+    problems = every_comparison(fake_cupy, op, params, shapes, ties, monkeypatch.setattr)
     assert not problems, "\n".join(problems[:10])
 
 
@@ -330,3 +272,272 @@ def test_bfloat16_kernels_exhaustive(host_cache, op, params, length):
     y32, (gx32,) = _reference(op, [_bf16_to_f32(x)[None]], _bf16_to_f32(g)[None], **params)
     assert _same_bf16(out, _bf16_round(y32[0]))
     assert _same_bf16(grad, _bf16_round(gx32[0]))
+
+
+# ----------------------------------------------------------------------------- the source
+
+X, Y = sp.symbols("x y", real=True)
+
+
+@pytest.mark.parametrize("expr,real_type,want", [
+    (sp.Ge(X, Y), "float", "x >= y"),
+    (sp.Gt(X, 0), "float", "x > 0.0f"),
+    (sp.Gt(X, 0), "double", "x > 0.0"),
+    (sp.Eq(X, Y, evaluate=False), "float", "x == y"),
+    (sp.Or(sp.Gt(X, Y), IsNan(X)), "float", "sg_isnan(x) || (x > y)"),
+    (sp.And(sp.Gt(X, Y), sp.Not(IsNan(Y))), "double", "!sg_isnan(y) && (x > y)"),
+    (Select(sp.Gt(X, 0), Y, 0), "float", "(x > 0.0f) ? y : 0.0f"),
+    (Quotient(X, Count(sp.Gt(X, 0), sp.Ge(Y, 0))), "float", "(x) / ((float)(x > 0.0f) + (float)(y >= 0.0f))"),
+    (MaxOf(X, Y), "float", "(sg_isnan(x) || x > y) ? x : y"),
+    (MinOf(X, sp.Float(0.1, 17)), "float", "(sg_isnan(x) || x < 0.1f) ? x : 0.1f"),
+    (MinOf(X, sp.Float(0.1, 17)), "double", "(sg_isnan(x) || x < 0.1) ? x : 0.1"),
+    (sp.Float(0.01, 17) * X, "float", "0.01f*x"),
+    (sp.Integer(6), "float", "6.0f"),
+    (sp.Float(1e-5, 17), "float", "1e-05f"),
+    (sp.Float(1e300, 17), "float", "sg_inf_f()"),
+    (sp.Float(-1e300, 17), "float", "-sg_inf_f()"),
+    (sp.Float(1e300, 17), "double", "1e+300"),
+])
+def test_cuda_printer(expr, real_type, want):
+    assert cuda_code(expr, real_type) == want
+
+
+def test_maxof_is_numpys_maximum_not_fmax():
+    """MaxOf/MinOf propagate NaN and return the second of two equal values (+0 and -0), as
+    np.maximum and np.minimum do: evaluated here by Python with the printed expression."""
+    def run(code, a, b):
+        code = code.replace("sg_isnan", "math.isnan").replace("||", "or")
+        cond, rest = code.split(" ? ")
+        then, other = rest.split(" : ")
+        import math
+        env = {"x": a, "y": b, "math": math}
+        return eval(then, env) if eval(cond, env) else eval(other, env)
+
+    for a, b in [(np.nan, 1.0), (1.0, np.nan), (0.0, -0.0), (-0.0, 0.0), (2.0, 1.0), (1.0, 2.0)]:
+        for fold, ref in ((MaxOf, np.maximum), (MinOf, np.minimum)):
+            got, want = run(cuda_code(fold(X, Y), "double"), a, b), ref(a, b)
+            assert mismatch(np.array([got]), np.array([want])) == "", (fold, a, b)
+
+
+def test_float_literals_are_numpys_float32_values():
+    """A float kernel's literal is the Python float cast to float32, as NumPy uses it."""
+    for v in (0.1, 0.01, 1 / 3, 2.0**-140, 3.4028234663852886e38, 0.30000000000000004, -7.5):
+        text = cuda_code(sp.Float(v, 17), "float")
+        assert text.endswith("f") and np.float32(text[:-1]) == np.float32(v), (v, text)
+        assert float(cuda_code(sp.Float(v, 17), "double")) == v
+
+
+def test_templates_write_no_value_comparison():
+    """The tie policy and the NaN rule reach the .cu only as printed expressions: no template
+    compares the values (v, best, extremum) or calls sg_isnan itself."""
+    for path in (ROOT / "templates" / "cuda").glob("*.jinja"):
+        text = re.sub(r".*bool sg_isnan\(const (float|double) v\) \{ return v != v; \}\n", "", path.read_text())
+        assert not re.search(r"\b(v|best|extremum|raw)\s*(<=|>=|==|!=|<|>)", text), path.name
+        assert "sg_isnan(" not in text, path.name
+
+
+def test_policy_expressions_flow_into_the_cuda_source(monkeypatch):
+    """Change the lowered selection (the 'first' scan made non-strict, the hit rule without
+    NaN): the .cu carries exactly what the printer makes of the changed expressions."""
+    import symgrad.render as render
+    from symgrad import policy
+    real_lower = render.lower
+
+    def changed(d):
+        k = real_lower(d)
+        sel = k.selection
+        if sel.form == "scan":
+            sel = type(sel)(**{**sel.__dict__, "take": policy.nan_aware(Indicator(sp.Ge(V, BEST)))})
+        else:
+            sel = type(sel)(**{**sel.__dict__, "hit": sp.Eq(V, sp.Symbol("extremum", real=True), evaluate=False)})
+        return type(k)(**{**k.__dict__, "selection": sel})
+
+    monkeypatch.setattr(render, "lower", changed)
+    src = render_cuda(resolve("max_pool2d", "first", kernel_size=2))["max_pool2d_k2x2_first.cu"]
+    assert "return sg_isnan(v) || (v >= best);" in src and "(v > best)" not in src
+    src = render_cuda(resolve("amax", "split"))["amax_split.cu"]
+    assert "return v == extremum;" in src and "sg_isnan(v) || (v == extremum)" not in src
+
+
+def _normalize(signature: str) -> str:
+    s = " ".join(signature.replace("__restrict__", "").split())
+    s = re.sub(r"\bconst (int|long long) ", r"\1 ", s)
+    return s.replace("( ", "(").replace(" ,", ",")
+
+
+def test_header_documents_every_kernel():
+    """The header's generic signatures, expanded over DT, LAYOUT and IX, are the kernels."""
+    types = {"f16": "sg_half", "bf16": "sg_bfloat16", "f32": "float", "f64": "double"}
+    for cu in CATALOG_CU:
+        text = cu.read_text()
+        actual = {_normalize(f"{name}({', '.join(p.declaration for p in params)})")
+                  for name, params in harness.kernels(text).items()}
+        documented = set()
+        for line in re.findall(r"^//   (\w+_<DT>\S*\(.*\))$", text, re.M):
+            for dt, t in types.items():
+                for layout in ("nchw", "nhwc"):
+                    for ix, i in (("i32", "int"), ("i64", "long long")):
+                        sig = line.replace("<DT>", dt).replace("<LAYOUT>", layout).replace("<IX>", ix)
+                        sig = re.sub(r"\bT\b", t, sig)
+                        sig = re.sub(r"\bI\b", i, sig)
+                        documented.add(_normalize(sig))
+        assert actual and actual <= documented, (cu.name, sorted(actual - documented)[:3])
+        assert "Saved state:" in text and "gather form" in text
+
+
+def test_generation_is_deterministic():
+    op = resolve("max_pool3d", "split", kernel_size=2)
+    assert render_cuda(op) == render_cuda(resolve("max_pool3d", "split", kernel_size=(2, 2, 2), stride=2))
+
+
+# ----------------------------------------------------------------------------- the loader
+
+def test_loader_imports_without_cupy_and_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy fails
+    module = symgrad.load("max_pool2d", backend="cuda", kernel_size=2)
+    with pytest.raises(ModuleNotFoundError, match=r"max_pool2d: the CUDA backend needs CuPy, which is "
+                                                  r"not installed.*pip install 'symgrad\[cuda\]'"):
+        module.forward(np.ones((1, 1, 2, 2)))
+
+
+def test_loader_imports_neither_sympy_nor_cupy():
+    path = ROOT / "generated" / "cuda" / "max_pool2d_k3x3_s2x2_p1x1_first_cuda.py"
+    code = (f"import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('m', {str(path)!r})\n"
+            f"m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            f"assert m.SOURCE.is_file() and m.INDEX_DTYPE.__name__ == 'uint8'\n"
+            f"bad = [k for k in sys.modules if k.split('.')[0] in ('sympy', 'jinja2', 'symgrad', 'cupy')]\n"
+            f"assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("op,params,shape", [
+    ("relu", {}, (2, 3)), ("maximum", {}, (2, 3)), ("max_pool2d", {"kernel_size": 2}, (1, 2, 4, 4)),
+    ("maxout", {"pieces": 2}, (2, 4)), ("amax", {"dim": 1}, (2, 3))])
+def test_loader_rejects_bad_inputs(fake_cupy, op, params, shape):
+    module = symgrad.load(op, backend="cuda", **params)
+    n = len(getattr(module, "INPUTS", ("x",)))
+    x = np.ones(shape)
+    with pytest.raises(TypeError, match=r"must be a cupy.ndarray of float16.*got dtype int64"):
+        module.forward(*[np.ones(shape, dtype=np.int64)] * n)
+    with pytest.raises(TypeError, match=r"must be a cupy.ndarray.*got builtins.list"):
+        module.forward(*[x.tolist()] * n)
+    y, saved = module.forward(*[x] * n)
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape"):
+        module.backward(np.ones(y.shape + (1,)), saved)
+    with pytest.raises(TypeError, match=r"saved must be the Saved value"):
+        module.backward(np.ones(y.shape), tuple(saved))
+
+
+def test_loader_rejects_host_arrays_with_a_hint(monkeypatch, _fake):
+    class Device(np.ndarray):  # a device array type that numpy arrays are not
+        pass
+
+    cp = type(sys)("cupy")
+    cp.__dict__.update(_fake.__dict__)
+    cp.ndarray = Device
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    module = symgrad.load("relu", backend="cuda")
+    with pytest.raises(TypeError, match=r"x must be a cupy.ndarray.*copy it to the GPU with cupy.asarray, "
+                                        r"got numpy.ndarray"):
+        module.forward(np.ones(3))
+
+
+def test_loader_errors_match_the_numpy_module(fake_cupy):
+    pool = symgrad.load("max_pool1d", backend="cuda", kernel_size=2, dilation=3, padding=1, stride=1)
+    with pytest.raises(ValueError, match="only padding"):
+        pool.forward(np.ones((1, 2)))
+    with pytest.raises(ValueError, match=r"x must have 2 dims \(C, \*spatial\) or 3 dims"):
+        symgrad.load("max_pool1d", backend="cuda", kernel_size=2).forward(np.ones(4))
+    with pytest.raises(ValueError, match=r"dim 2 is out of range"):
+        symgrad.load("amax", backend="cuda", dim=2).forward(np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"inputs must broadcast together"):
+        symgrad.load("maximum", backend="cuda").forward(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match=r"multiple of pieces=2"):
+        symgrad.load("maxout", backend="cuda", pieces=2).forward(np.ones((1, 3)))
+
+
+@pytest.mark.parametrize("op,params,shape", [
+    ("max_pool2d", {"kernel_size": 2}, (0, 3, 4, 4)), ("maxout", {"pieces": 2}, (0, 4, 2)),
+    ("amax", {"dim": 1}, (0, 3)), ("relu", {}, (0, 3))])
+def test_zero_size_batch(fake_cupy, op, params, shape):
+    module = symgrad.load(op, backend="cuda", **params)
+    y, saved = module.forward(np.ones(shape))
+    (g,) = module.backward(np.ones(y.shape), saved)
+    assert g.shape == shape and y.size == 0
+
+
+def test_saved_state_is_one_byte_per_output_for_first_and_last(fake_cupy):
+    for ties in ("first", "last"):
+        pool = symgrad.load("max_pool2d", backend="cuda", ties=ties, kernel_size=3, stride=2, padding=1)
+        y, saved = pool.forward(np.ones((2, 3, 9, 9), np.float16))
+        assert saved.index.dtype == np.uint8 and saved.index.nbytes == y.size
+        assert set(saved._fields) == {"index", "layout", "input_shape", "output_shape", "dtype"}
+
+
+def test_index_width_switches_at_2_to_the_31():
+    module = symgrad.load("max_pool2d", backend="cuda", kernel_size=2)
+    assert module._index_type(2**31 - 1) == ("i32", np.int32)
+    assert module._index_type(10, 2**31) == ("i64", np.int64)
+
+
+def test_mixed_dtypes_and_broadcasting_follow_numpy(fake_cupy):
+    a = np.array([[0.0], [1.0], [2.0]], dtype=np.float32)
+    b = np.array([1.0, 1.0, np.nan, 0.0], dtype=np.float64)
+    for ties in POLICIES:
+        m_cuda = symgrad.load("maximum", backend="cuda", ties=ties)
+        m_np = symgrad.load("maximum", ties=ties)
+        y, saved = m_cuda.forward(a, b)
+        yn, sn = m_np.forward(a, b)
+        g = np.arange(12, dtype=np.float64).reshape(3, 4)
+        got, want = m_cuda.backward(g, saved), m_np.backward(g, sn)
+        assert not mismatch(y, yn)
+        for u, w in zip(got, want):
+            assert not mismatch(u, w)
+
+
+# ----------------------------------------------------------------------------- CLI and API
+
+def _cli(args, cache):
+    env = dict(os.environ, SYMGRAD_CACHE_DIR=str(cache),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "symgrad", *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_generates_cuda_and_all(tmp_path):
+    out = tmp_path / "out"
+    r = _cli(["generate", "max_pool2d", "--kernel-size", "2", "--backend", "all", "--out", out], tmp_path)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["max_pool2d_k2x2_first.cu", "max_pool2d_k2x2_first.py", "max_pool2d_k2x2_first_cuda.py"]
+    cu = (out / "max_pool2d_k2x2_first.cu").read_text()
+    assert cu.startswith("// Generated by symgrad") and "--backend cuda" in cu.splitlines()[1]
+    r = _cli(["generate", "max_pool2d", "--kernel-size", "2", "--backend", "cuda", "--out", out, "--check"], tmp_path)
+    assert r.returncode == 0 and r.stdout.count("up to date") == 2, r.stdout + r.stderr
+    (out / "max_pool2d_k2x2_first.cu").write_text(cu.replace("K0 = 2", "K0 = 3"))
+    r = _cli(["generate", "max_pool2d", "--kernel-size", "2", "--backend", "cuda", "--out", out, "--check"], tmp_path)
+    assert r.returncode == 1 and "K0 = 3" in r.stdout
+    r = _cli(["generate", "relu", "--backend", "opencl", "--out", out], tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "opencl" in r.stderr
+
+
+def test_api_generate_cuda_refuses_before_writing(tmp_path):
+    (tmp_path / "relu_first.cu").write_text("// mine\n")
+    with pytest.raises(ValueError, match=r"refusing to overwrite .*relu_first.cu"):
+        symgrad.generate("relu", tmp_path, backend="cuda")
+    assert not (tmp_path / "relu_first_cuda.py").exists()
+    path = symgrad.generate("relu", tmp_path, backend="cuda", force=True)
+    assert path.name == "relu_first_cuda.py" and (tmp_path / "relu_first.cu").read_text().startswith("// Generated")
+
+
+def test_load_cuda_generates_into_the_cache_and_repairs_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    module = symgrad.load("clamp", backend="cuda", min=0.25)  # not in the catalog: the cache
+    assert module.SOURCE.is_file() and str(module.SOURCE).startswith(str(tmp_path))
+    assert "0.25f" in module.SOURCE.read_text()
+    key = naming.key(resolve("clamp", min=0.25), "cuda")
+    module.SOURCE.unlink()
+    monkeypatch.delitem(symgrad.api._LOADED, key)
+    again = symgrad.load("clamp", backend="cuda", min=0.25)
+    assert again.SOURCE.is_file() and again.SOURCE == module.SOURCE

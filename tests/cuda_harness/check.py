@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 import symgrad
-from symgrad.ops import OPS
+from symgrad import catalog
+from symgrad.ops import OPS, resolve
+from symgrad.policy import POLICIES  # noqa: F401  (re-exported for the tests)
 
 KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
 SPECIALS = np.array([np.nan, np.inf, -np.inf])
@@ -101,3 +103,75 @@ def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtyp
             if not a.transpose(axes).flags.c_contiguous:
                 problems.append(f"{tag}: {name} is not channels-last")
     return problems
+
+
+def _channels_last_ok(op: str, shapes) -> bool:
+    spec = OPS[op]
+    if spec.kind == "pool":
+        return len(shapes[0]) == spec.spatial + 2
+    return spec.kind == "maxout" and len(shapes[0]) >= 3
+
+
+def every_comparison(cp, op: str, params: dict, shapes, ties: str, setattr_) -> list[str]:
+    """All comparisons of one op and policy: tie-heavy inputs without and with NaN/inf, float64,
+    float32 and float16; channels-last (pools, maxout) or strided (elementwise) inputs; the
+    64-bit index kernels; reductions in several passes.  setattr_(obj, name, value) changes a
+    loader constant for the rest of the test (pytest's monkeypatch.setattr)."""
+    rng = np.random.default_rng(sum(map(ord, f"{op}{params}{ties}")))
+    module = symgrad.load(op, backend="cuda", ties=ties, **params)
+    problems = []
+    for specials in (False, True):
+        inputs = inputs_for(rng, op, shapes, specials)
+        for dtype in (np.float64, np.float32, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, module=module)
+    if _channels_last_ok(op, shapes):
+        for dtype in (np.float32, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, "channels_last", module=module)
+    if OPS[op].kind == "elementwise" and len(shapes) == 1:
+        problems += compare(cp, op, params, ties, inputs, np.float32, "strided", module=module)
+    if OPS[op].kind != "reduction":  # the 64-bit index kernels
+        setattr_(module, "INDEX32_LIMIT", 0)
+        problems += compare(cp, op, params, ties, inputs, np.float32, module=module)
+        if _channels_last_ok(op, shapes):
+            problems += compare(cp, op, params, ties, inputs, np.float64, "channels_last", module=module)
+    else:  # reductions in several passes
+        setattr_(module, "CHUNK", 2)
+        for dtype in (np.float64, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, module=module)
+    return problems
+
+
+# ----------------------------------------------------------------------------- the cases
+
+def _key(op, params):
+    return (op, repr(resolve(op, **params).params))
+
+
+def _extra_shapes(op):
+    kind = op.spec.kind
+    if kind == "pool":
+        return [(2, 2) + (5,) * op.spec.spatial]
+    if kind == "maxout":
+        return [(2, 2 * op.params["pieces"], 3)]
+    if kind == "reduction":
+        return [(3, 4, 5)]
+    return [(3, 4)] * len(op.spec.inputs)
+
+
+def cases():
+    """(op, params, input shapes): the test tables of conftest, and every other (op, parameters)
+    of the catalog."""
+    from conftest import ELEMENTWISE, WINDOWED
+
+    out = [(op, params, shapes) for op, params, shapes in ELEMENTWISE]
+    out += [(op, params, [shape]) for op, params, shape in WINDOWED]
+    seen = {_key(op, params) for op, params, _ in out}
+    for entry in catalog.entries():
+        params = {p.name: entry.params[p.name] for p in entry.spec.params
+                  if p.required or entry.params[p.name] != p.default}
+        if params.get("stride") == params.get("kernel_size"):
+            params.pop("stride", None)
+        if _key(entry.name, params) not in seen:
+            seen.add(_key(entry.name, params))
+            out.append((entry.name, params, _extra_shapes(entry)))
+    return out
