@@ -255,6 +255,11 @@ def cuda_context(op: Op) -> dict:
         "index_types": [{"name": n, "ctype": c} for n, c in CUDA_INDEX_TYPES],
         "layouts": [{"name": n, "cl": c} for n, c in CUDA_LAYOUTS],
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "loader_note": _wrap(
+            f"CUDA backend: forward and backward take and return CuPy arrays (float16, float32, "
+            f"float64, and bfloat16 where CuPy has it) and run the kernels of "
+            f"{naming.cuda_source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
+            f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
     }
     if isinstance(kernel, ElementwiseKernel):
         real_types = []

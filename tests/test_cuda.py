@@ -58,7 +58,9 @@ def host_cache(tmp_path_factory):
     """Every .cu source of the cases compiled for the CPU once, in parallel, into a session dir."""
     if harness.find_cxx() is None:
         pytest.skip(NO_CXX)
-    cache = tmp_path_factory.mktemp("cuda-host")
+    # $SYMGRAD_HARNESS_CACHE keeps the shared objects between sessions (keyed by a hash of the
+    # source, the compatibility header, the compiler and its flags)
+    cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("cuda-host"))
     sources = [next(s for n, s in render_cuda(resolve(op, ties, **params)).items() if n.endswith(".cu"))
                for op, params, _ in CASES for ties in POLICIES]
     harness.build_many(sources, cache)
@@ -541,3 +543,13 @@ def test_load_cuda_generates_into_the_cache_and_repairs_it(tmp_path, monkeypatch
     monkeypatch.delitem(symgrad.api._LOADED, key)
     again = symgrad.load("clamp", backend="cuda", min=0.25)
     assert again.SOURCE.is_file() and again.SOURCE == module.SOURCE
+
+
+def test_benchmark_script_explains_itself_and_what_it_needs():
+    script = ROOT / "benchmarks" / "cuda_pool.py"
+    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--channels-last" in r.stdout
+    if "cupy" in sys.modules or __import__("importlib").util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here: the missing-CuPy message is not shown")
+    r = subprocess.run([sys.executable, str(script), "--runs", "1"], capture_output=True, text=True)
+    assert r.returncode != 0 and "needs CuPy" in r.stderr and "Traceback" not in r.stderr

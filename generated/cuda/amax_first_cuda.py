@@ -20,9 +20,9 @@ NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with
     so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
     the policy.
 
-CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64, and
-bfloat16 where CuPy has it) and run the kernels of amax_first.cu, compiled by CuPy on first
-use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
+CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
+and bfloat16 where CuPy has it) and run the kernels of amax_first.cu, compiled by CuPy on
+first use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
 """
 
 from __future__ import annotations

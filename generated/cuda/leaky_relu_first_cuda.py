@@ -21,9 +21,9 @@ NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with
     so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
     the policy.
 
-CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64, and
-bfloat16 where CuPy has it) and run the kernels of leaky_relu_first.cu, compiled by CuPy on first
-use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
+CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
+and bfloat16 where CuPy has it) and run the kernels of leaky_relu_first.cu, compiled by CuPy
+on first use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
 """
 
 from __future__ import annotations
@@ -138,10 +138,13 @@ def _order(x):
     return order if x.transpose(order).flags.c_contiguous else None
 
 
+def _inverse(order: tuple) -> tuple:
+    return tuple(int(axis) for axis in np.argsort(order))
+
+
 def _empty(cp, shape: tuple, dtype, order: tuple):
     """An uninitialized array of this shape whose memory runs in this axis order."""
-    inverse = tuple(np.argsort(order))
-    return cp.empty(tuple(shape[axis] for axis in order), dtype=dtype).transpose(inverse)
+    return cp.empty(tuple(shape[axis] for axis in order), dtype=dtype).transpose(_inverse(order))
 
 
 def _operands(cp, shape: tuple, arrays: tuple):
@@ -173,7 +176,7 @@ def backward(grad_output, saved: Saved) -> tuple:
     shape, dtype = saved.output_shape, saved.dtype
     order, operands = _operands(cp, shape, (saved.x.astype(dtype, copy=False), ))
     if not grad_output.transpose(order).flags.c_contiguous:
-        grad_output = cp.ascontiguousarray(grad_output.transpose(order)).transpose(tuple(np.argsort(order)))
+        grad_output = cp.ascontiguousarray(grad_output.transpose(order)).transpose(_inverse(order))
     grads = tuple(_empty(cp, shape, dtype, order) for _ in INPUTS)
     ix, index = _index_type(grad_output.size)
     _launch(cp, f"backward_{_DTYPES[dtype.name]}_{ix}", grad_output.size, (grad_output, *operands, *grads, index(grad_output.size)))

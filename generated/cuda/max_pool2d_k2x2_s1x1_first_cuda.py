@@ -20,9 +20,10 @@ NaN: NaN dominates: a NaN wins every comparison in max and min and NaNs tie with
     so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under
     the policy.
 
-CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64, and
-bfloat16 where CuPy has it) and run the kernels of max_pool2d_k2x2_s1x1_first.cu, compiled by CuPy on first
-use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
+CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
+and bfloat16 where CuPy has it) and run the kernels of max_pool2d_k2x2_s1x1_first.cu,
+compiled by CuPy on first use.  CuPy is imported when it is first needed: pip install
+'symgrad[cuda]'.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def _empty(cp, shape: tuple, dtype, layout: str):
     if layout == "nchw":
         return cp.empty(shape, dtype=dtype)
     axes = _channels_last_axes(len(shape))
-    return cp.empty(tuple(shape[a] for a in axes), dtype=dtype).transpose(tuple(np.argsort(axes)))
+    return cp.empty(tuple(shape[a] for a in axes), dtype=dtype).transpose(tuple(int(a) for a in np.argsort(axes)))
 
 
 def _to_layout(cp, a, layout: str):

@@ -31,7 +31,9 @@ import numpy as np
 
 COMPAT = Path(__file__).resolve().with_name("compat.h")
 CXXFLAGS = ("-std=c++17", "-O0", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math",
-            "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas", "-Werror")
+            "-Wall", "-Wno-unused-function", "-Wno-unknown-pragmas", "-Werror",
+            # e.g. -fsanitize=address (then run python with LD_PRELOAD=$(g++ -print-file-name=libasan.so))
+            *os.environ.get("SYMGRAD_HARNESS_CXXFLAGS", "").split())
 
 _KERNEL = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(([^)]*)\)', re.S)
 _SCALARS = {"int": (np.int32, ctypes.c_int32), "long long": (np.int64, ctypes.c_int64),

@@ -26,7 +26,7 @@ def to_device(cp, a: np.ndarray, layout: str = "contiguous"):
         return cp.asarray(np.array(a, order="C"))
     if layout == "channels_last":
         axes = (0,) + tuple(range(2, a.ndim)) + (1,)
-        return cp.ascontiguousarray(cp.asarray(a).transpose(axes)).transpose(tuple(np.argsort(axes)))
+        return cp.ascontiguousarray(cp.asarray(a).transpose(axes)).transpose(tuple(int(i) for i in np.argsort(axes)))
     if layout == "strided":  # every other element of a twice larger buffer along the last axis
         big = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
         big[..., ::2] = cp.asarray(a)
