@@ -59,6 +59,25 @@ def test_backward_is_bitwise_reproducible(op, params, shape, ties, dtype):
         assert np.array_equal(first, again)
 
 
+def test_more_than_2_to_the_31_elements():
+    """A tensor of 2^31 + 1024 float16 elements (4 GiB): the 64-bit index kernels, checked at
+    the far end where 32-bit indices would wrap."""
+    free, _ = cp.cuda.Device().mem_info
+    if free < 16 * 2**30:
+        pytest.skip("needs 16 GiB of free GPU memory")
+    m = symgrad.load("max_pool1d", backend="cuda", kernel_size=2)
+    length = 2**30 + 512
+    x = cp.zeros((1, 2, length), dtype=cp.float16)
+    x[0, 1, -3] = 5  # in the last window but one, second element
+    x[0, 1, -2] = 7  # first element of the last window
+    y, saved = m.forward(x)
+    assert y.shape == (1, 2, length // 2)
+    assert float(y[0, 1, -2]) == 5 and float(y[0, 1, -1]) == 7 and int(saved.index[0, 1, -2]) == 1
+    (g,) = m.backward(cp.ones_like(y), saved)
+    assert float(g[0, 1, -3]) == 1 and float(g[0, 1, -4]) == 0 and float(g[0, 1, -2]) == 1
+    assert float(g.sum(dtype=cp.float64)) == y.size
+
+
 def test_arrays_stay_on_the_device():
     m = symgrad.load("max_pool2d", backend="cuda", kernel_size=2)
     x = cp.arange(2 * 3 * 4 * 4, dtype=cp.float32).reshape(2, 3, 4, 4)

@@ -177,7 +177,7 @@ def _rows(cp, x, dims: tuple, kept: tuple, n: int):
 def _unrows(cp, grad_rows, shape: tuple, dims: tuple):
     kept = [s for i, s in enumerate(shape) if i not in dims]
     moved = grad_rows.reshape(tuple(kept) + tuple(shape[i] for i in dims))
-    return cp.ascontiguousarray(cp.moveaxis(moved, tuple(range(len(kept), len(shape))), dims))
+    return cp.ascontiguousarray(cp.moveaxis(moved, tuple(range(len(kept), len(shape))), dims)).reshape(shape)
 
 
 def forward(x):
