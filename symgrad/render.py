@@ -229,7 +229,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
             saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
                      "n (the loader picks it at run time; the backward kernel takes it as long long)."]
         else:
-            saved = ["Saved state: backward recomputes from x and the output (both kept by reference) "
+            saved = ["Saved state: backward recomputes from x (as rows) and the output, both kept, "
                      "which elements attain each row's extremum"]
             saved[-1] += ("; forward also saves their number per row (the smallest unsigned type holding n; "
                           "the backward kernel takes it as long long)." if sel.counts else ".")

@@ -41,7 +41,7 @@
 //   amax_split_backward_<DT>(const T* grad_output, const T* x, const T* output, const long long* count, T* grad_x, long long rows, long long n)
 //       rows * n threads, one per input element
 //
-// Saved state: backward recomputes from x and the output (both kept by reference) which elements
+// Saved state: backward recomputes from x (as rows) and the output, both kept, which elements
 //   attain each row's extremum; forward also saves their number per row (the smallest unsigned
 //   type holding n; the backward kernel takes it as long long).
 //
