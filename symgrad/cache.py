@@ -44,8 +44,9 @@ def hash_path(path: Path) -> Path:
 def key_line(source: str) -> str | None:
     """The value of the '# key:' line in a module's header."""
     for _, line in zip(range(20), source.splitlines()):
-        if line.startswith("# key: "):
-            return line[len("# key: "):].strip()
+        for prefix in ("# key: ", "// key: "):  # Python modules, CUDA sources
+            if line.startswith(prefix):
+                return line[len(prefix):].strip()
     return None
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from . import docs as _docs
 from .ops import Op, resolve
-from .render import has_provenance, render_numpy
+from .render import has_provenance, render
 
 CATALOG_FILE = Path(__file__).resolve().parent / "catalog.toml"
 
@@ -22,12 +22,16 @@ def entries() -> list[Op]:
     return ops
 
 
+BACKENDS = ("numpy", "cuda")  # every entry is generated for each
+
+
 def render_all() -> dict[str, str]:
     """{relative path: source} of every catalog file."""
     files = {}
     for op in entries():
-        name, source = render_numpy(op)
-        files[f"numpy/{name}"] = source
+        for backend in BACKENDS:
+            for name, source in render(op, backend).items():
+                files[f"{backend}/{name}"] = source
     files.update(_docs.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files
 
@@ -35,7 +39,8 @@ def render_all() -> dict[str, str]:
 def stale_files(out: Path, files: dict[str, str]) -> list[Path]:
     """Generated files under out that the catalog no longer lists."""
     found = []
-    for sub, patterns in (("numpy", ("*.py",)), ("docs", ("*.md", "*.svg"))):
+    kinds = [(backend, ("*.py", "*.cu")) for backend in BACKENDS] + [("docs", ("*.md", "*.svg"))]
+    for sub, patterns in kinds:
         if (out / sub).is_dir():
             found += [p for pattern in patterns for p in (out / sub).glob(pattern)
                       if f"{sub}/{p.name}" not in files and has_provenance(p)]

@@ -14,7 +14,7 @@ from . import policy as _policy
 from .conventions import CONVENTIONS
 from .ops import OPS, ORDERS, Param, resolve
 from .printers import text
-from .render import render_numpy, settings_lines
+from .render import render, render_numpy, settings_lines
 
 MAX_ITEMS = 12  # per derivation step, unless --full
 
@@ -128,7 +128,8 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
     g.add_argument("op", nargs="?")
     _add_settings(g)
-    g.add_argument("--backend", choices=api.BACKENDS, default="numpy")
+    g.add_argument("--backend", choices=api.BACKENDS + ("all",), default="numpy",
+                   help="numpy (default), cuda (a .cu file and its CuPy loader), or all")
     g.add_argument("--out", type=_out_dir, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
@@ -227,20 +228,28 @@ def cmd_generate(ns, argv: list[str], out) -> int:
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
     op = _resolve(ns, argv)
-    name, source = render_numpy(op)
+    backends = api.BACKENDS if ns.backend == "all" else (ns.backend,)
+    files = {name: source for b in backends for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))
-    path = (ns.out or Path(".")) / name
+    paths = [(ns.out or Path(".")) / name for name in files]
     if ns.check:
-        d = api.check_file(path, source)
-        if d:
-            print(d, end="", file=out)
-            print(f"{path}: stale", file=sys.stderr)
-            return 1
-        print(f"{path}: up to date ({_settings_summary(op)})", file=out)
-        return 0
+        stale = 0
+        for path in paths:
+            d = api.check_file(path, files[path.name])
+            if d:
+                print(d, end="", file=out)
+                print(f"{path}: stale", file=sys.stderr)
+                stale += 1
+            else:
+                print(f"{path}: up to date ({_settings_summary(op)})", file=out)
+        return 1 if stale else 0
     _check_out_dir(ns.out)
-    changed = api.write_file(path, source, force=ns.force)
-    print(f"{'wrote' if changed else 'unchanged'} {path} (op {op.name}, {_settings_summary(op)})", file=out)
+    for path in paths:  # refuse before writing anything, so nothing is half-done
+        api._check_writable(path, files[path.name], ns.force)
+    for path in paths:
+        changed = api.write_file(path, files[path.name], force=ns.force)
+        print(f"{'wrote' if changed else 'unchanged'} {path} (op {op.name}, {_settings_summary(op)})",
+              file=out)
     return 0
 
 

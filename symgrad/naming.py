@@ -74,3 +74,23 @@ def key(op: Op, backend: str = "numpy") -> str:
 
 def cli_flag(param: str) -> str:
     return "--" + param.replace("_", "-")
+
+
+def cuda_source_name(op: Op) -> str:
+    """The CUDA kernel source of an op: <module>.cu."""
+    return module_name(op) + ".cu"
+
+
+def cuda_loader_name(op: Op) -> str:
+    """The CuPy loader of an op: <module>_cuda.py (apart from the NumPy module's name)."""
+    return module_name(op) + "_cuda.py"
+
+
+def cuda_namespace(op: Op) -> str:
+    """The C++ namespace that holds an op's device code (several .cu files can share a unit)."""
+    return "sg_" + module_name(op)
+
+
+def cuda_kernel_pattern(op: Op) -> str:
+    """extern "C" kernel names: <module>_<role>_<dtype>[_<layout>][_<index type>]."""
+    return module_name(op) + "_{role}"

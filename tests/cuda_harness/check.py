@@ -1,0 +1,177 @@
+"""Compare a generated CUDA module with the NumPy module of the same op, bit for bit.
+
+Used with the CPU stand-in for CuPy (``fake_cupy``) in the normal test suite and with CuPy on a
+GPU in the tests marked ``gpu``.  The NumPy module is the reference: float64 and float32 inputs
+are compared in their own type; float16 inputs (which the CUDA kernels compute in float32 and
+round once) are compared with the NumPy module run in float32 on the same values, rounded to
+float16.  Values are equal bit for bit, the sign of zero included; any NaN equals any NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import symgrad
+from symgrad import catalog
+from symgrad.ops import OPS, resolve
+from symgrad.policy import POLICIES  # noqa: F401  (re-exported for the tests)
+
+KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
+SPECIALS = np.array([np.nan, np.inf, -np.inf])
+
+
+def to_device(cp, a: np.ndarray, layout: str = "contiguous"):
+    """a on the device: C-contiguous, channels-last (N, ..., C in memory), or strided."""
+    if layout == "contiguous":
+        return cp.asarray(np.array(a, order="C"))
+    if layout == "channels_last":
+        axes = (0,) + tuple(range(2, a.ndim)) + (1,)
+        return cp.ascontiguousarray(cp.asarray(a).transpose(axes)).transpose(tuple(int(i) for i in np.argsort(axes)))
+    if layout == "strided":  # every other element of a twice larger buffer along the last axis
+        big = cp.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype)
+        big[..., ::2] = cp.asarray(a)
+        return big[..., ::2]
+    raise ValueError(layout)
+
+
+def to_host(cp, a) -> np.ndarray:
+    return np.asarray(cp.asnumpy(a)) if hasattr(cp, "asnumpy") else np.asarray(a)
+
+
+def mismatch(got: np.ndarray, want: np.ndarray) -> str:
+    """'' if got equals want bit for bit (any NaN equal to any NaN), else a description."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"shape/dtype {got.shape} {got.dtype} != {want.shape} {want.dtype}"
+    same = ((got == want) & (np.signbit(got) == np.signbit(want))) | (np.isnan(got) & np.isnan(want))
+    if same.all():
+        return ""
+    bad = np.argwhere(~same)[:5]
+    return "; ".join(f"at {tuple(i)}: {got[tuple(i)]!r} != {want[tuple(i)]!r}" for i in bad) + \
+        f" ({(~same).sum()} of {same.size} differ)"
+
+
+def inputs_for(rng, op: str, shapes, specials: bool) -> list[np.ndarray]:
+    """Tie-heavy float64 inputs: kink values for one-input elementwise ops, small integers else;
+    with NaN and +-inf sprinkled in when `specials`."""
+    out = []
+    for shape in shapes:
+        n = int(np.prod(shape))
+        if len(shapes) == 1 and OPS[op].kind == "elementwise":
+            x = rng.choice(KINKS, size=n)
+        else:
+            x = rng.integers(0, 3, size=n).astype(np.float64)
+        if specials and n:
+            where = rng.random(n) < 0.15
+            x[where] = rng.choice(SPECIALS, size=int(where.sum()))
+        out.append(x.reshape(shape))
+    return out
+
+
+def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtype,
+            layout: str = "contiguous", seed: int = 0, module=None) -> list[str]:
+    """Run both backends on the inputs (cast to dtype); return a list of mismatches ([] if none)."""
+    numpy_module = symgrad.load(op, ties=ties, **params)
+    cuda_module = module or symgrad.load(op, backend="cuda", ties=ties, **params)
+    ref = np.float32 if dtype == np.float16 else dtype
+    xs = [x.astype(dtype) for x in inputs]
+    y_ref, saved_ref = numpy_module.forward(*[x.astype(ref) for x in xs])
+    g = np.random.default_rng(seed).integers(-3, 4, size=y_ref.shape).astype(dtype)
+    grads_ref = numpy_module.backward(g.astype(ref), saved_ref)
+
+    y, saved = cuda_module.forward(*[to_device(cp, x, layout) for x in xs])
+    grads = cuda_module.backward(to_device(cp, g, layout if g.ndim == xs[0].ndim else "contiguous"), saved)
+    problems = []
+    tag = f"{op} {params} {ties} {np.dtype(dtype).name} {layout}"
+    m = mismatch(to_host(cp, y), y_ref.astype(dtype))
+    if m:
+        problems.append(f"{tag}: forward: {m}")
+    if len(grads) != len(grads_ref):
+        problems.append(f"{tag}: {len(grads)} gradients, want {len(grads_ref)}")
+    for k, (a, b) in enumerate(zip(grads, grads_ref)):
+        m = mismatch(to_host(cp, a), b.astype(dtype))
+        if m:
+            problems.append(f"{tag}: gradient {k}: {m}")
+    if "index" in saved_ref._fields and "index" in saved._fields:
+        got_index = to_host(cp, saved.index)
+        if got_index.dtype != saved_ref.index.dtype:
+            problems.append(f"{tag}: saved index dtype {got_index.dtype}, NumPy saves {saved_ref.index.dtype}")
+        if not np.array_equal(got_index.reshape(-1), np.asarray(saved_ref.index).reshape(-1)):
+            problems.append(f"{tag}: saved index differs from the NumPy module's")
+    if layout == "channels_last" and xs[0].ndim >= 3:
+        for name, a in (("output", y), ("grad_x", grads[0])):
+            axes = (0,) + tuple(range(2, a.ndim)) + (1,)
+            if not a.transpose(axes).flags.c_contiguous:
+                problems.append(f"{tag}: {name} is not channels-last")
+    return problems
+
+
+def _channels_last_ok(op: str, shapes) -> bool:
+    spec = OPS[op]
+    if spec.kind == "pool":
+        return len(shapes[0]) == spec.spatial + 2
+    return spec.kind == "maxout" and len(shapes[0]) >= 3
+
+
+def every_comparison(cp, op: str, params: dict, shapes, ties: str, setattr_) -> list[str]:
+    """All comparisons of one op and policy: tie-heavy inputs without and with NaN/inf, float64,
+    float32 and float16; channels-last (pools, maxout) or strided (elementwise) inputs; the
+    64-bit index kernels; reductions in several passes.  setattr_(obj, name, value) changes a
+    loader constant for the rest of the test (pytest's monkeypatch.setattr)."""
+    rng = np.random.default_rng(sum(map(ord, f"{op}{params}{ties}")))
+    module = symgrad.load(op, backend="cuda", ties=ties, **params)
+    problems = []
+    for specials in (False, True):
+        inputs = inputs_for(rng, op, shapes, specials)
+        for dtype in (np.float64, np.float32, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, module=module)
+    if _channels_last_ok(op, shapes):
+        for dtype in (np.float32, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, "channels_last", module=module)
+    if OPS[op].kind == "elementwise" and len(shapes) == 1:
+        problems += compare(cp, op, params, ties, inputs, np.float32, "strided", module=module)
+    if OPS[op].kind != "reduction":  # the 64-bit index kernels
+        setattr_(module, "INDEX32_LIMIT", 0)
+        problems += compare(cp, op, params, ties, inputs, np.float32, module=module)
+        if _channels_last_ok(op, shapes):
+            problems += compare(cp, op, params, ties, inputs, np.float64, "channels_last", module=module)
+    else:  # reductions in several passes
+        setattr_(module, "CHUNK", 2)
+        for dtype in (np.float64, np.float16):
+            problems += compare(cp, op, params, ties, inputs, dtype, module=module)
+    return problems
+
+
+# ----------------------------------------------------------------------------- the cases
+
+def _key(op, params):
+    return (op, repr(resolve(op, **params).params))
+
+
+def _extra_shapes(op):
+    kind = op.spec.kind
+    if kind == "pool":
+        return [(2, 2) + (5,) * op.spec.spatial]
+    if kind == "maxout":
+        return [(2, 2 * op.params["pieces"], 3)]
+    if kind == "reduction":
+        return [(3, 4, 5)]
+    return [(3, 4)] * len(op.spec.inputs)
+
+
+def cases():
+    """(op, params, input shapes): the test tables of conftest, and every other (op, parameters)
+    of the catalog."""
+    from conftest import ELEMENTWISE, WINDOWED
+
+    out = [(op, params, shapes) for op, params, shapes in ELEMENTWISE]
+    out += [(op, params, [shape]) for op, params, shape in WINDOWED]
+    seen = {_key(op, params) for op, params, _ in out}
+    for entry in catalog.entries():
+        params = {p.name: entry.params[p.name] for p in entry.spec.params
+                  if p.required or entry.params[p.name] != p.default}
+        if params.get("stride") == params.get("kernel_size"):
+            params.pop("stride", None)
+        if _key(entry.name, params) not in seen:
+            seen.add(_key(entry.name, params))
+            out.append((entry.name, params, _extra_shapes(entry)))
+    return out

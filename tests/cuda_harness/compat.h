@@ -1,0 +1,34 @@
+// Host compatibility header: compiles a symgrad .cu file with a host C++ compiler so that its
+// kernels run on the CPU.  A kernel becomes an ordinary function; the harness's launcher calls it
+// once per (block, thread) of the launch grid, serially, setting blockIdx and threadIdx first.
+// Only what the generated kernels use is mapped: the qualifiers, the four index variables and
+// the two bit-cast intrinsics.  The kernels use no shared memory, no barriers, no atomics and no
+// warp intrinsics, so serial execution of the threads is a faithful schedule.
+#pragma once
+
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+
+struct dim3 {
+  unsigned int x, y, z;
+};
+
+// set by the launcher before every call of a kernel
+static dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+static inline float __uint_as_float(unsigned int u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+static inline unsigned int __float_as_uint(float f) {
+  unsigned int u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
