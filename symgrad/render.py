@@ -131,6 +131,7 @@ def numpy_context(op: Op) -> dict:
         "ties": op.ties,
         "params": repr(op.params),
         "summary": op.spec.summary,
+        "imports": [],
     }
     if isinstance(kernel, ElementwiseKernel):
         ctx.update(
@@ -163,6 +164,8 @@ def numpy_context(op: Op) -> dict:
     )
     if op.spec.kind == "pool":
         ctx["spatial"] = op.spec.spatial
+    if kernel.geometry != "reduction":
+        ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
     return ctx
 
 
