@@ -82,6 +82,21 @@ def _check_backward(grad_output, saved) -> np.ndarray:
     return grad_output.astype(saved.dtype, copy=False)
 
 
+def _select(cond, a) -> np.ndarray:
+    """np.where(cond, a, 0), bit for bit: the bits of a times cond, in unsigned integers.
+
+    np.where branches on every element and runs several times slower on irregular conditions.
+    """
+    a = np.asarray(a)
+    if a.dtype.kind != "f":
+        return np.where(cond, a, 0)
+    shape = np.broadcast_shapes(np.shape(cond), a.shape)
+    out = np.empty(shape, dtype=a.dtype)
+    bits = np.dtype(f"u{a.itemsize}")
+    np.multiply(np.broadcast_to(a, shape).view(bits), cond, out=out.view(bits))
+    return out
+
+
 class _Element(NamedTuple):
     """Element `index` of every window: where it sits, and which windows hold it in the input."""
 
@@ -351,6 +366,6 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         for w in plan.elements:  # in scan order: overlaps add up in the order of the elements
             hit = hits(w)
             view = _cropped(acc, w, n, plan)
-            view += np.where(hit, grad_output/count, 0)
+            view += _select(hit, grad_output/count)
         _spread(acc, grad[b0:b1], plan)
     return (grad.reshape(saved.input_shape),)
