@@ -11,6 +11,7 @@ finite differences, SymPy and PyTorch.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -57,19 +58,22 @@ def test_window_blocks_agree_with_one_block(op, params, shape, ties, dtype, monk
     y0, s0, gx0 = _run(m, x, g)
     plan = m._layout(x.shape)[0]
     assert plan.planes >= 3
-    # blocks of 1 and 2 planes (forward, mask backward, disjoint backward), and scatter steps of
-    # one window, of part of a plane, and of two planes with a last step of one
+    # blocks of 1 and 2 planes (forward, backward), scatter steps of one window, of part of a
+    # plane, and of two planes with a last step of one,
+    # and overlapping windows both accumulated per element and scattered, whatever their size
     window_count = math.prod(plan.out_plane)
-    for block in (1, 2 * math.prod(plan.wide), 2 * window_count):
-        for scatter in (1, max(2, window_count // 2 + 1), 2 * window_count):
-            monkeypatch.setattr(m, "BLOCK", block)
-            if hasattr(m, "SCATTER"):
-                monkeypatch.setattr(m, "SCATTER", scatter)
-            y, saved, gx = _run(m, x, g)
-            np.testing.assert_array_equal(_bits(y), _bits(y0))
-            np.testing.assert_array_equal(_bits(gx), _bits(gx0))
-            if "index" in saved._fields:
-                np.testing.assert_array_equal(saved.index, s0.index)
+    for block, scatter, accumulate in itertools.product(
+            (1, 2 * math.prod(plan.wide), 2 * window_count),
+            (1, max(2, window_count // 2 + 1), 2 * window_count), (0, m.WINDOW)):
+        monkeypatch.setattr(m, "BLOCK", block)
+        if hasattr(m, "SCATTER"):
+            monkeypatch.setattr(m, "SCATTER", scatter)
+            monkeypatch.setattr(m, "ACCUMULATE_UP_TO", accumulate)
+        y, saved, gx = _run(m, x, g)
+        np.testing.assert_array_equal(_bits(y), _bits(y0))
+        np.testing.assert_array_equal(_bits(gx), _bits(gx0))
+        if "index" in saved._fields:
+            np.testing.assert_array_equal(saved.index, s0.index)
 
 
 def test_window_plan_cache_is_bounded_and_stays_correct():

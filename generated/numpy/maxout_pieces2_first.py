@@ -35,7 +35,8 @@ PIECES = 2
 WINDOW = 2  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
 BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
-SCATTER = 1 << 14  # windows per step when overlapping windows are scattered back
+ACCUMULATE_UP_TO = 4  # overlapping windows of up to this many elements: accumulate per element
+SCATTER = 1 << 14  # larger ones are scattered back, this many windows per step
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # unsigned integers as wide as each float type
 
 
@@ -258,39 +259,80 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each window's gradient routed to its winner, overlaps accumulated."""
     grad_output = _check_backward(grad_output, saved)
     plan, _ = _layout(saved.input_shape)
-    dtype = saved.dtype
-    u = _UINT[dtype.itemsize]
-    grad_output = grad_output.reshape((plan.planes,) + plan.out_plane)
-    index = saved.index
+    grads = grad_output.reshape((plan.planes,) + plan.out_plane)
     if plan.disjoint:
-        # No input element is in two windows: write each element of grad_x once, in place, one
-        # window element at a time (a strided view of grad_x per element).
-        grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, dtype)
-        bits = grad.view(u)
-        block = max(1, min(plan.planes, BLOCK // math.prod(plan.out_plane)))
-        won = np.empty((block,) + plan.out_plane, dtype=bool)
-        g = np.empty((block,) + plan.out_plane, dtype=dtype)
-        for b0 in range(0, plan.planes, block):
-            b1 = min(b0 + block, plan.planes)
-            n = b1 - b0
-            g_bits = np.add(grad_output[b0:b1], 0, out=g[:n]).view(u)  # 0 + g, as adding into zeros
-            for w in plan.elements:
-                if w.input is None:
-                    continue
-                np.equal(index[b0:b1], w.index, out=won[:n])
-                # grad_output where this element won, else +0.0: on the bits, exact for NaN and inf
-                np.multiply(g_bits[(slice(None),) + w.output], won[(slice(0, n),) + w.output],
-                            out=bits[(slice(b0, b1),) + w.input])
-        return (grad.reshape(saved.input_shape),)
-    # Windows overlap: add each window's gradient at its winner's flat position, the windows in
-    # reverse order, so that the contributions to every element add up in the scan order of the
-    # window elements (later elements belong to earlier windows), as accumulating per element does.
+        grad = _write_disjoint(grads, saved.index, plan)
+    elif WINDOW <= ACCUMULATE_UP_TO:
+        grad = _accumulate(grads, saved.index, plan)
+    else:
+        grad = _scatter(grads, saved.index, plan)
+    return (grad.reshape(saved.input_shape),)
+
+
+def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """No input element is in two windows: write each element of grad_x once, in place, one
+    window element at a time (a strided view of grad_x per element)."""
+    grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, grads.dtype)
+    u = _UINT[grads.itemsize]
+    bits, g_bits = grad.view(u), grads.view(u)
+    block = max(1, min(plan.planes, BLOCK // math.prod(plan.out_plane)))
+    nonzero = np.empty((block,) + plan.out_plane, dtype=bool)
+    won = np.empty(nonzero.shape, dtype=bool)
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        np.not_equal(grads[b0:b1], 0, out=nonzero[:n])  # a -0.0 gradient lands as +0.0 (0 + g)
+        for w in plan.elements:
+            if w.input is None:
+                continue
+            np.equal(index[b0:b1], w.index, out=won[:n])
+            won[:n] &= nonzero[:n]
+            # grad_output where this element won, else +0.0: on the bits, exact for NaN and inf
+            np.multiply(g_bits[(slice(b0, b1),) + w.output], won[(slice(0, n),) + w.output],
+                        out=bits[(slice(b0, b1),) + w.input])
+    return grad
+
+
+def _accumulate(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """Small overlapping windows: for each window element in scan order, add the gradient of the
+    windows it won to its phase plane; one long array operation per element on the wide grid."""
+    dtype = grads.dtype
+    u = _UINT[dtype.itemsize]
+    size = math.prod(plan.wide)
+    crop = (slice(None),) + tuple(slice(0, n) for n in plan.out_plane)
+    block = _block(plan)
+    g_wide = np.zeros((block,) + plan.wide, dtype=u)  # off the output grid: 0, adds +0.0
+    i_wide = np.zeros((block,) + plan.wide, dtype=INDEX_DTYPE)
+    acc = np.empty((plan.phase_count, block * size + max(e.start for e in plan.elements)), dtype)
+    won = np.empty(block * size, dtype=bool)
+    term = np.empty(block * size, dtype=u)
+    grad = np.empty((plan.planes,) + plan.plane_shape, dtype)  # every element is in a phase
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        g_wide[:n][crop] = grads[b0:b1].view(u)
+        i_wide[:n][crop] = index[b0:b1]
+        acc.fill(0)
+        for w in plan.elements:
+            np.equal(i_wide[:n].reshape(-1), w.index, out=won[:n * size])
+            # grad_output where this element won, else +0.0: on the bits, exact for NaN and inf
+            np.multiply(g_wide[:n].reshape(-1), won[:n * size], out=term[:n * size])
+            view = acc[w.phase, w.start:w.start + n * size]
+            np.add(view, term[:n * size].view(dtype), out=view)
+        _spread(acc, grad[b0:b1], plan)
+    return grad
+
+
+def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """Large overlapping windows: add each window's gradient at its winner's flat position, the
+    windows in reverse order, so that the contributions to every element add up in the scan order
+    of the window elements (later elements belong to earlier windows), as in _accumulate."""
     size, count = math.prod(plan.plane_shape), math.prod(plan.out_plane)
-    grad = np.zeros(plan.planes * size, dtype=dtype)
+    grad = np.zeros(plan.planes * size, dtype=grads.dtype)
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
-    g, index = grad_output.reshape(-1), index.reshape(-1)
+    g, index = grads.reshape(-1), index.reshape(-1)
     if count <= SCATTER:  # whole planes per step
-        per = SCATTER // count
+        per = min(plan.planes, SCATTER // count)
         origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
         steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0)
                  for b in range(0, plan.planes, per)]
@@ -302,4 +344,4 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         position = np.take(offsets, index[i0:i1])
         position += origin[k:k + i1 - i0]
         np.add.at(grad[at:], position[::-1], g[i0:i1][::-1])
-    return (grad.reshape(saved.input_shape),)
+    return grad
