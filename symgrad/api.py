@@ -10,11 +10,11 @@ from pathlib import Path
 from types import ModuleType
 
 from . import naming
+from .derivations import derive as _derive
 from .derive import Derivation
-from .derive import derive as _derive
 from .ops import OPS, resolve
 from .policy import POLICIES
-from .render import diff, has_provenance, render_numpy, write_atomic  # noqa: F401
+from .render import code_hash, diff, has_provenance, render_numpy, write_atomic  # noqa: F401
 
 BACKENDS = ("numpy",)
 CONVENTIONS: tuple[str, ...] = ()  # framework presets arrive with the conventions issue
@@ -139,7 +139,8 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
         catalog = catalog_dir()
         path = catalog / backend / name if catalog else None
         if path is None or _key_of(path) != key:
-            path = cache_dir() / backend / key / name
+            # the directory also names the generator's code: a changed generator regenerates
+            path = cache_dir() / backend / f"{key}-{code_hash()[:12]}" / name
             if _key_of(path) != key:
                 _, source = render_numpy(spec)
                 write_atomic(path, source)

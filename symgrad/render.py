@@ -8,6 +8,8 @@ provenance header is never overwritten without ``force``.
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +18,8 @@ import jinja2
 
 from . import __version__, naming
 from . import policy as _policy
-from .derive import Derivation, derive
+from .derivations import derive
+from .derive import Derivation
 from .lower import ElementwiseKernel, WindowKernel, lower
 from .ops import Op
 from .printers import _bare, text
@@ -40,6 +43,20 @@ def templates_dir() -> Path:
 
 
 _ENV = None
+
+
+@functools.lru_cache(maxsize=1)
+def code_hash() -> str:
+    """Hash of everything that generates code: symgrad's modules, the templates, SymPy's version.
+
+    The module cache keys on it, so that a changed generator never serves a stale module.
+    """
+    import sympy
+    h = hashlib.sha256(f"sympy {sympy.__version__}".encode())
+    for path in sorted(_PKG.glob("*.py")) + sorted((templates_dir() / "numpy").glob("*.jinja")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def environment() -> jinja2.Environment:
@@ -122,7 +139,7 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
 
 
 def numpy_context(op: Op) -> dict:
-    d = derive(op)
+    d = derive(op, display=False)  # code needs the partials, not the display of the raw derivative
     kernel = lower(d)
     ctx = {
         "header": _header(op, "numpy"),

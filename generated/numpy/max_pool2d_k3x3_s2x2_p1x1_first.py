@@ -419,7 +419,7 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
     g, index = grads.reshape(-1), index.reshape(-1)
     if count <= SCATTER:  # whole planes per step
-        per = min(plan.planes, SCATTER // count)
+        per = max(1, min(plan.planes, SCATTER // count))
         origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
         steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0)
                  for b in range(0, plan.planes, per)]
