@@ -60,15 +60,17 @@ def test_window_blocks_agree_with_one_block(op, params, shape, ties, dtype, monk
     assert plan.planes >= 3
     # blocks of 1 and 2 planes (forward, backward), scatter steps of one window, of part of a
     # plane, and of two planes with a last step of one,
-    # and overlapping windows both accumulated per element and scattered, whatever their size
+    # and every backward path whatever the window size: disjoint windows written directly or
+    # scattered, overlapping ones accumulated per element or scattered
     window_count = math.prod(plan.out_plane)
-    for block, scatter, accumulate in itertools.product(
+    for block, scatter, threshold in itertools.product(
             (1, 2 * math.prod(plan.wide), 2 * window_count),
             (1, max(2, window_count // 2 + 1), 2 * window_count), (0, m.WINDOW)):
         monkeypatch.setattr(m, "BLOCK", block)
         if hasattr(m, "SCATTER"):
             monkeypatch.setattr(m, "SCATTER", scatter)
-            monkeypatch.setattr(m, "ACCUMULATE_UP_TO", accumulate)
+            monkeypatch.setattr(m, "ACCUMULATE_UP_TO", threshold)
+            monkeypatch.setattr(m, "WRITE_UP_TO", threshold)
         y, saved, gx = _run(m, x, g)
         np.testing.assert_array_equal(_bits(y), _bits(y0))
         np.testing.assert_array_equal(_bits(gx), _bits(gx0))

@@ -35,8 +35,12 @@ PIECES = 2
 WINDOW = 2  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
 BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
-ACCUMULATE_UP_TO = 4  # overlapping windows of up to this many elements: accumulate per element
-SCATTER = 1 << 14  # larger ones are scattered back, this many windows per step
+# backward: disjoint windows of up to WRITE_UP_TO elements write grad_x through one view per
+# window element, overlapping ones of up to ACCUMULATE_UP_TO elements accumulate per element in
+# phase planes, and the others are scattered back, SCATTER windows per step
+WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab
+ACCUMULATE_UP_TO = 4
+SCATTER = 1 << 14
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # unsigned integers as wide as each float type
 
 
@@ -260,9 +264,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved)
     plan, _ = _layout(saved.input_shape)
     grads = grad_output.reshape((plan.planes,) + plan.out_plane)
-    if plan.disjoint:
+    if plan.disjoint and WINDOW <= WRITE_UP_TO:
         grad = _write_disjoint(grads, saved.index, plan)
-    elif WINDOW <= ACCUMULATE_UP_TO:
+    elif not plan.disjoint and WINDOW <= ACCUMULATE_UP_TO:
         grad = _accumulate(grads, saved.index, plan)
     else:
         grad = _scatter(grads, saved.index, plan)
@@ -271,7 +275,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
 
 def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     """No input element is in two windows: write each element of grad_x once, in place, one
-    window element at a time (a strided view of grad_x per element)."""
+    window element at a time (a view of grad_x per element)."""
     grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, grads.dtype)
     u = _UINT[grads.itemsize]
     bits, g_bits = grad.view(u), grads.view(u)
@@ -324,9 +328,9 @@ def _accumulate(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray
 
 
 def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
-    """Large overlapping windows: add each window's gradient at its winner's flat position, the
-    windows in reverse order, so that the contributions to every element add up in the scan order
-    of the window elements (later elements belong to earlier windows), as in _accumulate."""
+    """Larger windows: add each window's gradient at its winner's flat position, the windows in
+    reverse order, so that the contributions to every element add up in the scan order of the
+    window elements (later elements belong to earlier windows), as in _accumulate."""
     size, count = math.prod(plan.plane_shape), math.prod(plan.out_plane)
     grad = np.zeros(plan.planes * size, dtype=grads.dtype)
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
