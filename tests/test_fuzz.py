@@ -4,6 +4,7 @@
   types (negative, zero, huge, floats for ints, wrong tuple lengths, None, strings, bytes, NumPy
   scalars and arrays, Fractions, Decimals, complex, objects);
 * the CLI, run in-process on random argument lists (and a sample through a real subprocess);
+* modules generated for random float parameters (bounds, slopes), checked at and next to them;
 * generated forward/backward with random shapes, ranks, dtypes (floats, ints, bools, complex,
   object, strings, byte-swapped), non-contiguous, broadcast, read-only, zero-size and subclassed
   arrays, a saved value from a different call or module, and grad_output of wrong shapes/dtypes.
@@ -588,5 +589,48 @@ def test_fuzz_forward_backward(modules):
             assert type(gx) is np.ndarray and gx.shape == a.shape and gx.dtype.type == a.dtype.type, \
                 (k, gx.shape, gx.dtype, a.shape, a.dtype)
             _close(gx, want, a.dtype, f"gradient {k}")
+
+    run()
+
+
+# ----------------------------------------------------------------------------- parameter values
+
+@st.composite
+def float_params(draw):
+    """An elementwise op with random finite bounds or slope (subnormals, huge, ints included)."""
+    number = st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                       st.integers(-(2**53), 2**53), st.sampled_from([0.1, 1 / 3, -0.0, 5e-324, 2.0**-1022]))
+    op = draw(st.sampled_from(["clamp", "hardtanh", "leaky_relu"]))
+    if op == "leaky_relu":
+        params = {"negative_slope": draw(number)}
+    else:
+        lo, hi = draw(number), draw(number)
+        if op == "hardtanh":
+            lo, hi = min(lo, hi), max(lo, hi)
+            params = {"min_val": lo, "max_val": hi}
+        else:
+            params = draw(st.sampled_from([{"min": lo, "max": hi}, {"min": lo}, {"max": hi}]))
+    return op, params, draw(st.sampled_from(POLICIES))
+
+
+def test_fuzz_parameter_values_compute_correctly():
+    """Modules generated for random parameter values compute the documented result exactly at
+    and next to those values (every literal round-trips into the code), in float64."""
+    @settings(FUZZ, max_examples=max(50, FUZZ_EXAMPLES // 16))
+    @given(case=float_params())
+    def run(case):
+        op, params, ties = case
+        _count("load (computed)")
+        m = symgrad.load(op, ties=ties, **params)
+        values = [float(v) for v in params.values() if v is not None]
+        with np.errstate(over="ignore"):  # the neighbour of the largest finite value is inf
+            near = [np.nextafter(v, s) for v in values for s in (-np.inf, np.inf)]
+        x = np.array(sorted({*values, *near, 0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan}, key=repr))
+        with np.errstate(all="ignore"):
+            y, saved = m.forward(x)
+            (gx,) = m.backward(np.ones_like(y), saved)
+        want_y, (want_g,) = reference(op, params, ties, [x], np.ones_like(y))
+        np.testing.assert_array_equal(y, want_y)
+        np.testing.assert_allclose(gx, want_g, rtol=1e-15, atol=0)
 
     run()
