@@ -14,7 +14,6 @@ import numpy as np
 import symgrad
 from symgrad import catalog
 from symgrad.ops import OPS, resolve
-from symgrad.policy import POLICIES  # noqa: F401  (re-exported for the tests)
 
 KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
 SPECIALS = np.array([np.nan, np.inf, -np.inf])
