@@ -213,8 +213,10 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
   }
 }
 
-// Gather form: one thread per input element visits, in window-local order, every window that
-// holds it, and adds that window's gradient where the element is the window's winner.
+// Gather form: one thread per input element visits every window that holds it, and adds that
+// window's gradient where the element is the window's winner.  Windows are visited from the last
+// window-local offset to the first, which is the order of the output positions (row-major): the
+// sums round as the NumPy backend's, PyTorch's and XLA's do.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output,
     const index_t* __restrict__ index,
@@ -229,7 +231,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     const I ow = b * os.sb + ch * os.sc;
     acc g = 0;
     #pragma unroll
-    for (int k0 = 0; k0 < K0; ++k0) {
+    for (int k0 = K0 - 1; k0 >= 0; --k0) {
       const I q0 = i0 + P0 - k0 * D0;  // p0 * S0 for the window p0 holding i0 at k0
       if (q0 < 0 || q0 % S0 != 0 || q0 / S0 >= o0) continue;
       const I o = ow + (q0 / S0) * os.s0;

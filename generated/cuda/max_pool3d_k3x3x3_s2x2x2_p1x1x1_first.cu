@@ -231,8 +231,10 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
   }
 }
 
-// Gather form: one thread per input element visits, in window-local order, every window that
-// holds it, and adds that window's gradient where the element is the window's winner.
+// Gather form: one thread per input element visits every window that holds it, and adds that
+// window's gradient where the element is the window's winner.  Windows are visited from the last
+// window-local offset to the first, which is the order of the output positions (row-major): the
+// sums round as the NumPy backend's, PyTorch's and XLA's do.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output,
     const index_t* __restrict__ index,
@@ -247,15 +249,15 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     const I ow = b * os.sb + ch * os.sc;
     acc g = 0;
     #pragma unroll
-    for (int k0 = 0; k0 < K0; ++k0) {
+    for (int k0 = K0 - 1; k0 >= 0; --k0) {
       const I q0 = i0 + P0 - k0 * D0;  // p0 * S0 for the window p0 holding i0 at k0
       if (q0 < 0 || q0 % S0 != 0 || q0 / S0 >= o0) continue;
       #pragma unroll
-      for (int k1 = 0; k1 < K1; ++k1) {
+      for (int k1 = K1 - 1; k1 >= 0; --k1) {
         const I q1 = i1 + P1 - k1 * D1;  // p1 * S1 for the window p1 holding i1 at k1
         if (q1 < 0 || q1 % S1 != 0 || q1 / S1 >= o1) continue;
         #pragma unroll
-        for (int k2 = 0; k2 < K2; ++k2) {
+        for (int k2 = K2 - 1; k2 >= 0; --k2) {
           const I q2 = i2 + P2 - k2 * D2;  // p2 * S2 for the window p2 holding i2 at k2
           if (q2 < 0 || q2 % S2 != 0 || q2 / S2 >= o2) continue;
           const I o = ow + (q0 / S0) * os.s0 + (q1 / S1) * os.s1 + (q2 / S2) * os.s2;

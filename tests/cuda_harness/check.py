@@ -16,7 +16,9 @@ from symgrad import catalog
 from symgrad.ops import OPS, resolve
 
 KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
-SPECIALS = np.array([np.nan, np.inf, -np.inf])
+# issue 8: NaN, +-inf, -0.0, the smallest subnormal and the largest finite value (float64; each
+# dtype rounds them on conversion, the same for both backends)
+SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 5e-324, 1.7976931348623157e308, -1.7976931348623157e308])
 
 
 def to_device(cp, a: np.ndarray, layout: str = "contiguous"):
