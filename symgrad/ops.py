@@ -195,7 +195,12 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         else:
             origin.append((key, "default"))
     ties = _policy.check_policy(ties if ties is not None else (preset.ties if preset else None))
-    nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties)
+    try:
+        nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties)
+    except ValueError as exc:
+        if preset is None or nan is not None:
+            raise
+        raise ValueError(f"{name}: convention={convention!r} uses {exc}") from None
     order = order if order is not None else (preset.order if preset else "given")
     if not isinstance(order, str) or order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")

@@ -117,8 +117,8 @@ def check_nan(nan: object, ties: str) -> str:
     if nan not in NAN_RULES:
         raise ValueError(f"unknown NaN rule {nan!r}; expected one of: {', '.join(NAN_RULES)}")
     if ties not in NAN_RULES[nan].policies:
-        raise ValueError(f"NaN rule {nan!r} needs tie policy {' or '.join(NAN_RULES[nan].policies)}, "
-                         f"not {ties!r}")
+        raise ValueError(f"NaN rule {nan!r} expects tie policy {' or '.join(NAN_RULES[nan].policies)}, "
+                         f"not ties={ties!r}; pass nan= (or ties=) to match")
     return nan
 
 

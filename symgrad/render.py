@@ -339,7 +339,7 @@ def render(op: Op, backend: str) -> dict[str, str]:
         if op.nan != "dominate" or op.padding_mode != "never_wins":
             # the CUDA templates implement the default NaN rule and padding that never wins; the
             # framework presets' other rules are generated and tested for NumPy only so far
-            raise ValueError(f"{op.name}: the CUDA backend supports NaN rule 'dominate' with padding "
+            raise ValueError(f"{op.name}: backend='cuda' expects NaN rule 'dominate' with padding "
                              f"that never wins, not nan={op.nan!r}"
                              + (f" (convention {op.convention!r})" if op.convention else "")
                              + "; use backend='numpy'")

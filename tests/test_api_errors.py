@@ -76,7 +76,7 @@ API_ERRORS = [
     ("convention", "relu", {"convention": "pytorch"}, ValueError, r"convention.*'pytorch'.*torch, jax"),
     ("convention-type", "relu", {"convention": 3}, TypeError, r"convention must be"),
     ("nan-rule", "relu", {"nan": "propagate"}, ValueError, r"NaN rule 'propagate'"),
-    ("nan-vs-policy", "relu", {"nan": "zero"}, ValueError, r"NaN rule 'zero' needs tie policy split or all"),
+    ("nan-vs-policy", "relu", {"nan": "zero"}, ValueError, r"NaN rule 'zero' expects tie policy split or all"),
     ("order", "relu", {"order": "backwards"}, ValueError, r"order must be one of given, reversed"),
     ("order-window", "max_pool1d", {"kernel_size": 2, "order": "reversed"}, ValueError, r"order='reversed' applies to elementwise"),
 ]
