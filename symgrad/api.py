@@ -13,7 +13,6 @@ from . import naming
 from .derive import Derivation
 from .derive import derive as _derive
 from .ops import OPS, resolve
-from .policy import POLICIES
 from .render import diff, has_provenance, render, render_numpy, write_atomic  # noqa: F401
 from . import cache as _cache
 from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)

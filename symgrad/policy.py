@@ -74,11 +74,6 @@ FORMULA = {
     "all": _formula_mask(False),
 }
 
-NAN_RULE = (
-    "NaN dominates: a NaN wins every comparison in max and min and NaNs tie with each other, "
-    "so a window holding NaN outputs NaN and its gradient goes to its NaN element(s) under the policy"
-)
-
 
 @dataclass(frozen=True)
 class NanRule:
