@@ -118,7 +118,8 @@ def info(root: Path | None = None) -> dict:
 
 def _ours(p: Path) -> bool:
     n = p.name
-    return n.endswith((".py", ".py" + HASH_SUFFIX)) or (n.startswith(".") and n.endswith(".tmp"))
+    return (n.endswith((".py", ".cu", ".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX))
+            or (n.startswith(".") and n.endswith(".tmp")))
 
 
 def clear(root: Path | None = None) -> int:

@@ -466,6 +466,17 @@ def test_cache_info_and_clear(tmp_path, monkeypatch):
     assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 1"
 
 
+def test_cache_clear_removes_cuda_entries(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setattr(api, "_LOADED", {})
+    symgrad.load("leaky_relu", negative_slope=0.375, backend="cuda")  # CuPy is imported lazily
+    names = sorted(p.name for p in (tmp_path / "c").rglob("*") if p.is_file())
+    assert any(n.endswith(".cu") for n in names) and any(n.endswith(".py") for n in names)
+    rc, out, _ = run_cli("cache", "clear")
+    assert rc == 0 and out.strip() == f"removed 1 entries from {tmp_path / 'c'}"
+    assert [p for p in (tmp_path / "c").rglob("*") if p.is_file()] == []
+
+
 def test_cache_clear_keeps_foreign_files_inside_an_entry(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(api, "_LOADED", {})
