@@ -466,7 +466,7 @@ def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
                       tuple(delta_items)))
     fin = [(f"d{n.symbol}/d{v}", e) for n in nodes for v, e in n.partials.items()]
     if len(nodes) > 1:
-        fin += [(f"dy/d{s} (chain rule)", e) for s, e in partials.items()]
+        fin += [(f"dout/d{s} (chain rule)", e) for s, e in partials.items()]
     steps.append(Step("final partials", "what is left after the delta terms cancel", tuple(fin)))
     return steps
 
@@ -522,6 +522,7 @@ class ExprDerivation(Derivation):
 
     root: sp.Expr = None
     text: str = ""
+    root_partials: dict = field(default_factory=dict)  # atom -> dout/datom
 
 
 def _is_affine(e: sp.Expr) -> bool:
@@ -546,6 +547,23 @@ class _Nodes:
         self.memo[key] = sym
         return sym
 
+    def affine_in_node(self, e: sp.Expr) -> sp.Expr:
+        """e as c*s + k for a smooth node s with value v (e = c*v + k), else e (-x*y: -s0)."""
+        for n in self.nodes:
+            if n.kind != "smooth":
+                continue
+            k = sp.expand(e - n.value)
+            if k.is_number:
+                return n.symbol + k
+            c = sp.cancel(e / n.value)
+            if c.is_number and c != 0:
+                return c * n.symbol
+        return e
+
+    def share(self, e: sp.Expr) -> sp.Expr:
+        """e with the value of every smooth node replaced by its symbol (exp(s0) -> s2)."""
+        return e.xreplace({n.value: n.symbol for n in self.nodes if n.kind == "smooth"})
+
     def cut(self, e: sp.Expr) -> sp.Expr:
         """e over inputs and node symbols (innermost nodes created first)."""
         from .expr import HeavisideOf, PiecewiseOf, SignOf
@@ -555,6 +573,8 @@ class _Nodes:
             pieces = []
             for a in e.args:
                 a = self.cut(a)
+                if not _is_affine(a):
+                    a = self.affine_in_node(a)
                 if not _is_affine(a):
                     a = self.add("s", "smooth", a)
                 if a not in pieces:  # an equal piece never changes the value (see README)
@@ -575,7 +595,14 @@ class _Nodes:
             args = [Indicator(type(a.rel)(self.cut(a.rel.lhs), self.cut(a.rel.rhs), evaluate=False))
                     if isinstance(a, Indicator) else self.cut(a) for a in e.args]
             return self.add("h", "piecewise", PiecewiseOf(*args))
-        return e.func(*[self.cut(a) for a in e.args])
+        out = e.func(*[self.cut(a) for a in e.args])
+        if ("smooth", out) in self.memo:  # a smooth node's value elsewhere: share it
+            return self.memo[("smooth", out)]
+        if isinstance(out, sp.Function) or (out.is_Pow and not out.exp.is_Integer):
+            # a function call (exp, log, sqrt, tanh, ...) is evaluated once: forward and backward
+            # (its derivative is written in its value where it can be: d exp(u) = exp(u) du)
+            return self.add("s", "smooth", out)
+        return out
 
 
 def _piecewise_map(pw, f) -> sp.Expr:
@@ -598,7 +625,7 @@ def _derive_expression(text: str, expr: sp.Expr, inputs: tuple, ties: str, op: O
     checks = []
     for node in cutter.nodes:
         if node.kind == "smooth":
-            node.partials = {a: sp.diff(node.value, a) for a in _ordered(node.value, syms)}
+            node.partials = {a: cutter.share(sp.diff(node.value, a)) for a in _ordered(node.value, syms)}
         elif node.kind in ("max", "min"):
             w = _make_node(node.symbol, node.value, ties)
             node.wnode = w
@@ -614,7 +641,7 @@ def _derive_expression(text: str, expr: sp.Expr, inputs: tuple, ties: str, op: O
         elif node.kind == "heaviside0":
             node.partials = {}
         else:  # piecewise
-            node.partials = {a: _piecewise_map(node.value, lambda v, a=a: sp.diff(v, a))
+            node.partials = {a: _piecewise_map(node.value, lambda v, a=a: cutter.share(sp.diff(v, a)))
                              for a in _ordered(node.value, syms)}
     checks.append("Heaviside, sign and Piecewise nodes: a.e. derivative, no DiracDelta kept")
     # chain rule, innermost first: total[atom][input]
@@ -622,12 +649,13 @@ def _derive_expression(text: str, expr: sp.Expr, inputs: tuple, ties: str, op: O
     for node in cutter.nodes:
         total[node.symbol] = {t: sp.Add(*[p * total[a][t] for a, p in node.partials.items()])
                               for t in syms}
-    partials = {t: sp.Add(*[sp.diff(root, a) * total[a][t] for a in _ordered(root, syms)])
-                for t in syms}
+    root_partials = {a: cutter.share(sp.diff(root, a)) for a in _ordered(root, syms)}
+    partials = {t: sp.Add(*[p * total[a][t] for a, p in root_partials.items()]) for t in syms}
     for t, e in partials.items():
         if e.has(sp.DiracDelta, sp.Heaviside, HeavisideOf, SignOf):
             raise AssertionError(f"dy/d{t} still holds a delta or step: {e}")
-    d = ExprDerivation(op, syms, expr, cutter.nodes, partials, [], checks, root=root, text=text)
+    d = ExprDerivation(op, syms, expr, cutter.nodes, partials, [], checks, root=root, text=text,
+                       root_partials=root_partials)
     d.steps = _expr_steps(d)
     return d
 
@@ -641,7 +669,7 @@ def _ordered(e: sp.Expr, inputs: tuple) -> list:
 
 def _expr_steps(d: ExprDerivation) -> list[Step]:
     from .printers import text
-    items = [(str(n.symbol), n.value) for n in d.nodes] + [("y", d.root)]
+    items = [(str(n.symbol), n.value) for n in d.nodes] + [("out", d.root)]
     steps = [Step("forward", f"{d.text}, cut into nodes (innermost first); equal subexpressions "
                   "share a node", tuple(items))]
     notes = tuple((f"{n.symbol} ({n.kind})", sp.Symbol(n.note)) for n in d.nodes if n.kind != "smooth")
@@ -679,7 +707,7 @@ def _expr_steps(d: ExprDerivation) -> list[Step]:
     steps.append(Step("delta elimination", "sifting: each delta group restricted to its support "
                       "cancels to 0", tuple(deltas)))
     fin = [(f"d{n.symbol}/d{a}", e) for n in d.nodes for a, e in n.partials.items()]
-    fin += [(f"dy/d{a}", sp.diff(d.root, a)) for a in _ordered(d.root, d.inputs)]
-    fin += [(f"dy/d{s} (chain rule)", e) for s, e in d.partials.items()]
+    fin += [(f"dout/d{a}", e) for a, e in d.root_partials.items()]
+    fin += [(f"dout/d{s} (chain rule)", e) for s, e in d.partials.items()]
     steps.append(Step("final partials", "a.e. partials of each node, then the chain rule", tuple(fin)))
     return steps

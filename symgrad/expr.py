@@ -121,8 +121,19 @@ class PiecewiseOf(sp.Function):
         return f"Piecewise({inner}, ({printer._print(last)}, True))"
 
 
+class sigmoid(sp.Function):  # noqa: N801 (printed as written)
+    """1 / (1 + exp(-u)), with the derivative sigmoid(u) * (1 - sigmoid(u)) (no inf/inf for large
+    negative u, where exp(-u)/(1 + exp(-u))**2 would give NaN)."""
+
+    nargs = 1
+    is_real = True
+
+    def fdiff(self, argindex=1):
+        return self * (1 - self)
+
+
 def _sigmoid(u):
-    return 1 / (1 + sp.exp(-u))
+    return sigmoid(u)
 
 
 # name -> (min args, max args, builder)

@@ -321,12 +321,12 @@ def _term(n, partial: sp.Expr, bar: sp.Expr) -> sp.Expr:
 def lower_expression(d) -> ElementwiseKernel:
     """An expression's kernel: node values (forward), then the chain rule in reverse (backward):
     g_<node> = sum over its consumers c of g_c * dc/d<node>, grad_<input> likewise."""
-    from .derive import _ordered
     inputs = d.inputs
     inter = tuple(Assign(str(n.symbol), node_code(n)) for n in d.nodes)
     contrib: dict = {}
-    for a in _ordered(d.root, inputs):
-        contrib.setdefault(a, []).append(_term(None, sp.diff(d.root, a), GRAD_OUTPUT))
+    for a, p in d.root_partials.items():
+        if p != 0:
+            contrib.setdefault(a, []).append(_term(None, p, GRAD_OUTPUT))
     adjoints = []
     for n in reversed(d.nodes):
         bar = sp.Add(*contrib.pop(n.symbol, []))

@@ -89,6 +89,9 @@ class NumpyPrinter(NumPyPrinter):
                     f"dtype.type({self._print(b)}))")
         return f"np.where({_bare(self._print(cond))}, {self._print(a)}, {self._print(b)})"
 
+    def _print_sigmoid(self, expr):
+        return f"(1 / (1 + np.exp(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
     def _module_format(self, fqn, register=True):
         if fqn.startswith("numpy."):  # the generated modules import numpy as np
             fqn = "np." + fqn[len("numpy."):]
@@ -186,6 +189,11 @@ class CudaPrinter(C99CodePrinter):
 
     def _print_Exp1(self, expr):
         return self._literal(math.e)
+
+    def _print_sigmoid(self, expr):
+        one = self._literal(1.0)
+        fn = "expf" if self.real_type == "float" else "exp"
+        return f"({one} / ({one} + {fn}(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
 
     def _print_Pow(self, expr):
         if expr.exp == 2:  # x*x: exact as NumPy's x**2 (np.square), where pow may not be

@@ -224,12 +224,12 @@ def _expression_header(op: Op, backend: str) -> list[str]:
 
 
 def _expression_docstring(op: Op, d) -> list[str]:
-    lines = [f"{op.name}: y = {op.params['expr']}, forward and backward under the tie policy "
+    lines = [f"{op.name}: out = {op.params['expr']}, forward and backward under the tie policy "
              f"'{op.ties}'.", ""]
     lines += ["Forward, cut into nodes (innermost first; equal subexpressions share one):"]
     for n in d.nodes:
         lines += _wrap(f"{n.symbol} = {text(n.value)}", indent="        ")
-    lines += _wrap(f"y = {text(d.root)}", indent="        ")
+    lines += _wrap(f"out = {text(d.root)}", indent="        ")
     special = [n for n in d.nodes if n.kind != "smooth"]
     if special:
         lines += ["", "Non-smooth nodes:"]
@@ -242,7 +242,7 @@ def _expression_docstring(op: Op, d) -> list[str]:
             lines += _wrap(f"{n.symbol} = {text(n.wnode.w_form)}", indent="        ")
     lines += ["", "Gradient (a.e.; after the DiracDelta terms of each max/min cancel; chain rule):"]
     for s, e in d.partials.items():
-        lines += _wrap(f"dy/d{s} = {text(e)}", indent="        ")
+        lines += _wrap(f"dout/d{s} = {text(e)}", indent="        ")
     lines += [""]
     lines += _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
     lines += _wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
