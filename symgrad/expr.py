@@ -260,7 +260,9 @@ class _Builder:
             return sp.Integer(v)
         if v != v or v in (float("inf"), float("-inf")):
             raise ExprError(f"constant {v!r} is not finite")
-        return sp.Float(v, 17)
+        # exact: the decimal as written (0.1 is 1/10), so that equal pieces compare equal in the
+        # derivation; printed back it is the same double
+        return sp.Rational(repr(v))
 
     def _name(self, name: str) -> sp.Expr:
         if name in CONSTANTS:
