@@ -44,7 +44,7 @@ from .indicators import Indicator, MaxOf, MinOf
 MAX_CHARS = 2000  # characters of an expression
 MAX_NODES = 400  # AST nodes
 MAX_DEPTH = 32  # AST nesting depth
-MAX_ARGS = 16  # arguments of one Max/Min
+MAX_ARGS = 8  # arguments of one Max/Min (a wider max is a reduction: amax)
 MAX_POWER = 64  # |exponent| of a numeric power
 MAX_INPUTS = 16
 MAX_NAME = 32  # characters of an input name

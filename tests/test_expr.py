@@ -437,32 +437,33 @@ def test_non_strings_and_bad_settings_are_refused():
 
 
 def test_hostile_strings_are_refused_by_the_cli(tmp_path):
+    """Each run in its own empty directory, which stays empty; exit 2 with one error line."""
+    from concurrent.futures import ThreadPoolExecutor
     cache = tmp_path / "cache"
-    for k, text in enumerate(["__import__('os').system('touch PWNED')", "x.__class__",
-                              "(lambda: 1)()", "Max(" * 40 + "x" + ")" * 40]):
-        cwd = tmp_path / f"run{k}"
-        cwd.mkdir()
-        for args in (["derive", "--expr", text], ["generate", "--expr", text, "--name", "h",
-                                                  "--backend", "all", "--out", "out"]):
-            r = run_cli(args, cwd, cache)
-            assert r.returncode == 2, r.stderr
-            assert r.stdout == "" and "Traceback" not in r.stderr
-            lines = r.stderr.splitlines()
-            assert len(lines) == 1 and lines[0].startswith("symgrad: error:"), r.stderr
-        assert os.listdir(cwd) == []
-    bad_cli = [["generate", "--expr", "x*y", "--out", "o"],  # no --name
-               ["generate", "--expr", "x*y", "--name", "../x", "--out", "o"],
-               ["generate", "--expr", "x*y", "--name", "ok", "--out", "o", "--order", "reversed"],
-               ["derive", "relu", "--expr", "x"],
-               ["derive", "--expr", "x*y", "--kernel-size", "2"],
-               ["derive", "--expr", "x*y", "--wrt", "q"],
-               ["derive", "relu", "--wrt", "x"]]
-    cwd = tmp_path / "bad"
-    cwd.mkdir()
-    for args in bad_cli:
-        r = run_cli(args, cwd, cache)
-        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (args, r.stderr)
-    assert os.listdir(cwd) == []
+    runs = []
+    for text in ["__import__('os').system('touch PWNED')", "x.__class__", "Max(" * 40 + "x" + ")" * 40]:
+        runs += [["derive", "--expr", text],
+                 ["generate", "--expr", text, "--name", "h", "--backend", "all", "--out", "out"]]
+    runs += [["generate", "--expr", "x*y", "--out", "o"],  # no --name
+             ["generate", "--expr", "x*y", "--name", "../x", "--out", "o"],
+             ["generate", "--expr", "x*y", "--name", "ok", "--out", "o", "--order", "reversed"],
+             ["derive", "relu", "--expr", "x"],
+             ["derive", "--expr", "x*y", "--kernel-size", "2"],
+             ["derive", "--expr", "x*y", "--wrt", "q"],
+             ["derive", "--expr", "x*y", "--format", "markdown"],
+             ["derive", "relu", "--wrt", "x"]]
+    dirs = []
+    for k in range(len(runs)):
+        dirs.append(tmp_path / f"run{k}")
+        dirs[-1].mkdir()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda a: run_cli(a[0], a[1], cache), zip(runs, dirs)))
+    for args, cwd, r in zip(runs, dirs, results):
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stdout == "" and "Traceback" not in r.stderr
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("symgrad: error:"), (args, r.stderr)
+        assert os.listdir(cwd) == [], args
 
 
 # ----------------------------------------------------------------------------- CUDA
