@@ -562,7 +562,13 @@ class _Nodes:
 
     def share(self, e: sp.Expr) -> sp.Expr:
         """e with the value of every smooth node replaced by its symbol (exp(s0) -> s2)."""
-        return e.xreplace({n.value: n.symbol for n in self.nodes if n.kind == "smooth"})
+        table = {}
+        for n in self.nodes:
+            if n.kind == "smooth":
+                table[n.value] = n.symbol
+                if n.value.is_Pow:  # d sqrt(u) = du / (2 sqrt(u)): 1/sqrt(u) is 1/s
+                    table[sp.Pow(n.value.base, -n.value.exp)] = 1 / n.symbol
+        return e.xreplace(table)
 
     def cut(self, e: sp.Expr) -> sp.Expr:
         """e over inputs and node symbols (innermost nodes created first)."""

@@ -53,7 +53,7 @@ MAX_INT_DIGITS = 30
 _ALLOWED_CHARS = re.compile(r"[A-Za-z0-9_+\-*/().,<>= \t\n]*")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # intermediate values of the generated code (u0, s0, h0, g_...) and the output
-_INTERNAL = re.compile(r"(?:[ush][0-9]+|g_.*|grad_.*|sg_.*)")
+_INTERNAL = re.compile(r"(?:[ush][0-9]+|g_.*|grad_.*|sg_.*|M_.*|FP_.*)")
 
 _C_WORDS = {
     "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
@@ -73,9 +73,19 @@ _TEMPLATE_WORDS = {
 }
 
 
+# the C math library's functions and macros (expf(expf) would not compile; NAN is a macro)
+_C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO", "MATH_ERREXCEPT",
+           "math_errhandling", "isnan", "isinf", "isfinite", "isnormal", "signbit", "fpclassify",
+           "isgreater", "isless", "isunordered", "fmax", "fmin", "fmaxf", "fminf", "fma", "fmaf",
+           "rsqrt", "rsqrtf", "exp10", "exp10f", "sincos", "sincosf", "nan", "nanf", "assert"}
+
+
 def _forbidden_names() -> set:
+    import math
+    libm = {n for n in dir(math) if not n.startswith("_")}
+    libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
     return (set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
-            | _C_WORDS | _TEMPLATE_WORDS)
+            | _C_WORDS | _TEMPLATE_WORDS | libm | _C_MATH)
 
 
 _FORBIDDEN = _forbidden_names()

@@ -428,7 +428,9 @@ def test_non_strings_and_bad_settings_are_refused():
         with pytest.raises(exc):
             symgrad.derive_expr(bad)
     cases = [dict(inputs=("x", "x")), dict(inputs=("x", "print")), dict(inputs=("x", "s0")),
-             dict(inputs=("x", "exp")), dict(inputs=("x", "_y")), dict(inputs=("x", "y z")),
+             dict(inputs=("x", "exp")), dict(inputs=("x", "_y")),
+             dict(inputs=("x", "expf")), dict(inputs=("x", "NAN")), dict(inputs=("x", "M_PI")),
+             dict(inputs=("x", "np")), dict(inputs=("x", "dtype")), dict(inputs=("x", "grad_x")), dict(inputs=("x", "y z")),
              dict(wrt=("z",)), dict(ties="most"), dict(convention="torch"), dict(nan="keep"),
              dict(inputs=("x",)), dict(name="Bad-Name")]
     for kwargs in cases:
@@ -470,7 +472,7 @@ def test_hostile_strings_are_refused_by_the_cli(tmp_path):
 
 EXACT_CUDA = ["Max(x*y, x + y, 0)", "Min(Max(x - y, -1), 1)**2 + Abs(x)",
               "Heaviside(x)*y + sign(y)*x + Heaviside(y, 0.25)",
-              "Piecewise((x*y, x < 1), (2*x - 1, x <= 2), (y, True))"]
+              "Piecewise((x*y, x < 1), (2*x - 1, x <= 2), (y, True))", "Max(sqrt(x**2 + y**2), 1)"]
 TRANSCENDENTAL_CUDA = ["0.3*log(exp(x) + exp(y)) + 0.7*Max(x, y)", "relu(x)*sigmoid(y) + tanh(Min(x, y))"]
 
 
@@ -516,7 +518,12 @@ def test_cuda_kernels_on_the_cpu_match_the_numpy_module(expr, cupy_on_cpu, monke
                 for k, (a, b) in enumerate(pairs):
                     b = b.astype(dtype)
                     assert a.shape == b.shape and a.dtype == b.dtype
-                    if exact:
+                    if exact and dtype == np.float16 and k == 2:
+                        # y is broadcast: its float16 gradients are rounded per element, then
+                        # summed (README, CUDA backend); the reference sums in float32
+                        np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32),
+                                                   rtol=5e-3, atol=5e-3, equal_nan=True)
+                    elif exact:
                         assert mismatch(a, b) == "", (expr, ties, dtype, k, mismatch(a, b))
                     else:
                         tol = {np.float64: 1e-13, np.float32: 1e-5, np.float16: 2e-3}[dtype]
