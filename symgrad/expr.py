@@ -82,7 +82,7 @@ _C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO"
 
 def _forbidden_names() -> set:
     import math
-    libm = {n for n in dir(math) if not n.startswith("_")}
+    libm = {n for n in dir(math) if not n.startswith("_") and callable(getattr(math, n))}
     libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
     return (set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
             | _C_WORDS | _TEMPLATE_WORDS | libm | _C_MATH)
