@@ -188,6 +188,9 @@ def cmd_list(out) -> int:
         print(f"  {r.name:<8} (with {'/'.join(r.policies)}) {r.rule}", file=out)
     print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
           file=out)
+    from .expr import CONSTANTS, KNOWN
+    print(f"expressions (derive/generate --expr EXPR [--inputs ...] [--wrt ...] --name NAME): "
+          f"numbers, inputs, + - * / **, {', '.join(CONSTANTS)} and {', '.join(KNOWN)}", file=out)
     return 0
 
 
