@@ -407,7 +407,8 @@ def parse(text: object, inputs: object = None) -> Parsed:
     _check_size(tree)
     builder = _Builder(declared)
     expr = builder.build(tree.body)
-    if expr.has(sp.zoo, sp.nan, sp.oo, sp.S.NegativeInfinity, sp.I):
+    if expr.has(sp.zoo, sp.nan, sp.oo, sp.S.NegativeInfinity, sp.I) or any(
+            a.is_number and a.is_real is False for a in sp.preorder_traversal(expr)):
         raise ExprError("the expression has an infinite, undefined or non-real constant part")
     names = declared or tuple(builder.names)
     if not names:

@@ -365,6 +365,8 @@ HOSTILE = [
     "2 ** 2 ** 2 ** 2 ** 2 ** 2",
     "1/0 + x",
     "log(-1) + x",
+    "(-8)**(1/3)*x",
+    "sqrt(-2)*x",
     "x" + " + x" * 600,  # too long
     "(" * 250 + "x" + ")" * 250,  # beyond the parser's nesting limit
     "-" * 1999 + "x",
