@@ -685,7 +685,9 @@ def _expr_steps(d: ExprDerivation) -> list[Step]:
         if n.wnode is None:
             continue
         w = n.wnode
-        wf.append((f"{n.symbol} = {text(w.forward)}", w.w_form))
+        label = (f"{n.symbol} = {text(w.forward)}" if n.kind in ("max", "min")
+                 else f"{text(w.forward)} (W-form used by {n.symbol})")
+        wf.append((label, w.w_form))
         for i, wi in enumerate(w.weights):
             wf.append((f"  {'E' if w.count is not None else 'w'}_{i}", wi))
         if w.count is not None:
