@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+from . import expr as _expr
 from . import naming
 from .derive import Derivation
 from .derive import derive as _derive
@@ -145,7 +146,10 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
     _check_backend(backend)
-    spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
+    return _load(resolve(op, ties, convention=convention, nan=nan, order=order, **params), backend)
+
+
+def _load(spec, backend: str) -> ModuleType:
     key = naming.key(spec, backend)
     with _LOCK:
         if key in _LOADED:
@@ -170,3 +174,45 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
         module = _import(folder / names[-1], key, sources[-1])
         _LOADED[key] = module
         return module
+
+
+# ----------------------------------------------------------------------------- expressions
+
+def derive_expr(expr: str, inputs=None, wrt=None, ties: str | None = None,
+                convention: str | None = None, nan: str | None = None,
+                name: str | None = None) -> Derivation:
+    """Derive the backward of an expression such as "Max(x*y, x + y, 0)" (parsed safely, never
+    evaluated); inputs: the input names in order (default: the free names in order of first
+    appearance); wrt: the inputs whose gradients backward returns (default: all)."""
+    op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
+    return _derive(op)
+
+
+def load_expr(expr: str, name: str | None = None, backend: str = "numpy", inputs=None, wrt=None,
+              ties: str | None = None, convention: str | None = None,
+              nan: str | None = None) -> ModuleType:
+    """Import the generated module of an expression (through the same cache as load()).
+
+    forward(*inputs) -> (output, saved); backward(grad_output, saved) -> one entry per input, in
+    input order: its gradient (summed back to its shape), or None for an input not in wrt."""
+    _check_backend(backend)
+    op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
+    return _load(op, backend)
+
+
+def generate_expr(expr: str, out: str | os.PathLike, name: str, backend: str = "numpy",
+                  inputs=None, wrt=None, ties: str | None = None, convention: str | None = None,
+                  nan: str | None = None, force: bool = False) -> Path:
+    """Write an expression's module NAME_<policy>.py (or its CUDA files) into ``out``."""
+    _check_backend(backend)
+    out = _check_out(out)
+    if name is None:
+        raise TypeError("generate_expr needs name= (a lowercase identifier for the module)")
+    op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
+    files = render(op, backend)
+    paths = [out / n for n in files]
+    for path in paths:
+        _check_writable(path, files[path.name], force)
+    for path in paths:
+        write_file(path, files[path.name], force=force)
+    return next(p for p in paths if p.suffix == ".py")

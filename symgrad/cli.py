@@ -102,6 +102,37 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
                    help="argument order of an elementwise op's max/min (overrides --convention)")
 
 
+def _add_expr(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expr", default=None, metavar="EXPR",
+                   help='an expression instead of an op, e.g. "Max(x*y, x + y, 0)" (parsed, never '
+                   'evaluated)')
+    p.add_argument("--inputs", nargs="+", default=None, metavar="NAME",
+                   help="--expr: the input names in order (default: in order of first appearance)")
+    p.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
+                   help="--expr: the inputs whose gradients backward returns (default: all; "
+                   "None for the others)")
+    p.add_argument("--name", default=None, help="--expr: the module name (a lowercase identifier)")
+
+
+def _expr_op(ns, argv):
+    """The Op of --expr (and the refusals of flags that do not apply to it)."""
+    if ns.op:
+        raise ValueError(f"give an op or --expr, not both (got op {ns.op!r})")
+    if argv:
+        raise UsageError(f"unrecognized arguments: {' '.join(argv)}")
+    if ns.order is not None:
+        raise ValueError("--order applies to catalog ops; an expression keeps its argument order")
+    from .expr import make_op
+    op, _ = make_op(ns.expr, ns.name, ns.inputs, ns.wrt, ns.ties, ns.convention, ns.nan)
+    return op
+
+
+def _no_expr_flags(ns) -> None:
+    for flag in ("inputs", "wrt", "name"):
+        if getattr(ns, flag, None) is not None:
+            raise ValueError(f"--{flag} applies to --expr only")
+
+
 def _resolve(ns, argv):
     return resolve(ns.op, ns.ties, convention=ns.convention, nan=ns.nan, order=ns.order,
                    **_op_params(ns.op, argv))
@@ -118,9 +149,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="rewrite the table between the conventions-table markers of FILE")
     c.add_argument("--check", type=Path, metavar="FILE",
                    help="exit 1 with a diff if FILE's table is stale; write nothing")
-    d = sub.add_parser("derive", help="print the derivation of an op's backward")
-    d.add_argument("op")
+    d = sub.add_parser("derive", help="print the derivation of an op's (or an expression's) backward")
+    d.add_argument("op", nargs="?")
     _add_settings(d)
+    _add_expr(d)
     d.add_argument("--full", action="store_true", help="show every item of every step")
     d.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
                    help="text (default), a Markdown page with math and a routing picture, or a "
@@ -128,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
     g.add_argument("op", nargs="?")
     _add_settings(g)
+    _add_expr(g)
     g.add_argument("--backend", choices=api.BACKENDS + ("all",), default="numpy",
                    help="numpy (default), cuda (a .cu file and its CuPy loader), or all")
     g.add_argument("--out", type=_out_dir, default=None, help="output directory")
@@ -155,6 +188,9 @@ def cmd_list(out) -> int:
         print(f"  {r.name:<8} (with {'/'.join(r.policies)}) {r.rule}", file=out)
     print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
           file=out)
+    from .expr import CONSTANTS, KNOWN
+    print(f"expressions (derive/generate --expr EXPR [--inputs ...] [--wrt ...] --name NAME): "
+          f"numbers, inputs, + - * / **, {', '.join(CONSTANTS)} and {', '.join(KNOWN)}", file=out)
     return 0
 
 
@@ -191,7 +227,27 @@ def _show(items, full: bool) -> list[str]:
     return lines
 
 
+def cmd_derive_expr(ns, argv: list[str], out) -> int:
+    op = _expr_op(ns, argv)
+    if ns.format != "text":
+        raise ValueError(f"--format {ns.format} is available for catalog ops; an expression's "
+                         f"derivation prints as text")
+    d = api._derive(op)
+    lines = [f"expression: {op.params['expr']}", f"inputs: {', '.join(op.params['inputs'])}; "
+             f"gradients returned for: {', '.join(op.params['wrt'])}"] + settings_lines(op)
+    for step in d.steps:
+        lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), ns.full)
+    lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]
+    print("\n".join(lines), file=out)
+    return 0
+
+
 def cmd_derive(ns, argv: list[str], out) -> int:
+    if ns.expr is not None:
+        return cmd_derive_expr(ns, argv, out)
+    _no_expr_flags(ns)
+    if not ns.op:
+        raise ValueError("derive needs an op (or --expr)")
     op = _resolve(ns, argv)
     if ns.format != "text":
         from . import docs
@@ -220,14 +276,23 @@ def cmd_derive(ns, argv: list[str], out) -> int:
 
 def cmd_generate(ns, argv: list[str], out) -> int:
     if ns.catalog:
-        if ns.op or argv:
-            raise ValueError("generate --catalog takes no op or op parameters")
+        if ns.op or argv or ns.expr is not None:
+            raise ValueError("generate --catalog takes no op, --expr or op parameters")
+        _no_expr_flags(ns)
         return _generate_catalog(ns.out or Path("generated"), ns.check, ns.force, out)
-    if not ns.op:
-        raise ValueError("generate needs an op (or --catalog)")
-    if ns.out is None and not ns.check:
-        raise ValueError("generate needs --out DIR")
-    op = _resolve(ns, argv)
+    if ns.expr is not None:
+        op = _expr_op(ns, argv)
+        if ns.name is None:
+            raise ValueError("generate --expr needs --name NAME (a lowercase identifier)")
+        if ns.out is None and not ns.check:
+            raise ValueError("generate needs --out DIR")
+    else:
+        _no_expr_flags(ns)
+        if not ns.op:
+            raise ValueError("generate needs an op (or --expr, or --catalog)")
+        if ns.out is None and not ns.check:
+            raise ValueError("generate needs --out DIR")
+        op = _resolve(ns, argv)
     backends = api.BACKENDS if ns.backend == "all" else (ns.backend,)
     files = {name: source for b in backends for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))
@@ -255,6 +320,8 @@ def cmd_generate(ns, argv: list[str], out) -> int:
 
 def _settings_summary(op) -> str:
     origin = dict(op.origin)
+    if op.spec.kind == "expression":
+        return f"tie policy {op.ties} [{origin['ties']}], NaN rule {op.nan}"
     parts = [f"tie policy {op.ties} [{origin['ties']}]", f"NaN rule {op.nan} [{origin['nan']}]"]
     if op.spec.kind == "elementwise":
         parts.append(f"order {op.order} [{origin['order']}]")

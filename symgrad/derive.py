@@ -425,6 +425,9 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
 
 def derive(op: Op) -> Derivation:
     """Derive the backward of an op (cached by op, parameters and policy)."""
+    if op.spec.kind == "expression":
+        from .expr import parse
+        return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op)
 
@@ -463,6 +466,256 @@ def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
                       tuple(delta_items)))
     fin = [(f"d{n.symbol}/d{v}", e) for n in nodes for v, e in n.partials.items()]
     if len(nodes) > 1:
-        fin += [(f"dy/d{s} (chain rule)", e) for s, e in partials.items()]
+        fin += [(f"dout/d{s} (chain rule)", e) for s, e in partials.items()]
     steps.append(Step("final partials", "what is left after the delta terms cancel", tuple(fin)))
+    return steps
+
+
+# ---------------------------------------------------------------------------------- expressions
+#
+# Expression mode (symgrad.expr parses the text).  The expression is cut into nodes, innermost
+# first, each with a symbol, so that every max/min has pieces whose differences are affine (its
+# W-form derivation above then sifts and cancels every delta group exactly):
+#
+#   s<k>  a smooth subexpression used as a max/min piece (x*y, exp(x), ...), differentiated by SymPy
+#   u<k>  a max/min of pieces (numbers, inputs, affine combinations, node symbols): the W-form
+#   h<k>  Heaviside / sign (policy weights of max(0, u) / max(u, -u)) or a Piecewise
+#
+# y (the output) is a smooth expression of the inputs and node symbols.  The backward is the chain
+# rule through the nodes; equal subexpressions share one node.
+
+NODE_NOTES = {
+    "heaviside": "Heaviside(u) = the weight of u in max(0, u): the policy's derivative of relu "
+                 "(H(0) = 0 first, 1 last, 1/2 split, 1 all); its derivative is 0 away from u = 0 "
+                 "(no delta is kept)",
+    "heaviside0": "Heaviside(u, h0) = [u > 0] + h0*[u = 0] (NaN for NaN u); derivative 0 away from "
+                  "u = 0 (no delta is kept)",
+    "sign": "sign(u) = w(u) - w(-u) in max(u, -u): the policy's derivative of abs (sign(0) = +1 "
+            "first, -1 last, 0 split, 0 all); derivative 0 away from u = 0 (no delta is kept)",
+    "piecewise": "Piecewise: the first branch whose condition holds (strict or not as written; the "
+                 "tie policy does not apply); derivative: that branch's derivative (no delta)",
+    "max": "max of pieces in the order written: the tie policy decides a tie",
+    "min": "min of pieces in the order written: the tie policy decides a tie",
+    "smooth": "a smooth piece, differentiated by SymPy",
+}
+
+
+@dataclass
+class ExprNode:
+    """One node of an expression: its value in inputs and earlier nodes, its a.e. partials."""
+
+    symbol: sp.Symbol
+    kind: str  # "smooth" | "max" | "min" | "heaviside" | "heaviside0" | "sign" | "piecewise"
+    value: sp.Expr
+    partials: dict = field(default_factory=dict)  # atom -> partial (a.e.; no delta)
+    wnode: Node | None = None  # the W-form of max/min (and of heaviside/sign: max(0,u), max(u,-u))
+
+    @property
+    def note(self) -> str:
+        return NODE_NOTES[self.kind]
+
+
+@dataclass
+class ExprDerivation(Derivation):
+    """A derivation of an expression: ``nodes`` are ExprNodes (innermost first), ``root`` is the
+    output in inputs and node symbols, ``partials`` the total dy/dinput (chain rule)."""
+
+    root: sp.Expr = None
+    text: str = ""
+    root_partials: dict = field(default_factory=dict)  # atom -> dout/datom
+
+
+def _is_affine(e: sp.Expr) -> bool:
+    return e.is_number or e.is_Symbol or all(sp.diff(e, s).is_number for s in e.free_symbols)
+
+
+class _Nodes:
+    def __init__(self, ties: str):
+        self.ties = ties
+        self.nodes: list[ExprNode] = []
+        self.memo: dict = {}
+        self.counts = {"s": 0, "u": 0, "h": 0}
+
+    def add(self, prefix: str, kind: str, value: sp.Expr) -> sp.Symbol:
+        key = (kind, value)
+        if key in self.memo:
+            return self.memo[key]
+        sym = sp.Symbol(f"{prefix}{self.counts[prefix]}", real=True)
+        self.counts[prefix] += 1
+        node = ExprNode(sym, kind, value)
+        self.nodes.append(node)
+        self.memo[key] = sym
+        return sym
+
+    def affine_in_node(self, e: sp.Expr) -> sp.Expr:
+        """e as c*s + k for a smooth node s with value v (e = c*v + k), else e (-x*y: -s0)."""
+        for n in self.nodes:
+            if n.kind != "smooth":
+                continue
+            k = sp.expand(e - n.value)
+            if k.is_number:
+                return n.symbol + k
+            c = sp.cancel(e / n.value)
+            if c.is_number and c != 0:
+                return c * n.symbol
+        return e
+
+    def share(self, e: sp.Expr) -> sp.Expr:
+        """e with the value of every smooth node replaced by its symbol (exp(s0) -> s2)."""
+        table = {}
+        for n in self.nodes:
+            if n.kind == "smooth":
+                table[n.value] = n.symbol
+                if n.value.is_Pow:  # d sqrt(u) = du / (2 sqrt(u)): 1/sqrt(u) is 1/s
+                    table[sp.Pow(n.value.base, -n.value.exp)] = 1 / n.symbol
+        return e.xreplace(table)
+
+    def cut(self, e: sp.Expr) -> sp.Expr:
+        """e over inputs and node symbols (innermost nodes created first)."""
+        from .expr import HeavisideOf, PiecewiseOf, SignOf
+        if not e.args or e.is_number:
+            return e
+        if isinstance(e, _Extremum):
+            pieces = []
+            for a in e.args:
+                a = self.cut(a)
+                if not _is_affine(a):
+                    a = self.affine_in_node(a)
+                if not _is_affine(a):
+                    a = self.add("s", "smooth", a)
+                if a not in pieces:  # an equal piece never changes the value (see README)
+                    pieces.append(a)
+            nums = [p for p in pieces if p.is_number]
+            if nums:  # a number below another number never wins nor ties
+                best = (max if e.kind == "max" else min)(nums)
+                pieces = [p for p in pieces if not p.is_number or p == best]
+            if len(pieces) == 1:
+                return pieces[0]
+            return self.add("u", e.kind, type(e)(*pieces))
+        if isinstance(e, HeavisideOf):
+            args = [self.cut(a) for a in e.args]
+            return self.add("h", "heaviside" if len(args) == 1 else "heaviside0", HeavisideOf(*args))
+        if isinstance(e, SignOf):
+            return self.add("h", "sign", SignOf(self.cut(e.args[0])))
+        if isinstance(e, PiecewiseOf):
+            args = [Indicator(type(a.rel)(self.cut(a.rel.lhs), self.cut(a.rel.rhs), evaluate=False))
+                    if isinstance(a, Indicator) else self.cut(a) for a in e.args]
+            return self.add("h", "piecewise", PiecewiseOf(*args))
+        out = e.func(*[self.cut(a) for a in e.args])
+        if ("smooth", out) in self.memo:  # a smooth node's value elsewhere: share it
+            return self.memo[("smooth", out)]
+        if isinstance(out, sp.Function) or (out.is_Pow and not out.exp.is_Integer):
+            # a function call (exp, log, sqrt, tanh, ...) is evaluated once: forward and backward
+            # (its derivative is written in its value where it can be: d exp(u) = exp(u) du)
+            return self.add("s", "smooth", out)
+        return out
+
+
+def _piecewise_map(pw, f) -> sp.Expr:
+    """PiecewiseOf with f applied to every branch value."""
+    from .expr import PiecewiseOf
+    return PiecewiseOf(*[a if isinstance(a, Indicator) else f(a) for a in pw.args])
+
+
+def derive_expression(op: Op, parsed) -> ExprDerivation:
+    """Derive an expression's backward (cached by text, inputs and policy)."""
+    return _derive_expression(parsed.text, parsed.expr, tuple(parsed.inputs), op.ties, op)
+
+
+@functools.lru_cache(maxsize=64)
+def _derive_expression(text: str, expr: sp.Expr, inputs: tuple, ties: str, op: Op) -> ExprDerivation:
+    from .expr import HeavisideOf, SignOf
+    syms = tuple(sp.Symbol(n, real=True) for n in inputs)
+    cutter = _Nodes(ties)
+    root = cutter.cut(expr)
+    checks = []
+    for node in cutter.nodes:
+        if node.kind == "smooth":
+            node.partials = {a: cutter.share(sp.diff(node.value, a)) for a in _ordered(node.value, syms)}
+        elif node.kind in ("max", "min"):
+            w = _make_node(node.symbol, node.value, ties)
+            node.wnode = w
+            variables = _ordered(node.value, syms)
+            checks.append(f"{node.symbol}: " + _differentiate_all(w, variables))
+            checks.append(f"{node.symbol}: " + check_weights(ties, w.kind, len(w.pieces)))
+            node.partials = {v: w.partials[v] for v in variables}
+        elif node.kind in ("heaviside", "sign"):
+            u = node.value.args[0]
+            ext = MaxOf(sp.S.Zero, u) if node.kind == "heaviside" else MaxOf(u, -u)
+            node.wnode = _make_node(node.symbol, ext, ties)
+            node.partials = {}
+        elif node.kind == "heaviside0":
+            node.partials = {}
+        else:  # piecewise
+            node.partials = {a: _piecewise_map(node.value, lambda v, a=a: cutter.share(sp.diff(v, a)))
+                             for a in _ordered(node.value, syms)}
+    checks.append("Heaviside, sign and Piecewise nodes: a.e. derivative, no DiracDelta kept")
+    # chain rule, innermost first: total[atom][input]
+    total = {s: {t: (sp.S.One if s == t else sp.S.Zero) for t in syms} for s in syms}
+    for node in cutter.nodes:
+        total[node.symbol] = {t: sp.Add(*[p * total[a][t] for a, p in node.partials.items()])
+                              for t in syms}
+    root_partials = {a: cutter.share(sp.diff(root, a)) for a in _ordered(root, syms)}
+    partials = {t: sp.Add(*[p * total[a][t] for a, p in root_partials.items()]) for t in syms}
+    for t, e in partials.items():
+        if e.has(sp.DiracDelta, sp.Heaviside, HeavisideOf, SignOf):
+            raise AssertionError(f"dy/d{t} still holds a delta or step: {e}")
+    d = ExprDerivation(op, syms, expr, cutter.nodes, partials, [], checks, root=root, text=text,
+                       root_partials=root_partials)
+    d.steps = _expr_steps(d)
+    return d
+
+
+def _ordered(e: sp.Expr, inputs: tuple) -> list:
+    """e's free symbols: inputs in input order, then node symbols by name."""
+    free = e.free_symbols
+    return [s for s in inputs if s in free] + sorted((s for s in free if s not in inputs),
+                                                     key=lambda s: (s.name[0], int(s.name[1:])))
+
+
+def _expr_steps(d: ExprDerivation) -> list[Step]:
+    from .printers import text
+    items = [(str(n.symbol), n.value) for n in d.nodes] + [("out", d.root)]
+    steps = [Step("forward", f"{d.text}, cut into nodes (innermost first); equal subexpressions "
+                  "share a node", tuple(items))]
+    notes = tuple((f"{n.symbol} ({n.kind})", sp.Symbol(n.note)) for n in d.nodes if n.kind != "smooth")
+    steps.append(Step("non-smooth nodes", "what each becomes, and its value at its kink", notes))
+    wf = []
+    for n in d.nodes:
+        if n.wnode is None:
+            continue
+        w = n.wnode
+        label = (f"{n.symbol} = {text(w.forward)}" if n.kind in ("max", "min")
+                 else f"{text(w.forward)} (W-form used by {n.symbol})")
+        wf.append((label, w.w_form))
+        for i, wi in enumerate(w.weights):
+            wf.append((f"  {'E' if w.count is not None else 'w'}_{i}", wi))
+        if w.count is not None:
+            wf.append(("  C", w.count))
+        if n.kind == "heaviside":
+            wf.append((f"{n.symbol} = weight of piece 1", (w.weights[1] / w.count) if w.count is not None
+                       else w.weights[1]))
+        if n.kind == "sign":
+            diff_ = w.weights[0] - w.weights[1]
+            wf.append((f"{n.symbol} = w_0 - w_1", diff_ / w.count if w.count is not None else diff_))
+    steps.append(Step("W-form", {"first": "first: strict against earlier pieces, non-strict against later",
+                                 "last": "last: non-strict against earlier pieces, strict against later",
+                                 "split": "split: w_i = E_i / C",
+                                 "all": "all: w_i = E_i (not a subgradient)"}[d.op.ties], tuple(wf)))
+    raw, deltas = [], []
+    for n in d.nodes:
+        if n.kind in ("max", "min"):
+            raw += [(f"d{n.symbol}/d{v}", e) for v, e in n.wnode.raw.items()]
+            for v, groups in n.wnode.delta_groups.items():
+                for dd, coeff, sifted in groups:
+                    deltas.append((f"d{n.symbol}/d{v}: coefficient of {text(dd)}", coeff))
+                    deltas.append(("  sifted and cancelled", sifted))
+    steps.append(Step("raw derivative", "differentiating an indicator gives a DiracDelta on its "
+                      "boundary", tuple(raw)))
+    steps.append(Step("delta elimination", "sifting: each delta group restricted to its support "
+                      "cancels to 0", tuple(deltas)))
+    fin = [(f"d{n.symbol}/d{a}", e) for n in d.nodes for a, e in n.partials.items()]
+    fin += [(f"dout/d{a}", e) for a, e in d.root_partials.items()]
+    fin += [(f"dout/d{s} (chain rule)", e) for s, e in d.partials.items()]
+    steps.append(Step("final partials", "a.e. partials of each node, then the chain rule", tuple(fin)))
     return steps

@@ -69,6 +69,8 @@ class ElementwiseKernel:
     grads: tuple[Assign, ...]  # grad_<input> in terms of grad_output, inputs, intermediates
     saved: tuple[str, ...]  # what forward keeps for backward
     broadcast: bool  # several inputs: gradients are summed back to each input's shape
+    adjoints: tuple[Assign, ...] = ()  # expressions: g_<node> = dy/d<node> * grad_output, outermost first
+    wrt: tuple[str, ...] | None = None  # expressions: the inputs whose gradients backward returns
 
 
 @dataclass(frozen=True)
@@ -263,3 +265,110 @@ def lower(d: Derivation):
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf")
+
+
+# ----------------------------------------------------------------------------- expressions
+
+def _plain(ind: Indicator) -> sp.Basic:
+    """A Piecewise condition as written: an IEEE comparison (false when NaN is involved)."""
+    return type(ind.rel)(ind.rel.lhs, ind.rel.rhs, evaluate=False)
+
+
+def select_tree(pw, leaf) -> sp.Expr:
+    """PiecewiseOf(v1, [c1], ..., vn) as nested selects: c1 ? leaf(v1) : (c2 ? ... : leaf(vn))."""
+    pairs, last = pw.branches()
+    out = leaf(last)
+    for v, c in reversed(pairs):
+        out = Select(_plain(c), leaf(v), out)
+    return out
+
+
+def _weight_code(w: Node, coeffs: list) -> sp.Expr:
+    """sum_i c_i w_i of a W-form node as code (selects under the NaN rule 'dominate')."""
+    num = sp.Add(*[c * e for c, e in zip(coeffs, w.weights)])
+    expr = num / w.count if w.count is not None else num
+    return lower_partial(expr, "dominate", factor_roles([w])).xreplace({GRAD_OUTPUT: sp.S.One})
+
+
+def node_code(n) -> sp.Expr:
+    """The value of an expression node as code."""
+    if n.kind in ("smooth", "max", "min"):
+        return n.value
+    if n.kind == "heaviside":
+        return _weight_code(n.wnode, [0, 1])
+    if n.kind == "sign":
+        return _weight_code(n.wnode, [1, -1])
+    if n.kind == "heaviside0":
+        u, h0 = n.value.args
+        # np.heaviside(u, h0): 1 above 0, h0 at 0, 0 below, NaN for NaN
+        return Select(sp.StrictGreaterThan(u, 0, evaluate=False), sp.S.One,
+                      Select(sp.Eq(u, 0, evaluate=False), h0,
+                             Select(sp.StrictLessThan(u, 0, evaluate=False), sp.S.Zero, u)))
+    return select_tree(n.value, lambda v: v)
+
+
+def _term(n, partial: sp.Expr, bar: sp.Expr) -> sp.Expr:
+    """bar * partial as code, for one consumer node (None: the output)."""
+    if n is None or n.kind == "smooth":
+        return bar * partial
+    if n.kind in ("max", "min"):
+        return lower_partial(partial, "dominate", factor_roles([n.wnode])).xreplace({GRAD_OUTPUT: bar})
+    if n.kind == "piecewise":
+        return select_tree(partial, lambda v: bar * v)
+    raise AssertionError(f"{n.kind} has no partials")
+
+
+def lower_expression(d) -> ElementwiseKernel:
+    """An expression's kernel: node values (forward), then the chain rule in reverse (backward):
+    g_<node> = sum over its consumers c of g_c * dc/d<node>, grad_<input> likewise."""
+    inputs = d.inputs
+    inter = tuple(Assign(str(n.symbol), node_code(n)) for n in d.nodes)
+    contrib: dict = {}
+    for a, p in d.root_partials.items():
+        if p != 0:
+            contrib.setdefault(a, []).append(_term(None, p, GRAD_OUTPUT))
+    adjoints = []
+    for n in reversed(d.nodes):
+        bar = sp.Add(*contrib.pop(n.symbol, []))
+        if bar == 0:
+            continue
+        if not bar.is_Symbol:
+            adjoints.append(Assign(f"g_{n.symbol}", bar))
+            bar = sp.Symbol(f"g_{n.symbol}", real=True)
+        for a, p in n.partials.items():
+            if p != 0:
+                contrib.setdefault(a, []).append(_term(n, p, bar))
+    grads = tuple(Assign(f"grad_{s}", sp.Add(*contrib.get(s, []))) for s in inputs)
+    return ElementwiseKernel(
+        inputs=tuple(str(s) for s in inputs), intermediates=inter, output=d.root, grads=grads,
+        saved=tuple(str(s) for s in inputs), broadcast=len(inputs) > 1, adjoints=tuple(adjoints),
+        wrt=tuple(d.op.params["wrt"]))
+
+
+def backward_plan(kernel: ElementwiseKernel, names) -> tuple[tuple, tuple, tuple]:
+    """(intermediates, adjoints, grads) that the gradients of ``names`` need, in order."""
+    grads = tuple(a for a in kernel.grads if a.name[len("grad_"):] in names)
+    needed = set().union(*[a.expr.free_symbols for a in grads]) if grads else set()
+    by_name = {a.name: a for a in kernel.adjoints}
+    frontier = [s.name for s in needed]
+    seen = set()
+    while frontier:
+        name = frontier.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in by_name:
+            frontier += [s.name for s in by_name[name].expr.free_symbols]
+    adjoints = tuple(a for a in kernel.adjoints if a.name in seen)
+    values = {a.name: a for a in kernel.intermediates}
+    frontier = list(seen)
+    used = set()
+    while frontier:
+        name = frontier.pop()
+        if name in used:
+            continue
+        used.add(name)
+        if name in values:
+            frontier += [s.name for s in values[name].expr.free_symbols]
+    inter = tuple(a for a in kernel.intermediates if a.name in used)
+    return inter, adjoints, grads

@@ -84,7 +84,18 @@ class NumpyPrinter(NumPyPrinter):
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
+        if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
+            return (f"np.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
+                    f"dtype.type({self._print(b)}))")
         return f"np.where({_bare(self._print(cond))}, {self._print(a)}, {self._print(b)})"
+
+    def _print_sigmoid(self, expr):
+        return f"(1 / (1 + np.exp(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    def _module_format(self, fqn, register=True):
+        if fqn.startswith("numpy."):  # the generated modules import numpy as np
+            fqn = "np." + fqn[len("numpy."):]
+        return super()._module_format(fqn, register)
 
     def _print_Quotient(self, expr):
         return f"({self._print(expr.args[0])}) / ({self._print(expr.args[1])})"
@@ -122,6 +133,11 @@ class CudaPrinter(C99CodePrinter):
     _default_settings = {**C99CodePrinter._default_settings, "real_type": "float"}
 
     def __init__(self, settings=None):
+        from sympy.codegen.ast import float32, float64, real
+        settings = dict(settings or {})
+        # math functions of the compute type: expf, tanhf, ... in float kernels
+        settings.setdefault("type_aliases", {real: float32 if settings.get("real_type", "float") == "float"
+                                             else float64})
         super().__init__(settings)
         if self._settings["real_type"] not in CUDA_REAL_TYPES:
             raise ValueError(f"real_type must be one of {CUDA_REAL_TYPES}, got {self._settings['real_type']!r}")
@@ -167,6 +183,23 @@ class CudaPrinter(C99CodePrinter):
 
     def _print_Half(self, expr):
         return self._literal(0.5)
+
+    def _print_Pi(self, expr):
+        return self._literal(math.pi)  # M_PI needs math.h, which NVRTC does not have
+
+    def _print_Exp1(self, expr):
+        return self._literal(math.e)
+
+    def _print_sigmoid(self, expr):
+        one = self._literal(1.0)
+        fn = "expf" if self.real_type == "float" else "exp"
+        return f"({one} / ({one} + {fn}(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    def _print_Pow(self, expr):
+        if expr.exp == 2:  # x*x: exact as NumPy's x**2 (np.square), where pow may not be
+            base = self.parenthesize(expr.base, 50, strict=True)
+            return f"({base}*{base})"
+        return super()._print_Pow(expr)
 
     # comparisons and Booleans
     def _print_Relational(self, expr):

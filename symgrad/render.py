@@ -20,7 +20,8 @@ from . import __version__, naming
 from . import policy as _policy
 from .derive import Derivation, derive
 from .indicators import MaxOf, MinOf
-from .lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel, lower
+from .lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
+                    backward_plan, lower, lower_expression)
 from .ops import Op
 from .printers import CUDA_REAL_TYPES, _bare, cuda_code, text
 from .printers import numpy_code as _numpy_code
@@ -101,6 +102,8 @@ def settings_lines(op: Op) -> list[str]:
 
 
 def _header(op: Op, backend: str) -> list[str]:
+    if op.spec.kind == "expression":
+        return _expression_header(op, backend)
     return [
         f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
         f"#   symgrad generate {op.name} {cli_arguments(op)} --backend {backend} --out DIR",
@@ -116,6 +119,8 @@ def _wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
 
 
 def _docstring(op: Op, d: Derivation) -> list[str]:
+    if op.spec.kind == "expression":
+        return _expression_docstring(op, d)
     spec = op.spec
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
     if spec.kind != "elementwise":
@@ -148,6 +153,8 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
 
 
 def numpy_context(op: Op) -> dict:
+    if op.spec.kind == "expression":
+        return _numpy_expression_context(op)
     d = derive(op)
     kernel = lower(d)
     ctx = {
@@ -167,6 +174,8 @@ def numpy_context(op: Op) -> dict:
             output=numpy_code(kernel.output),
             grads=[(a.name, numpy_code(a.expr)) for a in kernel.grads],
             broadcast=kernel.broadcast,
+            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+            returns=[(name, True) for name in kernel.inputs],
         )
         return ctx
     assert isinstance(kernel, WindowKernel)
@@ -195,6 +204,75 @@ def numpy_context(op: Op) -> dict:
     if op.spec.kind == "pool":
         ctx["spatial"] = op.spec.spatial
     return ctx
+
+
+# ----------------------------------------------------------------------------- expressions
+
+def _expression_header(op: Op, backend: str) -> list[str]:
+    import shlex
+    p = op.params
+    wrt = "" if tuple(p["wrt"]) == tuple(p["inputs"]) else f" --wrt {' '.join(p['wrt'])}"
+    return [
+        f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
+        f"#   symgrad generate --expr {shlex.quote(p['expr'])} --inputs {' '.join(p['inputs'])}{wrt} "
+        f"--name {op.name} --ties {op.ties} --backend {backend} --out DIR",
+        f"# op: {op.name} (an expression)",
+        f"# expression: {p['expr']}",
+        f"# inputs: {', '.join(p['inputs'])}; backward returns the gradients of "
+        f"{', '.join(p['wrt'])}" + ("" if not wrt else " (None for the others)"),
+    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}"]
+
+
+def _expression_docstring(op: Op, d) -> list[str]:
+    lines = [f"{op.name}: out = {op.params['expr']}, forward and backward under the tie policy "
+             f"'{op.ties}'.", ""]
+    lines += ["Forward, cut into nodes (innermost first; equal subexpressions share one):"]
+    for n in d.nodes:
+        lines += _wrap(f"{n.symbol} = {text(n.value)}", indent="        ")
+    lines += _wrap(f"out = {text(d.root)}", indent="        ")
+    special = [n for n in d.nodes if n.kind != "smooth"]
+    if special:
+        lines += ["", "Non-smooth nodes:"]
+        for n in special:
+            lines += _wrap(f"{n.symbol}: {n.note}.", indent="        ")
+    wf = [n for n in d.nodes if n.kind in ("max", "min")]
+    if wf:
+        lines += ["", "W-form (the tie policy decides which comparisons are strict):"]
+        for n in wf:
+            lines += _wrap(f"{n.symbol} = {text(n.wnode.w_form)}", indent="        ")
+    lines += ["", "Gradient (a.e.; after the DiracDelta terms of each max/min cancel; chain rule):"]
+    for s, e in d.partials.items():
+        lines += _wrap(f"dout/d{s} = {text(e)}", indent="        ")
+    lines += [""]
+    lines += _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
+    lines += _wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
+    if not _policy.INFO[op.ties].subgradient:
+        lines += _wrap("WARNING: policy 'all' is not a subgradient; use it only on purpose.")
+    return lines
+
+
+def _numpy_expression_context(op: Op) -> dict:
+    d = derive(op)
+    kernel = lower_expression(d)
+    wrt = tuple(op.params["wrt"])
+    back_inter, adjoints, grads = backward_plan(kernel, wrt)
+    return {
+        "header": _expression_header(op, "numpy"),
+        "docstring": _expression_docstring(op, d),
+        "op": op.name,
+        "ties": op.ties,
+        "params": repr(op.params),
+        "summary": op.spec.summary,
+        "template": "numpy/elementwise.py.jinja",
+        "inputs": list(kernel.inputs),
+        "inputs_tuple": repr(tuple(kernel.inputs)),
+        "intermediates": [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+        "backward_intermediates": [(a.name, numpy_code(a.expr)) for a in back_inter],
+        "output": numpy_code(kernel.output),
+        "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
+        "broadcast": kernel.broadcast,
+        "returns": [(name, name in wrt) for name in kernel.inputs],
+    }
 
 
 def render_numpy(op: Op) -> tuple[str, str]:
@@ -267,7 +345,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
 
 def cuda_context(op: Op) -> dict:
     d = derive(op)
-    kernel = lower(d)
+    kernel = lower_expression(d) if op.spec.kind == "expression" else lower(d)
     ctx = {
         "header": ["//" + line[1:] for line in _header(op, "cuda")],
         "docstring": _docstring(op, d),
@@ -290,6 +368,7 @@ def cuda_context(op: Op) -> dict:
             f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
     }
     if isinstance(kernel, ElementwiseKernel):
+        back_inter, adjoints, _ = backward_plan(kernel, kernel.inputs)
         real_types = []
         for rt in CUDA_REAL_TYPES:
             real_types.append({
@@ -297,13 +376,17 @@ def cuda_context(op: Op) -> dict:
                 "input_params": _params(rt, *kernel.inputs),
                 "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
                 "intermediates": [(a.name, cuda_code(a.expr, rt)) for a in kernel.intermediates],
+                "backward_intermediates": [(a.name, cuda_code(a.expr, rt)) for a in back_inter],
+                "adjoints": [(a.name, cuda_code(a.expr, rt)) for a in adjoints],
                 "output": cuda_code(kernel.output, rt),
                 "grads": [(a.name, cuda_code(a.expr, rt)) for a in kernel.grads],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
                    real_types=real_types, broadcast=kernel.broadcast,
-                   index_types_doc=True, layouts_doc=False, form="", counts=False)
+                   index_types_doc=True, layouts_doc=False, form="", counts=False,
+                   wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
+                   wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
         return ctx
     assert isinstance(kernel, WindowKernel)
     ctx.update(_cuda_window(op, kernel))

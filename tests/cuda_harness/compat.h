@@ -2,10 +2,13 @@
 // kernels run on the CPU.  A kernel becomes an ordinary function; the harness's launcher calls it
 // once per (block, thread) of the launch grid, serially, setting blockIdx and threadIdx first.
 // Only what the generated kernels use is mapped: the qualifiers, the four index variables and
-// the two bit-cast intrinsics.  The kernels use no shared memory, no barriers, no atomics and no
-// warp intrinsics, so serial execution of the threads is a faithful schedule.
+// the two bit-cast intrinsics; <cmath> gives the math functions of expression kernels (expf, exp,
+// tanhf, ...), which CUDA's device code and NVRTC have built in.  The kernels use no shared
+// memory, no barriers, no atomics and no warp intrinsics, so serial execution of the threads is a
+// faithful schedule.
 #pragma once
 
+#include <cmath>
 #include <cstring>
 
 #define __global__
