@@ -425,6 +425,9 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
 
 def derive(op: Op) -> Derivation:
     """Derive the backward of an op (cached by op, parameters and policy)."""
+    if op.spec.kind in ("unpool", "logsumexp"):  # not a max/min of pieces: derive_special.py
+        from .derive_special import derive_special
+        return derive_special(op)
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op)
 
