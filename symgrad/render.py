@@ -15,7 +15,6 @@ from pathlib import Path
 
 import jinja2
 import numpy as np
-import sympy as sp
 
 from . import __version__, naming
 from . import policy as _policy
@@ -482,7 +481,7 @@ def special_numpy_context(op: Op) -> dict:
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),
                    formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
-                   weight_text=text(sp.exp((V - Y) / kernel.temperature)))
+                   weight_text=f"exp((x - y) / {t!r})" if t != 1 else "exp(x - y)")
     return ctx
 
 
