@@ -393,10 +393,16 @@ def _unpool_params(d: int) -> tuple[Param, ...]:
     )
 
 
+# the temperature must stay a nonzero, finite number in float32 (float16 computes in float32)
+MIN_TEMPERATURE = 1.1754943508222875e-38  # the smallest normal float32
+MAX_TEMPERATURE = 3.4028234663852886e38  # the largest float32
+
+
 def _check_logsumexp(params):
-    if params["temperature"] <= 0:
-        raise ValueError(f"logsumexp: temperature must be a real number > 0, got "
-                         f"{params['temperature']!r}")
+    t = params["temperature"]
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+        raise ValueError(f"logsumexp: temperature must be a real number > 0, within float32's normal "
+                         f"range [{MIN_TEMPERATURE!r}, {MAX_TEMPERATURE!r}], got {t!r}")
 
 
 UNPOOL_POLICY_WHY = ("a slot written by several elements (duplicate indices) keeps the value of the "

@@ -226,6 +226,11 @@ def test_cli_refuses_a_bad_policy_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "symgrad", "generate", "logsumexp", "--temperature", "0",
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "temperature must be a real number > 0" in r.stderr
+    for t in (-1.0, 5e-324, 1e300):
+        with pytest.raises(ValueError, match="temperature must be a real number > 0"):
+            symgrad.load("logsumexp", temperature=t)
+    with pytest.raises(TypeError, match="temperature must be a real number"):
+        symgrad.load("logsumexp", temperature="0.1")
 
 
 # ----------------------------------------------------------------------------- logsumexp
