@@ -91,9 +91,12 @@ def settings_lines(op: Op) -> list[str]:
     lines = []
     if op.convention:
         lines.append(f"convention: {op.convention}")
+    # an op that allows only some policies / NaN rules says what they mean for it (ops.py)
+    ties_rule = op.spec.policies_why or _policy.INFO[op.ties].rule
+    nan_rule = op.spec.nan_why or _policy.NAN_RULES[op.nan].rule
     lines += [
-        f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {_policy.INFO[op.ties].rule}",
-        f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {_policy.NAN_RULES[op.nan].rule}",
+        f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {ties_rule}",
+        f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {nan_rule}",
     ]
     if op.spec.kind == "elementwise":
         lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")

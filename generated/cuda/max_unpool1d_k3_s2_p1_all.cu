@@ -2,8 +2,8 @@
 //   symgrad generate max_unpool1d --kernel-size 3 --stride 2 --padding 1 --ties all --backend cuda --out DIR
 // op: max_unpool1d
 // parameters: kernel_size=(3,), stride=(2,), padding=(1,), output_size=None
-// tie policy: all (explicit): a k-way tie gives each tied element the whole gradient (NOT a subgradient: the weights of a k-way tie sum to k)
-// NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+// tie policy: all (explicit): a slot written by several elements (duplicate indices) keeps the value of the first or last of them in row-major order and sends its gradient to that one, or ('all', PyTorch) keeps the last and sends the gradient to each; 'split' has no value to write
+// NaN rule: dominate (default): unpooling compares no values: NaN and inf are moved like any other number
 // key: 13c2f9750be8016fbe1f
 //
 // max_unpool1d forward and backward under the tie policy 'all'.

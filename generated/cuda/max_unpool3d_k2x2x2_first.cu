@@ -2,8 +2,8 @@
 //   symgrad generate max_unpool3d --kernel-size 2 2 2 --ties first --backend cuda --out DIR
 // op: max_unpool3d
 // parameters: kernel_size=(2, 2, 2), stride=(2, 2, 2), padding=(0, 0, 0), output_size=None
-// tie policy: first (default): a tie goes wholly to the tied element that comes first
-// NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
+// tie policy: first (default): a slot written by several elements (duplicate indices) keeps the value of the first or last of them in row-major order and sends its gradient to that one, or ('all', PyTorch) keeps the last and sends the gradient to each; 'split' has no value to write
+// NaN rule: dominate (default): unpooling compares no values: NaN and inf are moved like any other number
 // key: 79022e0457d22b44bdb4
 //
 // max_unpool3d forward and backward under the tie policy 'first'.

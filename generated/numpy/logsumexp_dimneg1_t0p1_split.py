@@ -2,8 +2,8 @@
 #   symgrad generate logsumexp --dim -1 --temperature 0.1 --ties split --nan nan --backend numpy --out DIR
 # op: logsumexp
 # parameters: dim=(-1,), keepdim=False, temperature=0.1
-# tie policy: split (default): a k-way tie gives each tied element 1/k
-# NaN rule: nan (default): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
+# tie policy: split (default): logsumexp is smooth: its gradient softmax(x / t) tends to the split policy's W as t -> 0+, which is the policy it names
+# NaN rule: nan (default): as torch.logsumexp: a slice holding NaN outputs NaN and its gradient is NaN
 # key: 72e71c1075a2f3e345be
 """logsumexp forward and backward under the tie policy 'split'.
 
