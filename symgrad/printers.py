@@ -83,10 +83,10 @@ class NumpyPrinter(NumPyPrinter):
         return f"np.isnan({self._print(expr.args[0])})"
 
     def _print_exp(self, expr):
-        return f"np.exp({_bare(self._print(expr.args[0]))})"
+        return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
 
     def _print_log(self, expr):
-        return f"np.log({_bare(self._print(expr.args[0]))})"
+        return f"np.log({self._print(expr.args[0])})"
 
     def _print_IsFinite(self, expr):
         return f"np.isfinite({_bare(self._print(expr.args[0]))})"
@@ -209,10 +209,11 @@ class CudaPrinter(C99CodePrinter):
         return f"({a} - {a} == {self._literal(0.0)})"
 
     def _print_exp(self, expr):
-        return f"{'expf' if self.real_type == 'float' else 'exp'}({_bare(self._print(expr.args[0]))})"
+        # the compute type's function, as SymPy's C printer names it with float32 as real
+        return f"{'expf' if self.real_type == 'float' else 'exp'}({self._print(expr.args[0])})"
 
     def _print_log(self, expr):
-        return f"{'logf' if self.real_type == 'float' else 'log'}({_bare(self._print(expr.args[0]))})"
+        return f"{'logf' if self.real_type == 'float' else 'log'}({self._print(expr.args[0])})"
 
     # lowered nodes
     def _print_Select(self, expr):
