@@ -266,7 +266,15 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     for step in d.steps:
         lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
     lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]
-    if op.spec.kind != "elementwise":
+    if op.spec.kind == "unpool":
+        lines += ["", "== backward ==",
+                  "  grad_input = W^T grad_output, a gather: grad_input[i] = grad_output.flat[indices[i]]"
+                  " per plane" + ("" if op.ties == "all" else " for the element that stayed in its slot, 0 "
+                                                              "for the others") + "; indices: None"]
+    elif op.spec.kind == "logsumexp":
+        lines += ["", "== backward ==", "  grad_x = grad_output * exp((x - y) / t) = grad_output * "
+                  "softmax(x / t); as t -> 0+ the split policy's W"]
+    elif op.spec.kind != "elementwise":
         lines += ["", "== backward ==",
                   "  grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"
                   "  (W^T g; overlapping windows accumulate)"]

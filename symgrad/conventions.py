@@ -86,6 +86,23 @@ JAX = {
                      "channels (split evenly, NaN for a group holding NaN)"),
 }
 
+_UNPOOL_TORCH = Preset("all", "dominate", note=(
+    "F.max_unpool*d: forward scatters (the CPU kernel writes in row-major order, so of duplicate "
+    "indices the last write stays; on CUDA the order is undefined); backward is a gather, "
+    "grad_input = grad_output.flat[indices], so every writer of a slot gets the slot's gradient"))
+_LSE_TORCH = Preset("split", "nan", note=(
+    "torch.logsumexp: amax shifted out (0 where it is infinite), log(sum(exp(x - m))) + m; "
+    "backward g * exp(x - result): NaN for an all -inf slice, at +inf and for a slice holding NaN"))
+TORCH.update({"max_unpool1d": _UNPOOL_TORCH, "max_unpool2d": _UNPOOL_TORCH,
+              "max_unpool3d": _UNPOOL_TORCH, "logsumexp": _LSE_TORCH})
+_UNPOOL_JAX = Preset("all", "dominate", note=(
+    "JAX has no max_unpool; this preset follows PyTorch's (x.at[indices].set(input) forward, "
+    "gather backward)"))
+JAX.update({"max_unpool1d": _UNPOOL_JAX, "max_unpool2d": _UNPOOL_JAX, "max_unpool3d": _UNPOOL_JAX,
+            "logsumexp": Preset("split", "nan", note=(
+                "jax.nn.logsumexp: max shifted out (0 where it is not finite); gradient "
+                "softmax(x) * g, NaN for a slice holding NaN"))})
+
 PRESETS = {"torch": TORCH, "jax": JAX}
 CONVENTIONS = tuple(PRESETS)
 

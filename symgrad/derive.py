@@ -428,6 +428,9 @@ def derive(op: Op) -> Derivation:
     if op.spec.kind == "expression":
         from .expr import parse
         return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
+    if op.spec.kind in ("unpool", "logsumexp"):  # not a max/min of pieces: derive_special.py
+        from .derive_special import derive_special
+        return derive_special(op)
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op)
 

@@ -1019,6 +1019,9 @@ class Page:
 
 
 def page(op: Op) -> Page:
+    if op.spec.kind in ("unpool", "logsumexp"):
+        from .docs_special import special_page
+        return special_page(op)
     d = derive(op)
     mod, source, name = module_for(op)
     ex = worked_example(op, d)

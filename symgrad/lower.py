@@ -239,6 +239,8 @@ def _mask_selection(node: Node, kind: str, nan: str, split: bool) -> Selection:
 
 def lower(d: Derivation):
     op = d.op
+    if op.spec.kind in ("unpool", "logsumexp"):
+        return lower_special(d)
     if op.spec.kind == "elementwise":
         inter = tuple(Assign(str(n.symbol), n.forward) for n in d.nodes[:-1])
         roles = factor_roles(d.nodes)
@@ -372,3 +374,59 @@ def backward_plan(kernel: ElementwiseKernel, names) -> tuple[tuple, tuple, tuple
             frontier += [s.name for s in values[name].expr.free_symbols]
     inter = tuple(a for a in kernel.intermediates if a.name in used)
     return inter, adjoints, grads
+
+
+# ----------------------------------------------------------------------------- unpool, logsumexp
+
+class IsFinite(sp.Function):
+    """IsFinite(a): a is neither infinite nor NaN."""
+
+    nargs = 1
+
+
+M_SHIFT, SUM, Y, T = sp.symbols("shift total y t", real=True)
+MAX_VALUE = sp.Symbol("m", real=True)
+
+
+@dataclass(frozen=True)
+class UnpoolKernel:
+    """Scatter forward, gather backward, per (N, C) plane over the flat spatial output.
+
+    keep: which writer of a slot written several times stays ("first" or "last", row-major
+    order of the input); each_writer: backward gives every writer of a slot its gradient
+    (policy 'all'), else only the writer that stayed (forward saves which ones did).
+    """
+
+    spatial: int
+    keep: str
+    each_writer: bool
+    saved: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LogSumExpKernel:
+    """y = shift + t log(sum exp((v - shift) / t)) along each slice, shift = the slice's max
+    where it is finite (else 0); backward grad_output * exp((v - y) / t)."""
+
+    temperature: sp.Expr
+    shift: sp.Expr  # in m (the slice's max)
+    term: sp.Expr  # in v (an element) and shift
+    output: sp.Expr  # in shift and total (the sum of the terms)
+    weight: sp.Expr  # in grad_output, v and y
+    saved: tuple[str, ...]
+
+
+def lower_special(d: Derivation):
+    op = d.op
+    if op.spec.kind == "unpool":
+        each = op.ties == "all"
+        return UnpoolKernel(op.spec.spatial, "first" if op.ties == "first" else "last", each,
+                            ("indices",) if each else ("indices", "wins"))
+    from .ops import _num
+    t = sp.S.One if op.params["temperature"] == 1 else _num(op.params["temperature"])
+    scaled = (lambda e: e) if t == 1 else (lambda e: Quotient(e, t))  # noqa: E731 (t = 1: no division)
+    shift = Select(IsFinite(MAX_VALUE), MAX_VALUE, sp.S.Zero)
+    term = sp.exp(scaled(V - M_SHIFT))
+    output = M_SHIFT + t * sp.log(SUM)
+    weight = GRAD_OUTPUT * sp.exp(scaled(V - Y))
+    return LogSumExpKernel(t, shift, term, output, weight, ("x", "output"))

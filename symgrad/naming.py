@@ -10,7 +10,8 @@ from .ops import Op
 
 _ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "ceil_mode": "ceil",
            "negative_slope": "slope", "min_val": "lo", "max_val": "hi", "min": "min", "max": "max",
-           "dim": "dim", "keepdim": "keepdim", "pieces": "pieces"}
+           "dim": "dim", "keepdim": "keepdim", "pieces": "pieces",
+           "output_size": "out", "temperature": "t"}
 
 
 def _value(v) -> str:
@@ -44,7 +45,7 @@ def module_name(op: Op) -> str:
     if op.convention:
         parts.append(op.convention)
     parts.append(op.ties)
-    if op.nan != "dominate":
+    if op.nan != "dominate" and op.spec.nan_rules != (op.nan,):  # (not when the op allows one rule)
         parts.append(f"nan{op.nan.replace('_', '')}")
     if op.order != "given":
         parts.append("rev")

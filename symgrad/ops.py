@@ -55,6 +55,12 @@ class OpSpec:
     forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
     check: Callable[[dict], None] | None = None
     torch_name: str = ""
+    # ops whose tie policies or NaN rules are restricted (unpool, logsumexp): the ones allowed,
+    # the first being the default; empty: every policy, the usual default
+    policies: tuple[str, ...] = ()
+    nan_rules: tuple[str, ...] = ()
+    policies_why: str = ""
+    nan_why: str = ""
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -89,6 +95,10 @@ class Op:
         return f"{self.name}({ps}) ties={self.ties} nan={self.nan} order={self.order}"
 
     def window_size(self) -> int:
+        if self.spec.kind == "unpool":
+            return 1  # each output element receives at most the elements written to it
+        if self.spec.kind == "logsumexp":
+            return REPRESENTATIVE_REDUCTION_WINDOW
         if self.spec.kind == "pool":
             return math.prod(self.params["kernel_size"])
         if self.spec.kind == "maxout":
@@ -194,6 +204,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
             origin.append((key, f"convention {convention}"))
         else:
             origin.append((key, "default"))
+    ties, nan = _restricted_settings(spec, ties, nan, preset)
     ties = _policy.check_policy(ties if ties is not None else (preset.ties if preset else None))
     try:
         nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties)
@@ -235,6 +246,28 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
                          f"{what}={norm[what]!r} ({op.window_size()} elements)")
     return op
+
+
+def _restricted_settings(spec: OpSpec, ties, nan, preset):
+    """(ties, nan) for an op that allows only some policies or NaN rules (spec.policies,
+    spec.nan_rules): the op's default when neither the caller nor a preset chose, a ValueError
+    naming the allowed ones when the choice is not among them."""
+    for what, given, allowed, why in (
+            ("ties", ties, spec.policies, spec.policies_why),
+            ("nan", nan, spec.nan_rules, spec.nan_why)):
+        if not allowed:
+            continue
+        chosen = given if given is not None else (getattr(preset, what) if preset else None)
+        if chosen is None:
+            chosen = allowed[0]
+        if isinstance(chosen, str) and chosen not in allowed:
+            raise ValueError(f"{spec.name}: {what} must be {' or '.join(repr(a) for a in allowed)} "
+                             f"({why}), got {what}={chosen!r}")
+        if what == "ties":
+            ties = chosen if given is None or isinstance(given, str) else given
+        else:
+            nan = chosen if given is None or isinstance(given, str) else given
+    return ties, nan
 
 
 # ----------------------------------------------------------------------------- forwards
@@ -335,8 +368,71 @@ def _spec_list() -> list[OpSpec]:
                             f"{d}-d max pooling over (N, C, ...) or (C, ...) inputs",
                             params=_pool_params(d), spatial=d, check=_check_pool(d),
                             torch_name=f"F.max_pool{d}d"))
+    specs += _unpool_logsumexp_specs()
     specs.append(OpSpec("maxout", "maxout", "max over groups of `pieces` consecutive channels (dim 1)",
                         params=(Param("pieces", "int", None, "channels per group", 1, required=True),)))
+    return specs
+
+
+# ----------------------------------------------------------------------------- unpool, logsumexp
+
+def _check_unpool(spatial):
+    def check(params):
+        if params["stride"] is None:
+            params["stride"] = params["kernel_size"]
+    return check
+
+
+def _unpool_params(d: int) -> tuple[Param, ...]:
+    return (
+        Param("kernel_size", "ints", None, "the pooling window size (int or tuple)", 1, required=True),
+        Param("stride", "ints", None, "the pooling step (int or tuple; default kernel_size)", 1),
+        Param("padding", "ints", (0,) * d, "the pooling padding (int or tuple)", 0),
+        Param("output_size", "ints", None, "spatial output size (default: (in - 1) * stride - "
+              "2 * padding + kernel_size)", 1),
+    )
+
+
+# the temperature must stay a nonzero, finite number in float32 (float16 computes in float32)
+MIN_TEMPERATURE = 1.1754943508222875e-38  # the smallest normal float32
+MAX_TEMPERATURE = 3.4028234663852886e38  # the largest float32
+
+
+def _check_logsumexp(params):
+    t = params["temperature"]
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+        raise ValueError(f"logsumexp: temperature must be a real number > 0, within float32's normal "
+                         f"range [{MIN_TEMPERATURE!r}, {MAX_TEMPERATURE!r}], got {t!r}")
+
+
+UNPOOL_POLICY_WHY = ("a slot written by several elements (duplicate indices) keeps the value of the "
+                     "first or last of them in row-major order and sends its gradient to that one, "
+                     "or ('all', PyTorch) keeps the last and sends the gradient to each; 'split' "
+                     "has no value to write")
+UNPOOL_NAN_WHY = "unpooling compares no values: NaN and inf are moved like any other number"
+
+
+def _unpool_logsumexp_specs() -> list[OpSpec]:
+    specs = []
+    for d in (1, 2, 3):
+        specs.append(OpSpec(
+            f"max_unpool{d}d", "unpool",
+            f"{d}-d max unpooling: input scattered into zeros at the flat per-plane indices of "
+            f"max_pool{d}d(return_indices=True)",
+            inputs=("input", "indices"), params=_unpool_params(d), spatial=d,
+            check=_check_unpool(d), torch_name=f"F.max_unpool{d}d",
+            policies=("first", "last", "all"), nan_rules=("dominate",),
+            policies_why=UNPOOL_POLICY_WHY, nan_why=UNPOOL_NAN_WHY))
+    specs.append(OpSpec(
+        "logsumexp", "logsumexp",
+        "temperature * log(sum(exp(x / temperature))) over dim(s), the smooth max",
+        params=_RED + (Param("temperature", "float", 1.0, "smoothing temperature t > 0; as t -> 0+ "
+                             "the gradient tends to the split policy's W"),),
+        check=_check_logsumexp, torch_name="torch.logsumexp",
+        policies=("split",), nan_rules=("nan",),
+        policies_why="logsumexp is smooth: its gradient softmax(x / t) tends to the split policy's W "
+                     "as t -> 0+, which is the policy it names",
+        nan_why="as torch.logsumexp: a slice holding NaN outputs NaN and its gradient is NaN"))
     return specs
 
 

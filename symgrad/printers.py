@@ -28,7 +28,7 @@ from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.str import StrPrinter
 
 from .indicators import IsNan
-from .lower import Count, Quotient, Select
+from .lower import Count, IsFinite, Quotient, Select
 
 _INFIX = {"==": "==", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -81,6 +81,15 @@ class NumpyPrinter(NumPyPrinter):
 
     def _print_IsNan(self, expr):
         return f"np.isnan({self._print(expr.args[0])})"
+
+    def _print_exp(self, expr):
+        return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
+
+    def _print_log(self, expr):
+        return f"np.log({self._print(expr.args[0])})"
+
+    def _print_IsFinite(self, expr):
+        return f"np.isfinite({_bare(self._print(expr.args[0]))})"
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
@@ -226,6 +235,18 @@ class CudaPrinter(C99CodePrinter):
 
     def _print_IsNan(self, expr):
         return f"sg_isnan({_bare(self._print(expr.args[0]))})"
+
+    def _print_IsFinite(self, expr):
+        # v - v is 0 for a finite v, NaN for +-inf and NaN (no header needed for isfinite)
+        a = self._print(expr.args[0])
+        return f"({a} - {a} == {self._literal(0.0)})"
+
+    def _print_exp(self, expr):
+        # the compute type's function, as SymPy's C printer names it with float32 as real
+        return f"{'expf' if self.real_type == 'float' else 'exp'}({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        return f"{'logf' if self.real_type == 'float' else 'log'}({self._print(expr.args[0])})"
 
     # lowered nodes
     def _print_Select(self, expr):

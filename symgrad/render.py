@@ -92,9 +92,12 @@ def settings_lines(op: Op) -> list[str]:
     lines = []
     if op.convention:
         lines.append(f"convention: {op.convention}")
+    # an op that allows only some policies / NaN rules says what they mean for it (ops.py)
+    ties_rule = op.spec.policies_why or _policy.INFO[op.ties].rule
+    nan_rule = op.spec.nan_why or _policy.NAN_RULES[op.nan].rule
     lines += [
-        f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {_policy.INFO[op.ties].rule}",
-        f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {_policy.NAN_RULES[op.nan].rule}",
+        f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {ties_rule}",
+        f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {nan_rule}",
     ]
     if op.spec.kind == "elementwise":
         lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")
@@ -155,6 +158,8 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
 def numpy_context(op: Op) -> dict:
     if op.spec.kind == "expression":
         return _numpy_expression_context(op)
+    if op.spec.kind in SPECIAL_KINDS:
+        return special_numpy_context(op)
     d = derive(op)
     kernel = lower(d)
     ctx = {
@@ -346,9 +351,17 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
 def cuda_context(op: Op) -> dict:
     d = derive(op)
     kernel = lower_expression(d) if op.spec.kind == "expression" else lower(d)
-    ctx = {
+    ctx = _cuda_base_context(op, d)
+    if op.spec.kind in SPECIAL_KINDS:
+        ctx.update(_special_cuda_context(op, kernel))
+        return ctx
+    return _cuda_context_rest(op, kernel, ctx)
+
+
+def _cuda_base_context(op: Op, d: Derivation) -> dict:
+    return {
         "header": ["//" + line[1:] for line in _header(op, "cuda")],
-        "docstring": _docstring(op, d),
+        "docstring": (_special_docstring if op.spec.kind in SPECIAL_KINDS else _docstring)(op, d),
         "op": op.name,
         "ties": op.ties,
         "params": repr(op.params),
@@ -367,6 +380,9 @@ def cuda_context(op: Op) -> dict:
             f"{naming.cuda_source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
             f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
     }
+
+
+def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         back_inter, adjoints, _ = backward_plan(kernel, kernel.inputs)
         real_types = []
@@ -419,6 +435,8 @@ def render(op: Op, backend: str) -> dict[str, str]:
         name, source = render_numpy(op)
         return {name: source}
     if backend == "cuda":
+        if op.spec.kind in SPECIAL_KINDS:  # their NaN behaviour is fixed by the op (ops.py)
+            return render_cuda(op)
         if op.nan != "dominate" or op.padding_mode != "never_wins":
             # the CUDA templates implement the default NaN rule and padding that never wins; the
             # framework presets' other rules are generated and tested for NumPy only so far
@@ -480,3 +498,95 @@ def diff(path: Path, content: str) -> str:
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     return "".join(difflib.unified_diff(old.splitlines(True), content.splitlines(True),
                                         fromfile=str(path), tofile=f"{path} (regenerated)"))
+
+
+# ----------------------------------------------------------------------------- unpool, logsumexp
+
+SPECIAL_KINDS = ("unpool", "logsumexp")
+
+
+def _special_docstring(op: Op, d: Derivation) -> list[str]:
+    lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
+    lines += _wrap(f"Forward: {op.spec.summary}.")
+    lines += [""]
+    if op.spec.kind == "unpool":
+        lines += _wrap("W-form, per (N, C) plane over the flat spatial output: y = W x with "
+                       "W[j, i] = [indices_i = j]" + {
+                           "first": " * prod_{k < i} [indices_k != j] (a slot keeps the first "
+                                    "element written there, in row-major order)",
+                           "last": " * prod_{k > i} [indices_k != j] (a slot keeps the last "
+                                   "element written there, in row-major order)",
+                           "all": " (the 0/1 selection matrix; of duplicate indices the forward "
+                                  "keeps the last write, as PyTorch's CPU kernel)"}[op.ties] + ".")
+        lines += [""]
+        lines += _wrap("Backward: grad_input = W^T grad_output, a gather: grad_input[i] = "
+                       "grad_output.flat[indices[i]] per plane" +
+                       (", for every element (each writer of a slot gets its gradient, as "
+                        "PyTorch)." if op.ties == "all" else
+                        ", for the element that stayed in its slot, 0 for the others.") +
+                       " The indices are integers, not differentiable: their gradient is None. "
+                       "With unique indices every policy gives the same W, and backward is the "
+                       "exact adjoint of forward.")
+        lines += [""] + _wrap(f"Tie policy '{op.ties}': duplicate indices are writers tied for "
+                              f"one slot; {_policy.INFO[op.ties].rule}.")
+        lines += _wrap("Unpooling compares no values: NaN and +-inf are moved like any other number.")
+    else:
+        t = op.params["temperature"]
+        lines += _wrap(f"y = t * log(sum_i exp(x_i / t)) with t = {t!r}, computed as m + t * "
+                       f"log(sum_i exp((x_i - m) / t)) with m the slice's max (0 where it is "
+                       f"infinite); float16 computes in float32 and rounds once.")
+        lines += [""]
+        lines += _wrap("Backward: grad_x = grad_output * softmax(x / t) = grad_output * "
+                       "exp((x - y) / t). As t -> 0+ this tends to the split policy's W: 1/k on "
+                       "the k tied maxima, 0 elsewhere (see the derivation).")
+        lines += [""] + _wrap("NaN and inf as torch.logsumexp: a slice holding NaN gives NaN; +inf "
+                              "gives +inf (gradient NaN at the +inf elements, 0 elsewhere); an all "
+                              "-inf slice gives -inf (gradient NaN).")
+    return lines
+
+
+def special_numpy_context(op: Op) -> dict:
+    from .lower import M_SHIFT, MAX_VALUE, SUM, Y  # noqa: F401 (names printed in the template)
+    d = derive(op)
+    kernel = lower(d)
+    ctx = {
+        "header": _header(op, "numpy"),
+        "docstring": _special_docstring(op, d),
+        "op": op.name,
+        "ties": op.ties,
+        "params": repr(op.params),
+        "summary": op.spec.summary,
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+    }
+    if op.spec.kind == "unpool":
+        ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
+                   each_writer=kernel.each_writer)
+    else:
+        t = op.params["temperature"]
+        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+                   term=numpy_code(kernel.term), output=numpy_code(kernel.output),
+                   weight=numpy_code(kernel.weight),
+                   formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
+                   weight_text=f"exp((x - y) / {t!r})" if t != 1 else "exp(x - y)")
+    return ctx
+
+
+def _special_cuda_context(op: Op, kernel) -> dict:
+    if op.spec.kind == "unpool":
+        return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
+                    keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
+                    layouts_doc=False, form="", counts=False)
+    from .lower import M_SHIFT, MAX_VALUE, SUM, Y
+    real_types = []
+    for rt in CUDA_REAL_TYPES:
+        real_types.append({
+            "name": rt,
+            "combine": cuda_code(MaxOf(BEST, V), rt), "combine_params": _params(rt, str(BEST), str(V)),
+            "shift": cuda_code(kernel.shift, rt), "shift_params": _params(rt, str(MAX_VALUE)),
+            "term": cuda_code(kernel.term, rt), "term_params": _params(rt, str(V), str(M_SHIFT)),
+            "output": cuda_code(kernel.output, rt), "output_params": _params(rt, str(M_SHIFT), str(SUM)),
+            "weight": cuda_code(kernel.weight, rt),
+            "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
+        })
+    return dict(geometry="logsumexp", template="cuda/logsumexp.cu.jinja", real_types=real_types,
+                index_types_doc=False, layouts_doc=False, form="", counts=False)

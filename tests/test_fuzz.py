@@ -159,7 +159,7 @@ def _policy(kwargs) -> str:
         return kwargs["ties"]
     if kwargs.get("convention") is not None:
         return PRESETS[kwargs["convention"]][kwargs["_op"]].ties
-    return "first"
+    return OPS[kwargs["_op"]].policies[0] if OPS[kwargs["_op"]].policies else "first"  # the op's own default
 
 
 @pytest.mark.parametrize("entry", ["load", "derive", "generate"])

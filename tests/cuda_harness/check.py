@@ -168,6 +168,8 @@ def cases():
     out += [(op, params, [shape]) for op, params, shape in WINDOWED]
     seen = {_key(op, params) for op, params, _ in out}
     for entry in catalog.entries():
+        if entry.spec.kind in ("unpool", "logsumexp"):  # tests/test_unpool_logsumexp.py
+            continue
         params = {p.name: entry.params[p.name] for p in entry.spec.params
                   if p.required or entry.params[p.name] != p.default}
         if params.get("stride") == params.get("kernel_size"):

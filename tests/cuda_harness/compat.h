@@ -2,10 +2,11 @@
 // kernels run on the CPU.  A kernel becomes an ordinary function; the harness's launcher calls it
 // once per (block, thread) of the launch grid, serially, setting blockIdx and threadIdx first.
 // Only what the generated kernels use is mapped: the qualifiers, the four index variables and
-// the two bit-cast intrinsics; <cmath> gives the math functions of expression kernels (expf, exp,
-// tanhf, ...), which CUDA's device code and NVRTC have built in.  The kernels use no shared
-// memory, no barriers, no atomics and no warp intrinsics, so serial execution of the threads is a
-// faithful schedule.
+// the two bit-cast intrinsics, and the one atomic the unpooling kernels use (atomicMax on
+// unsigned long long, whose result does not depend on the order of the threads); <cmath> gives
+// the math functions of expression kernels (expf, exp, tanhf, ...), which CUDA's device code and
+// NVRTC have built in.  The kernels use no shared memory, no barriers and no warp intrinsics, so
+// serial execution of the threads is a faithful schedule.
 #pragma once
 
 #include <cmath>
@@ -34,4 +35,10 @@ static inline unsigned int __float_as_uint(float f) {
   unsigned int u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+}
+
+static inline unsigned long long atomicMax(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  if (value > old) *address = value;
+  return old;
 }
