@@ -84,6 +84,8 @@ class NumpyPrinter(NumPyPrinter):
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
+        if b == 0:  # the generated module's _select: np.where(cond, a, 0) without a branch
+            return f"_select({_bare(self._print(cond))}, {self._print(a)})"
         return f"np.where({_bare(self._print(cond))}, {self._print(a)}, {self._print(b)})"
 
     def _print_Quotient(self, expr):

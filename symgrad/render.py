@@ -18,7 +18,8 @@ import numpy as np
 
 from . import __version__, naming
 from . import policy as _policy
-from .derive import Derivation, derive
+from .derivations import derive
+from .derive import Derivation
 from .indicators import MaxOf, MinOf
 from .lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel, lower
 from .ops import Op
@@ -148,7 +149,7 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
 
 
 def numpy_context(op: Op) -> dict:
-    d = derive(op)
+    d = derive(op, display=False)  # code needs the partials, not the display of the raw derivative
     kernel = lower(d)
     ctx = {
         "header": _header(op, "numpy"),
@@ -157,6 +158,7 @@ def numpy_context(op: Op) -> dict:
         "ties": op.ties,
         "params": repr(op.params),
         "summary": op.spec.summary,
+        "imports": [],
     }
     if isinstance(kernel, ElementwiseKernel):
         ctx.update(
@@ -194,6 +196,8 @@ def numpy_context(op: Op) -> dict:
     )
     if op.spec.kind == "pool":
         ctx["spatial"] = op.spec.spatial
+    if kernel.geometry != "reduction":
+        ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
     return ctx
 
 

@@ -26,7 +26,8 @@ x, y = sp.symbols("x y", real=True)
     (sp.Eq(x, y, evaluate=False), "(x == y)"),
     (sp.Or(sp.Gt(x, y), IsNan(x)), "(np.isnan(x) | (x > y))"),
     (sp.And(sp.Gt(x, y), sp.Not(IsNan(y))), "(~np.isnan(y) & (x > y))"),
-    (Select(sp.Gt(x, 0), y, 0), "np.where(x > 0, y, 0)"),
+    (Select(sp.Gt(x, 0), y, 0), "_select(x > 0, y)"),  # the module's branch-free np.where(c, y, 0)
+    (Select(sp.Gt(x, 0), y, 1), "np.where(x > 0, y, 1)"),
     (Quotient(x, Count(sp.Gt(x, 0), sp.Ge(y, 0))), "(x) / (np.add((x > 0), (y >= 0), dtype=dtype))"),
     (MaxOf(x, y, 0), "np.maximum(np.maximum(x, y), 0)"),
     (MinOf(x, sp.Float(0.1, 17)), "np.minimum(x, 0.1)"),
