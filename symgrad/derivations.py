@@ -1,8 +1,8 @@
 """The on-disk cache of derivations, beside the module cache (``<cache dir>/derivations/``).
 
-A derivation depends on the op, its normalized parameters, the tie policy and the order, on symgrad's own
-derivation code (``derive.py``, ``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key
-of an entry hashes all of them, so editing one of those files or upgrading SymPy never serves a
+A derivation depends on the op, its normalized parameters, the tie policy and order (the key also
+names the NaN rule, convention and padding mode), on symgrad's own derivation code (``derive.py``,
+``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key of an entry hashes all of them, so editing one of those files or upgrading SymPy never serves a
 stale derivation.  Entries are pickles (the cache directory is the user's own), written
 atomically; an entry that cannot be read is derived again and replaced, and a cache directory that
 cannot be written only costs the time of deriving again.
@@ -46,7 +46,8 @@ def key(op: Op, display: bool = True) -> str:
     """The cache key of an op's derivation: op, parameters, policy, what is kept for display, and
     the code that derives."""
     blob = json.dumps({"op": op.name, "params": {k: repr(v) for k, v in op.params.items()},
-                       "ties": op.ties, "order": op.order, "display": display, "code": code_hash()},
+                       "ties": op.ties, "order": op.order, "nan": op.nan, "convention": op.convention,
+                       "padding_mode": op.padding_mode, "display": display, "code": code_hash()},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -62,7 +63,7 @@ def derive(op: Op, display: bool = True) -> Derivation:
     k = key(op, display)
     with _LOCK:
         if k in _MEMO:
-            return _MEMO[k]
+            return dataclasses.replace(_MEMO[k], op=op)  # the caller's op, not an equal one's
     path = directory() / f"{k}.pickle"
     d = _read(path, op)
     if d is None:

@@ -63,3 +63,13 @@ def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     monkeypatch.setattr(derivations, "_MEMO", {})
     d = symgrad.derive("relu", ties="split")
     assert d.partials
+
+
+def test_ops_that_differ_only_in_their_nan_rule_keep_their_own_op(cache):
+    torch_op = resolve("maximum", convention="torch")
+    jax_op = resolve("maximum", convention="jax")
+    assert torch_op.nan != jax_op.nan
+    assert derivations.key(torch_op) != derivations.key(jax_op)
+    assert derivations.derive(torch_op).op is torch_op
+    assert derivations.derive(jax_op).op is jax_op
+    assert derivations.derive(torch_op).op is torch_op  # from memory, still the caller's op
