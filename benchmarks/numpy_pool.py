@@ -167,7 +167,7 @@ def pools(rounds: int, bw: float, loop_windows: int) -> list:
     rows = []
     for name, op, shape, params in POOLS:
         d = int(op[-2])
-        m = symgrad.load(op, **params)
+        m = symgrad.load(op, convention="torch", **params)  # PyTorch's ties and NaN rule
         rng = np.random.default_rng(0)
         x = rng.normal(size=shape).astype(np.float32)
         y, saved = m.forward(x)
@@ -192,8 +192,7 @@ def pools(rounds: int, bw: float, loop_windows: int) -> list:
         bound = (y.size * (g.itemsize + saved.index.itemsize) + x.size * x.itemsize) / bw
         loop, timed_windows = loop_backward_seconds(x, g, params, d, loop_windows)
         plan = m._layout(x.shape)[0]
-        path = ("write" if plan.disjoint and m.WINDOW <= m.WRITE_UP_TO else
-                "accumulate" if not plan.disjoint and m.WINDOW <= m.ACCUMULATE_UP_TO else "scatter")
+        path = m._path(plan, x.nbytes)
         rows.append(dict(name=name, op=op, shape=shape, params=params, bwd=bwd, fb=fb, bound=bound, path=path,
                          saved=saved.index.nbytes / y.size, torch_saved=ti.element_size(),
                          loop=loop, loop_windows=timed_windows, windows=y.size,
@@ -206,7 +205,7 @@ def elementwise(rounds: int, bw: float) -> list:
     a, b, g = (rng.normal(size=ELEMENTS).astype(np.float32) for _ in range(3))
     ta, tb_, tg = (torch.from_numpy(v) for v in (a, b, g))
     rows = []
-    relu = symgrad.load("relu")  # ties="first" is PyTorch's relu convention
+    relu = symgrad.load("relu", convention="torch")
     _, s_relu = relu.forward(a)
     tar = ta.clone().requires_grad_(True)
 
@@ -224,7 +223,7 @@ def elementwise(rounds: int, bw: float) -> list:
                      fb=timed({"sg": (None, relu_fb), "t1": (1, torch_relu_fb),
                                "tn": (DEFAULT_THREADS, torch_relu_fb)}, max(5, rounds // 2)),
                      bound=3 * a.nbytes / bw))
-    mx = symgrad.load("maximum", ties="split")  # PyTorch's convention: half to each at a tie
+    mx = symgrad.load("maximum", convention="torch")  # half to each at a tie
     _, s_max = mx.forward(a, b)
     tar, tbr = ta.clone().requires_grad_(True), tb_.clone().requires_grad_(True)
     ty = torch.maximum(tar, tbr)
@@ -247,7 +246,10 @@ def elementwise(rounds: int, bw: float) -> list:
 
 
 def generation_costs() -> list:
-    """Wall seconds of `symgrad generate` in a fresh process: cold (empty cache), then warm."""
+    """(wall, CPU) seconds of `symgrad generate` in a fresh process: cold (empty cache), then warm.
+
+    The CPU seconds (user + system of the child) do not count waiting for a loaded machine."""
+    import resource
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, SYMGRAD_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(ROOT))
@@ -257,9 +259,12 @@ def generation_costs() -> list:
             for _ in range(2):
                 out = Path(tmp) / f"out{len(rows)}{len(times)}"
                 t = time.perf_counter()
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 subprocess.run([sys.executable, "-m", "symgrad", "generate", *args, "--out", str(out)],
                                check=True, env=env, cwd=tmp, stdout=subprocess.DEVNULL)
-                times.append(time.perf_counter() - t)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                times.append((time.perf_counter() - t, after.ru_utime + after.ru_stime
+                              - before.ru_utime - before.ru_stime))
             rows.append((label, times[0], times[1]))
     return rows
 
@@ -269,7 +274,7 @@ def scatter_profile(rounds: int) -> list:
     generated module's _scatter, repeated here one by one with a clock around each kind."""
     rows = []
     for name, op, shape, params in POOLS[:3]:
-        m = symgrad.load(op, **params)
+        m = symgrad.load(op, convention="torch", **params)
         rng = np.random.default_rng(0)
         x = rng.normal(size=shape).astype(np.float32)
         y, saved = m.forward(x)
@@ -287,28 +292,54 @@ def scatter_profile(rounds: int) -> list:
         else:
             origin = plan.origin
             steps = [(b * count + k, b * count + min(k + step, count), b * size, k,
-                      (b + 1) * size if k + step >= count else None)
+                      (b + 1) * size if k == 0 else None)
                      for b in range(plan.planes) for k in range(0, count, step)]
         parts = {"zeros": [], "positions": [], "add.at": [], "total": []}
+        positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
         for _ in range(rounds):
             t0 = CLOCK()
             grad = np.empty(plan.planes * size, dtype=g.dtype)
             tz = tp = ta = 0.0
-            for i0, i1, at, k, zero_to in reversed(steps):
+            for i0, i1, at, k, zero_to in steps:
                 t = CLOCK()
                 if zero_to is not None:
                     grad[at:zero_to] = 0
                 t1 = CLOCK()
-                position = np.take(offsets, index[i0:i1])
+                position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
                 position += origin[k:k + i1 - i0]
                 t2 = CLOCK()
-                np.add.at(grad[at:], position[::-1], gf[i0:i1][::-1])
+                np.add.at(grad[at:], position, gf[i0:i1])
                 tz, tp, ta = tz + t1 - t, tp + t2 - t1, ta + CLOCK() - t2
             parts["zeros"].append(tz)
             parts["positions"].append(tp)
             parts["add.at"].append(ta)
             parts["total"].append(CLOCK() - t0)
         rows.append((name, y.size, {k: float(np.median(v)) for k, v in parts.items()}))
+    return rows
+
+
+def call_profile(rounds: int) -> list:
+    """cProfile of the generated backward on A, B and C: the calls its time goes to (own time)."""
+    import cProfile
+    import pstats
+    rows = []
+    for name, op, shape, params in POOLS[:3]:
+        m = symgrad.load(op, convention="torch", **params)
+        x = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+        y, saved = m.forward(x)
+        g = np.ones_like(y)
+        m.backward(g, saved)
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(rounds):
+            m.backward(g, saved)
+        prof.disable()
+        stats = pstats.Stats(prof).stats
+        total = sum(v[2] for v in stats.values())
+        top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:5]
+        rows.append((name, m._path(m._layout(x.shape)[0], x.nbytes), total / rounds,
+                     [(fn[2] if fn[0] == "~" else f"{Path(fn[0]).name.split('_')[0]}:{fn[2]}",
+                       v[2] / rounds, v[1] / rounds) for fn, v in top]))
     return rows
 
 
@@ -392,11 +423,19 @@ def main() -> None:
         for name, windows, p in scatter_profile(args.rounds):
             print(f"| {name} | {fmt_ms(p['zeros'])} | {fmt_ms(p['positions'])} | {fmt_ms(p['add.at'])} | "
                   f"{fmt_ms(p['total'])} | {p['positions'] / windows * 1e9:.2f} / {p['add.at'] / windows * 1e9:.2f} |")
-    print("\n## Derivation and generation (fresh process, wall seconds)\n")
-    print("| command | cold cache | warm cache |")
-    print("|---|---|---|")
+    if args.profile:
+        print("\n## Profile of backward (cProfile, own time per call of backward; under the profiler)\n")
+        print("| config | path | total ms | top calls: ms (calls) |")
+        print("|---|---|---|---|")
+        for name, path, total, top in call_profile(max(5, args.rounds // 3)):
+            print(f"| {name} | {path} | {fmt_ms(total)} | "
+                  + "; ".join(f"{fn} {fmt_ms(t)} ({n:g})" for fn, t, n in top) + " |")
+    print("\n## Derivation and generation (fresh process; seconds, wall / CPU)\n")
+    print("| command | cold cache | warm cache | target |")
+    print("|---|---|---|---|")
     for label, cold, warm in generation_costs():
-        print(f"| symgrad {label} | {cold:.2f} | {warm:.2f} |")
+        target = "< 5 s" if "max_pool3d" in label else "< 60 s"
+        print(f"| symgrad {label} | {cold[0]:.2f} / {cold[1]:.2f} | {warm[0]:.2f} / {warm[1]:.2f} | {target} |")
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
 
 

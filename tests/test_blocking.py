@@ -71,6 +71,7 @@ def test_window_blocks_agree_with_one_block(op, params, shape, ties, dtype, monk
             monkeypatch.setattr(m, "SCATTER", scatter)
             monkeypatch.setattr(m, "ACCUMULATE_UP_TO", threshold)
             monkeypatch.setattr(m, "WRITE_UP_TO", threshold)
+            monkeypatch.setattr(m, "WRITE_SMALL_UP_TO", threshold)
         y, saved, gx = _run(m, x, g)
         np.testing.assert_array_equal(_bits(y), _bits(y0))
         np.testing.assert_array_equal(_bits(gx), _bits(gx0))

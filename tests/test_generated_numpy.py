@@ -352,10 +352,10 @@ OVERLAPPING = [c for c in WINDOWED[:11] if _max_windows_per_element(*c) >= 3]
 
 
 @pytest.mark.parametrize("op,params,shape", OVERLAPPING, ids=[case_id(*c) for c in OVERLAPPING])
-def test_overlapping_windows_add_up_in_scan_order(op, params, shape):
+def test_overlapping_windows_add_up_in_output_order(op, params, shape):
     """An element won by several windows gets the sum of their gradients, added (in float32) in
-    the scan order of its place in those windows: the float result of accumulating one window
-    element at a time, bit for bit (with three or more terms, the order changes the rounding)."""
+    the order of those windows' output positions (row-major), that is, in the reverse scan order
+    of its place in them: bit for bit (with three or more terms, the order changes the rounding)."""
     rng = np.random.default_rng(8)
     m = symgrad.load(op, **params)
     x = (rng.normal(size=shape) * 0.1).astype(np.float32)
@@ -369,9 +369,8 @@ def test_overlapping_windows_add_up_in_scan_order(op, params, shape):
         k = int(np.argmax(vals))
         winners.setdefault(k, []).append((elems[k], oidx))
     want = np.zeros_like(x)
-    for k in sorted(winners):  # window element 0 of every window, then element 1, ...
-        for e, oidx in winners[k]:
-            want[e] += g[oidx]
+    for e, oidx in sorted((e, oidx) for ws in winners.values() for e, oidx in ws):
+        want[e] += g[oidx]  # per element, its windows in output order
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     won = [e for ws in winners.values() for e, _ in ws]
     assert max(won.count(e) for e in set(won)) >= 3, "no element is won by three windows"

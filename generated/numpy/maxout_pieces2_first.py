@@ -34,12 +34,15 @@ PIECES = 2
 WINDOW = 2  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
 BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
-# backward: disjoint windows of up to WRITE_UP_TO elements write grad_x through one view per
-# window element, overlapping ones of up to ACCUMULATE_UP_TO elements accumulate per element in
-# phase planes, and the others are scattered back, at most SCATTER windows per step
+# backward (_path): disjoint windows of up to WRITE_UP_TO elements (WRITE_SMALL_UP_TO while grad_x
+# is at most SMALL bytes, in cache) write grad_x through one view per window element, overlapping
+# ones of up to ACCUMULATE_UP_TO elements accumulate per element in phase planes, and the others
+# are scattered back, at most SCATTER windows per step
 WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab
+WRITE_SMALL_UP_TO = 4
+SMALL = 1 << 20
 ACCUMULATE_UP_TO = 4
-SCATTER = 1 << 14
+SCATTER = 1 << 16
 _UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # unsigned integers as wide as each float type
 
 
@@ -268,13 +271,23 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved)
     plan, _ = _layout(saved.input_shape)
     grads = grad_output.reshape((plan.planes,) + plan.out_plane)
-    if plan.disjoint and WINDOW <= WRITE_UP_TO:
+    path = _path(plan, math.prod(saved.input_shape) * grads.itemsize)
+    if path == "write":
         grad = _write_disjoint(grads, saved.index, plan)
-    elif not plan.disjoint and WINDOW <= ACCUMULATE_UP_TO:
+    elif path == "accumulate":
         grad = _accumulate(grads, saved.index, plan)
     else:
         grad = _scatter(grads, saved.index, plan)
     return (grad.reshape(saved.input_shape),)
+
+
+def _path(plan: _Plan, grad_bytes: int) -> str:
+    """Which backward runs for this plan and a gradient of grad_bytes: write, accumulate, scatter."""
+    if plan.disjoint and (WINDOW <= WRITE_UP_TO or WINDOW <= WRITE_SMALL_UP_TO and grad_bytes <= SMALL):
+        return "write"
+    if not plan.disjoint and WINDOW <= ACCUMULATE_UP_TO:
+        return "accumulate"
+    return "scatter"
 
 
 def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
@@ -358,10 +371,12 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
         steps = [(b * count + k, b * count + min(k + step, count), b * size, k,
                   (b + 1) * size if k == 0 else None)
                  for b in range(plan.planes) for k in range(0, count, step)]
+    positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
     for i0, i1, at, k, zero_to in steps:
         if zero_to is not None:
             grad[at:zero_to] = 0
-        position = np.take(offsets, index[i0:i1])
+        # (mode="wrap" never wraps, an index is below WINDOW; it lets np.take write in place)
+        position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
         position += origin[k:k + i1 - i0]
         values = g[i0:i1]
         if plan.inside is not None:  # a padding winner's gradient is dropped: +0.0 at the start
