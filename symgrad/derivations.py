@@ -53,8 +53,8 @@ def key(op: Op, display: bool = True) -> str:
 
 
 def directory() -> Path:
-    from .cache import cache_dir
-    return cache_dir() / "derivations"
+    from .cache import DERIVATIONS, cache_dir
+    return cache_dir() / DERIVATIONS
 
 
 def derive(op: Op, display: bool = True) -> Derivation:

@@ -73,3 +73,13 @@ def test_ops_that_differ_only_in_their_nan_rule_keep_their_own_op(cache):
     assert derivations.derive(torch_op).op is torch_op
     assert derivations.derive(jax_op).op is jax_op
     assert derivations.derive(torch_op).op is torch_op  # from memory, still the caller's op
+
+
+def test_cache_clear_removes_cached_derivations_and_info_counts_them(cache):
+    from symgrad import cache as module_cache
+    derivations.derive(resolve("max_pool1d", "last", kernel_size=5))
+    (entry,) = (cache / "derivations").glob("*.pickle")
+    assert module_cache.info(cache)["bytes"] == entry.stat().st_size
+    (cache / "derivations" / "notes.txt").write_text("not symgrad's\n")
+    module_cache.clear(cache)
+    assert [p.name for p in (cache / "derivations").iterdir()] == ["notes.txt"]
