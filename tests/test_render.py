@@ -26,14 +26,18 @@ x, y = sp.symbols("x y", real=True)
     (sp.Eq(x, y, evaluate=False), "(x == y)"),
     (sp.Or(sp.Gt(x, y), IsNan(x)), "(np.isnan(x) | (x > y))"),
     (sp.And(sp.Gt(x, y), sp.Not(IsNan(y))), "(~np.isnan(y) & (x > y))"),
-    (Select(sp.Gt(x, 0), y, 0), "_select(x > 0, y)"),  # the module's branch-free np.where(c, y, 0)
-    (Select(sp.Gt(x, 0), y, 1), "np.where(x > 0, y, 1)"),
+    (Select(sp.Gt(x, 0), y, 0), "np.where(x > 0, y, 0)"),
     (Quotient(x, Count(sp.Gt(x, 0), sp.Ge(y, 0))), "(x) / (np.add((x > 0), (y >= 0), dtype=dtype))"),
     (MaxOf(x, y, 0), "np.maximum(np.maximum(x, y), 0)"),
     (MinOf(x, sp.Float(0.1, 17)), "np.minimum(x, 0.1)"),
 ])
 def test_numpy_printer(expr, want):
     assert numpy_code(expr) == want
+
+
+def test_numpy_printer_branch_free_select_for_templates_that_include_it():
+    assert numpy_code(Select(sp.Gt(x, 0), y, 0), select=True) == "_select(x > 0, y)"
+    assert numpy_code(Select(sp.Gt(x, 0), y, 1), select=True) == "np.where(x > 0, y, 1)"
 
 
 def test_comparisons_are_never_printed_as_heaviside_or_subtraction():
