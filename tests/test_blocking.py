@@ -114,3 +114,24 @@ def test_elementwise_chunks_agree_with_one_chunk(op, params, shapes, ties, monke
         for a, b in zip(got, g0):
             assert a.dtype == b.dtype and a.shape == b.shape
             np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.parametrize("ties", ["first", "split"])
+@pytest.mark.parametrize("op,params,shape", [
+    ("maxout", {"pieces": 2}, (0, 2, 0)), ("maxout", {"pieces": 2}, (2, 4, 0, 3)), ("maxout", {"pieces": 2}, (0, 4)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (0, 2, 5, 5)),
+    ("max_pool2d", {"kernel_size": 2}, (0, 1, 4, 4)),
+], ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+def test_empty_inputs_on_every_path(op, params, shape, ties, monkeypatch):
+    """No planes, or planes of no elements: every block size and backward path returns an empty
+    gradient of the input's shape (no division by an empty plane's size)."""
+    m = symgrad.load(op, ties=ties, **params)
+    x = np.zeros(shape, dtype=np.float16)
+    for threshold in (0, m.WINDOW):
+        for name in ("WRITE_UP_TO", "WRITE_SMALL_UP_TO", "ACCUMULATE_UP_TO"):
+            if hasattr(m, name):
+                monkeypatch.setattr(m, name, threshold)
+        y, saved = m.forward(x)
+        assert y.size == 0
+        (gx,) = m.backward(np.zeros_like(y), saved)
+        assert gx.shape == x.shape and gx.dtype == x.dtype

@@ -278,7 +278,7 @@ def _layout(shape: tuple):
 
 def _block(plan: _Plan) -> int:
     """Planes per block: about BLOCK elements of a phase plane per array operation."""
-    return max(1, min(plan.planes, BLOCK // math.prod(plan.wide)))
+    return max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.wide))))  # empty planes: 1
 
 
 def _phase_buffer(plan: _Plan, planes: int, dtype) -> np.ndarray:
@@ -389,7 +389,7 @@ def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.nda
     grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, grads.dtype)
     u = _UINT[grads.itemsize]
     bits, g_bits = grad.view(u), grads.view(u)
-    block = max(1, min(plan.planes, BLOCK // math.prod(plan.out_plane)))
+    block = max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.out_plane))))
     nonzero = np.empty((block,) + plan.out_plane, dtype=bool)
     won = np.empty(nonzero.shape, dtype=bool)
     for b0 in range(0, plan.planes, block):
@@ -455,7 +455,7 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     # steps: (windows i0:i1, their planes start at `at`, first window's place in its plane,
     # end of the planes to zero first: a step's planes are zeroed just before it, in cache)
     if count <= step:  # whole planes per step
-        per = max(1, min(plan.planes, step // count))
+        per = max(1, min(plan.planes, step // max(1, count)))
         origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
         steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0,
                   min(b + per, plan.planes) * size) for b in range(0, plan.planes, per)]

@@ -285,7 +285,7 @@ def _layout(shape: tuple):
 
 def _block(plan: _Plan) -> int:
     """Planes per block: about BLOCK elements of a phase plane per array operation."""
-    return max(1, min(plan.planes, BLOCK // math.prod(plan.wide)))
+    return max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.wide))))  # empty planes: 1
 
 
 def _phase_buffer(plan: _Plan, planes: int, dtype) -> np.ndarray:
