@@ -48,7 +48,7 @@ WRITE_SMALL_UP_TO = 4
 SMALL = 1 << 20
 ACCUMULATE_UP_TO = 4
 SCATTER = 1 << 16
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}  # unsigned integers as wide as each float type
+_UINT = {n: np.dtype(f"u{n}") for n in (2, 4, 8)}  # unsigned integers as wide as each float (bit views)
 
 
 class Saved(NamedTuple):
