@@ -11,8 +11,8 @@ from types import ModuleType
 
 from . import expr as _expr
 from . import naming
+from .derivations import derive as _derive
 from .derive import Derivation
-from .derive import derive as _derive
 from .ops import OPS, resolve
 from .render import diff, has_provenance, render, render_numpy, write_atomic  # noqa: F401
 from . import cache as _cache

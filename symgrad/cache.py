@@ -19,6 +19,7 @@ from pathlib import Path
 from .render import write_atomic
 
 HASH_SUFFIX = ".sha256"
+DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
 _KEY_DIR = re.compile(r"[0-9a-f]{20}")
 
 
@@ -113,7 +114,21 @@ def info(root: Path | None = None) -> dict:
                     size += os.lstat(os.path.join(dirpath, f)).st_size
                 except OSError:
                     pass
+    for p in _derivation_files(root):  # cached derivations count towards the size
+        try:
+            size += p.lstat().st_size
+        except OSError:
+            pass
     return {"location": root, "entries": len(found), "bytes": size}
+
+
+def _derivation_files(root: Path) -> list[Path]:
+    """symgrad's files in <root>/derivations/: cached derivations and their temporary files."""
+    try:
+        return sorted(p for p in (root / DERIVATIONS).iterdir() if p.is_file() and not p.is_symlink()
+                      and (p.suffix == ".pickle" or (p.name.startswith(".") and p.name.endswith(".tmp"))))
+    except OSError:
+        return []
 
 
 def _ours(p: Path) -> bool:
@@ -141,6 +156,10 @@ def clear(root: Path | None = None) -> int:
             parents.add(d.parent)
         except OSError:
             pass  # not empty: something that is not symgrad's
+    for p in _derivation_files(root):  # cached derivations go too (not counted as entries)
+        p.unlink(missing_ok=True)
+    if (root / DERIVATIONS).is_dir():
+        parents.add(root / DERIVATIONS)
     for b in sorted(parents):
         try:
             b.rmdir()  # a backend directory, once its entries are gone

@@ -352,12 +352,16 @@ def _window(n: int, ties: str, kind: str) -> tuple[Node, list[str]]:
     return node, checks
 
 
-def _differentiate_all(node: Node, variables: list) -> str:
-    """Differentiate a node by every variable; return what the delta elimination covered."""
+def _differentiate_all(node: Node, variables: list, display: bool = True) -> str:
+    """Differentiate a node by every variable; return what the delta elimination covered.
+
+    Without ``display`` the delta terms are still eliminated and checked, but the raw derivative
+    and the groups are not kept as expressions (code generation needs only the partials).
+    """
     n = len(variables)
     if n <= ALL_VARIABLES_UP_TO:
         for v in variables:
-            _differentiate(node, v)
+            _differentiate(node, v, show=display)
         return f"delta terms eliminated and cancelled for all {n} variables"
     reps = sorted({0, n // 2, n - 1})
     for k, v in enumerate(variables):
@@ -387,7 +391,7 @@ def _chain(nodes: list[Node], inputs) -> dict:
 
 
 @functools.lru_cache(maxsize=256)
-def _derive_cached(op_key: tuple, op: Op) -> Derivation:
+def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     spec = op.spec
     inputs = input_symbols(op)
     if spec.kind == "elementwise":
@@ -417,14 +421,19 @@ def _derive_cached(op_key: tuple, op: Op) -> Derivation:
         free = set().union(*[p.free_symbols for p in node.pieces])
         variables = [v for v in inputs if v in free] + sorted(
             (v for v in free if v not in inputs), key=lambda s: s.name)
-        checks.append(_differentiate_all(node, variables))
+        checks.append(_differentiate_all(node, variables, display))
         checks.append(check_weights(op.ties, node.kind, len(node.pieces)))
     partials = _chain(nodes, inputs)
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks)
 
 
-def derive(op: Op) -> Derivation:
-    """Derive the backward of an op (cached by op, parameters and policy)."""
+def derive(op: Op, display: bool = True) -> Derivation:
+    """Derive the backward of an op (cached by op, parameters and policy).
+
+    ``display=False`` leaves out the expressions kept only to show the raw derivative and its
+    delta groups (the "raw derivative" and "delta elimination" steps are then empty); the
+    elimination itself and every check still run.  Code generation derives this way.
+    """
     if op.spec.kind == "expression":
         from .expr import parse
         return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
@@ -432,7 +441,7 @@ def derive(op: Op) -> Derivation:
         from .derive_special import derive_special
         return derive_special(op)
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
-    return _derive_cached(key, op)
+    return _derive_cached(key, op, display)
 
 
 def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:

@@ -50,6 +50,9 @@ class NumpyPrinter(NumPyPrinter):
     """SymPy's NumPy printer, with ``np`` as the module name and the lowered nodes added."""
 
     _module = "np"
+    # select: Select(c, a, 0) prints as _select(c, a), the module's branch-free np.where(c, a, 0)
+    # (for templates that include numpy/_select.py.jinja)
+    _default_settings = {**NumPyPrinter._default_settings, "select": False}
 
     def __init__(self, settings=None):
         super().__init__({"strict": True, "fully_qualified_modules": True, **(settings or {})})
@@ -93,6 +96,8 @@ class NumpyPrinter(NumPyPrinter):
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
+        if b == 0 and self._settings["select"]:  # the module's _select: np.where(c, a, 0), no branch
+            return f"_select({_bare(self._print(cond))}, {self._print(a)})"
         if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
             return (f"np.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
                     f"dtype.type({self._print(b)}))")
@@ -328,8 +333,8 @@ def numpy_extremum_reduce(extremum: str, array: str) -> str:
     return f"np.{'max' if extremum == 'max' else 'min'}({array}, axis=-1)"
 
 
-def numpy_code(expr: sp.Basic) -> str:
-    return NumpyPrinter().doprint(expr)
+def numpy_code(expr: sp.Basic, select: bool = False) -> str:
+    return NumpyPrinter({"select": select}).doprint(expr)
 
 
 def cuda_code(expr: sp.Basic, real_type: str) -> str:

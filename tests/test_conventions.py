@@ -302,3 +302,33 @@ def test_overlapping_windows_add_in_the_frameworks_order(d):
     jfn = lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 1) + (3,) * d, (1,) * (d + 2),  # noqa: E731
                                       [(0, 0)] * (d + 2))
     assert_same(ours(f"max_pool{d}d", "jax", params, [x], g), jax_vjp(jfn, [x], g))
+
+
+@pytest.mark.parametrize("kernel,stride", [(2, 2), (2, 1), (3, 2)], ids=["disjoint", "overlap-4", "overlap-9"])
+@pytest.mark.parametrize("forced", [None, "scatter"])
+def test_jax_padding_that_wins_drops_its_gradient_on_every_backward_path(kernel, stride, forced, monkeypatch):
+    """Under JAX's -inf padding an all -inf window at the border is won by padding, whose gradient
+    is dropped: the same on the direct write, the per-element accumulation and the scatter."""
+    params = dict(kernel_size=(kernel, kernel), stride=(stride, stride), padding=(1, 1))
+    m = symgrad.load("max_pool2d", convention="jax", **params)
+    if forced == "scatter":
+        for name in ("WRITE_UP_TO", "WRITE_SMALL_UP_TO", "ACCUMULATE_UP_TO"):
+            monkeypatch.setattr(m, name, 0)
+    rng = np.random.default_rng(21)
+    x = np.full((2, 3, 7, 6), -np.inf)
+    x[rng.random(x.shape) < 0.2] = 1.0  # ties among the few finite values too
+    y, saved = m.forward(x)
+    g = rng.integers(-4, 5, size=y.shape).astype(np.float64)
+    pads = [(0, 0)] * 2 + [(1, max(0, (o - 1) * stride + kernel - L - 1)) for L, o in zip(x.shape[2:], y.shape[2:])]
+    crop = (Ellipsis,) + tuple(slice(0, o) for o in y.shape[2:])
+
+    def jfn(v):
+        return lax.reduce_window(v, -jnp.inf, lax.max, (1, 1, kernel, kernel), (1, 1, stride, stride), pads)[crop]
+
+    plan = m._layout(x.shape)[0]
+    assert m._path(plan, x.nbytes) == (forced or ("write" if plan.disjoint else
+                                                   "accumulate" if m.WINDOW <= 4 else "scatter"))
+    count = y[0, 0].size
+    winners = saved.index.reshape(-1, count)
+    assert (~plan.inside[winners, np.arange(count)]).any(), "no window is won by padding"
+    assert_same((y, list(m.backward(g, saved))), jax_vjp(jfn, [x], g))

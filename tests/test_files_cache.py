@@ -447,7 +447,8 @@ def test_cache_info_and_clear(tmp_path, monkeypatch):
     for slope in (0.125, 0.375):
         symgrad.load("leaky_relu", negative_slope=slope)
     files = [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
-    assert len(files) == 4  # two modules and their hashes
+    # two modules and their hashes (besides cached derivations, which clear removes too)
+    assert len([p for p in files if p.parent.name != "derivations"]) == 4
     size = sum(p.stat().st_size for p in files)
     rc, out, _ = run_cli("cache", "info")
     assert out.splitlines() == [f"location: {tmp_path / 'c'}", "entries: 2",

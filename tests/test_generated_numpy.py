@@ -337,6 +337,45 @@ def test_overlapping_windows_accumulate():
     np.testing.assert_array_equal(gx, [[[0, 0, 0], [0, 1, 10], [0, 100, 1000]]])
 
 
+def _max_windows_per_element(op, params, shape):
+    windows = _windows_of(op, params, shape)
+    counts = {}
+    for elems in windows.values():
+        for e in elems:
+            if e is not None:
+                counts[e] = counts.get(e, 0) + 1
+    return max(counts.values())
+
+
+# windows that overlap enough for one element to be in three or more of them
+OVERLAPPING = [c for c in WINDOWED[:11] if _max_windows_per_element(*c) >= 3]
+
+
+@pytest.mark.parametrize("op,params,shape", OVERLAPPING, ids=[case_id(*c) for c in OVERLAPPING])
+def test_overlapping_windows_add_up_in_output_order(op, params, shape):
+    """An element won by several windows gets the sum of their gradients, added (in float32) in
+    the order of those windows' output positions (row-major), that is, in the reverse scan order
+    of its place in them: bit for bit (with three or more terms, the order changes the rounding)."""
+    rng = np.random.default_rng(8)
+    m = symgrad.load(op, **params)
+    x = (rng.normal(size=shape) * 0.1).astype(np.float32)
+    x[rng.random(shape) < 0.1] += 10  # sparse peaks, each the maximum of every window it is in
+    y, saved = m.forward(x)
+    g = rng.normal(size=y.shape).astype(np.float32)
+    (got,) = m.backward(g, saved)
+    winners = {}
+    for oidx, elems in _windows_of(op, params, shape).items():  # each window's first maximum
+        vals = [x[e] if e is not None else -np.inf for e in elems]
+        k = int(np.argmax(vals))
+        winners.setdefault(k, []).append((elems[k], oidx))
+    want = np.zeros_like(x)
+    for e, oidx in sorted((e, oidx) for ws in winners.values() for e, oidx in ws):
+        want[e] += g[oidx]  # per element, its windows in output order
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    won = [e for ws in winners.values() for e, _ in ws]
+    assert max(won.count(e) for e in set(won)) >= 3, "no element is won by three windows"
+
+
 def _nan_rule_oracle(d, ties, nan_inputs):
     """d output / d input at a point where `nan_inputs` are NaN, from the W-form and the NaN rule.
 
@@ -400,3 +439,27 @@ def test_infinities_take_the_limit_of_the_derivation(op, params, shapes, ties):
         for node in d.nodes[:-1]:
             env[node.symbol] = sympy_value(node.forward, env)
         assert g == float(sympy_value(d.partials[x], env)), value
+
+
+@pytest.mark.parametrize("op,params,shape", [
+    ("relu", {}, (4, 6)), ("maximum", {}, (4, 6)), ("clamp", {"min": -0.5, "max": 0.5}, (4, 6)),
+    ("max_pool2d", {"kernel_size": 2}, (2, 4, 6)),  # disjoint windows
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 7, 7)),  # overlapping
+    ("maxout", {"pieces": 3}, (2, 6, 2)), ("amax", {"dim": 1}, (3, 5)),
+], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf, -0.0])
+def test_non_finite_grad_output_reaches_only_where_the_partial_is_nonzero(op, params, shape, value):
+    """Where an input does not affect the output, its gradient is exactly +0.0 whatever
+    grad_output holds (0 * NaN taken as 0, as np.where and PyTorch do); elsewhere it is the
+    grad_output value (or a sum of copies of it)."""
+    rng = np.random.default_rng(9)
+    m = symgrad.load(op, **params)
+    inputs = [tie_free(rng, shape) for _ in range(2 if op == "maximum" else 1)]
+    y, saved = m.forward(*inputs)
+    ones = m.backward(np.ones_like(y), saved)
+    got = m.backward(np.full_like(y, value), saved)
+    for gx, w in zip(got, ones):
+        zero = w == 0
+        assert zero.any() and (~zero).any()
+        np.testing.assert_array_equal(gx[zero].view(np.uint64), np.zeros(zero.sum(), np.uint64))
+        np.testing.assert_array_equal(gx[~zero], np.full((~zero).sum(), value))

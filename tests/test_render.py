@@ -35,6 +35,11 @@ def test_numpy_printer(expr, want):
     assert numpy_code(expr) == want
 
 
+def test_numpy_printer_branch_free_select_for_templates_that_include_it():
+    assert numpy_code(Select(sp.Gt(x, 0), y, 0), select=True) == "_select(x > 0, y)"
+    assert numpy_code(Select(sp.Gt(x, 0), y, 1), select=True) == "np.where(x > 0, y, 1)"
+
+
 def test_comparisons_are_never_printed_as_heaviside_or_subtraction():
     for path in (ROOT / "generated" / "numpy").glob("*.py"):
         src = path.read_text()

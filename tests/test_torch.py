@@ -186,3 +186,18 @@ def test_maxout_first_equals_torch_max_dim(pieces):
         return t.view(n, c // pieces, pieces, w).max(dim=2).values
 
     check("maxout", {"pieces": pieces}, "first", fn, [x], rng.normal(size=(2, 4, 5)))
+
+
+@pytest.mark.parametrize("d,params,shape", [
+    (2, dict(kernel_size=3, stride=1, padding=1), (2, 3, 140, 130)),  # planes of 18200 windows
+    (1, dict(kernel_size=3, stride=2, padding=1), (1, 2, 40001)),
+    (2, dict(kernel_size=2), (3, 5, 130, 128)),  # disjoint, several blocks
+    (3, dict(kernel_size=3, stride=2, padding=1), (2, 3, 17, 40, 40)),
+])
+def test_max_pool_large_inputs_equal_torch(d, params, shape):
+    """Inputs larger than one block and than one scatter step (the other tests fit in one)."""
+    rng = np.random.default_rng(5)
+    x = tie_heavy(rng, shape, levels=50).astype(np.float32)
+    fn = lambda t: getattr(F, f"max_pool{d}d")(t, **params)  # noqa: E731
+    y, _ = symgrad.load(f"max_pool{d}d", **params).forward(x)
+    check(f"max_pool{d}d", params, "first", fn, [x], rng.integers(-4, 5, size=y.shape).astype(np.float32))

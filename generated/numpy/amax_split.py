@@ -79,6 +79,21 @@ def _check_backward(grad_output, saved) -> np.ndarray:
     return grad_output.astype(saved.dtype, copy=False)
 
 
+def _select(cond, a) -> np.ndarray:
+    """np.where(cond, a, 0), bit for bit: the bits of a times cond, in unsigned integers.
+
+    np.where branches on every element and runs several times slower on irregular conditions.
+    """
+    a = np.asarray(a)
+    if a.dtype.kind != "f":
+        return np.where(cond, a, 0)
+    shape = np.broadcast_shapes(np.shape(cond), a.shape)
+    out = np.empty(shape, dtype=a.dtype)
+    bits = np.dtype(f"u{a.itemsize}")
+    np.multiply(np.broadcast_to(a, shape).view(bits), cond, out=out.view(bits))
+    return out
+
+
 def _index_dtype(n: int):
     """The smallest unsigned type holding indices 0..n-1."""
     for t in (np.uint8, np.uint16, np.uint32):
@@ -149,5 +164,5 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     # counted exactly, held in at least float32: a float16 count would overflow past 65504
     count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(dtype, np.float32))
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_rows = np.asarray(np.where(hit, (grad_output) / (count), 0), dtype=dtype)
+        grad_rows = np.asarray(_select(hit, (grad_output) / (count)), dtype=dtype)
     return (_unrows(grad_rows, saved.input_shape, dims),)

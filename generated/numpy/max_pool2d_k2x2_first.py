@@ -22,6 +22,8 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -36,6 +38,17 @@ DILATION = (1, 1)
 CEIL_MODE = False
 WINDOW = 4  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
+BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
+# backward (_path): disjoint windows of up to WRITE_UP_TO elements (WRITE_SMALL_UP_TO while grad_x
+# is at most SMALL bytes, in cache) write grad_x through one view per window element, overlapping
+# ones of up to ACCUMULATE_UP_TO elements accumulate per element in phase planes, and the others
+# are scattered back, at most SCATTER windows per step
+WRITE_UP_TO = 2  # beyond, the strided views cost more than scattering
+WRITE_SMALL_UP_TO = 4
+SMALL = 1 << 20
+ACCUMULATE_UP_TO = 4
+SCATTER = 1 << 16
+_UINT = {n: np.dtype(f"u{n}") for n in (2, 4, 8)}  # unsigned integers as wide as each float (bit views)
 
 
 class Saved(NamedTuple):
@@ -83,16 +96,47 @@ def _check_backward(grad_output, saved) -> np.ndarray:
     return grad_output.astype(saved.dtype, copy=False)
 
 
+class _Element(NamedTuple):
+    """Element `index` of every window: where it sits, and which windows hold it in the input."""
+
+    index: int  # window-local index (row-major scan order)
+    phase: int  # the phase plane holding this element of every window
+    start: int  # its flat position for the first window in a block of phase planes (wide layout)
+    shift: tuple  # ... and per axis, in one phase plane
+    valid: np.ndarray | None  # per output position: inside the input (None: everywhere)
+    first: np.ndarray | None  # per output position: the window's first element inside the input
+    offset: int  # its flat position in an input plane, relative to its window's element 0
+    input: tuple | None  # disjoint windows: where this element of the windows below sits in a plane
+    output: tuple | None  # ... those windows (None: this element is padding in every window)
+
+
+class _Plan(NamedTuple):
+    """How forward and backward walk an input: planes, phase planes and window elements.
+
+    Forward copies a block of planes into phase planes (for pooling: every stride-th element,
+    each starting offset its own phase), where element k of every window is one contiguous
+    shifted slice; the windows are then computed on the whole phase-plane grid (`wide`, one
+    long array operation per window element) and cropped to the output.
+    """
+
+    planes: int  # independent planes (N * C for pooling, N for maxout)
+    plane_shape: tuple  # shape of one input plane
+    out_plane: tuple  # shape of one output plane
+    out_shape: tuple  # output shape as returned
+    wide: tuple  # shape of one phase plane (at least out_plane)
+    phase_count: int
+    phases: tuple  # (phase, input-plane slices, phase-plane slices) of every phase holding input
+    elements: tuple  # _Element of every window element, in scan order
+    disjoint: bool  # no input element is in two windows
+    covered: bool  # every input element is in some window
+    origin: np.ndarray  # flat position in a plane of every window's element 0 (may be padding)
+    inside: np.ndarray | None  # padding that can win: (element, window) inside the input? (None: no)
+
+
 SPATIAL = 2
 # padding never wins: a window's winner is always inside the input
 PADDING_TAKES_PART = False
-
-
-class _Window(NamedTuple):
-    index: int  # window-local index (row-major over the kernel)
-    slices: tuple  # view of the padded input holding this element of every window
-    valid: np.ndarray | None  # per output position: is this element inside the input (None: all)
-    first: np.ndarray | None  # per output position: is this the window's first valid element
+PAD_VALUE = -np.inf if PADDING_TAKES_PART else 0  # what the phase planes hold where padding is
 
 
 def _output_size(length: int, k: int, s: int, p: int, d: int) -> int:
@@ -111,103 +155,326 @@ def _check_rank(x: np.ndarray) -> None:
         raise ValueError(f"{OP}: x must have non-zero channel and spatial sizes, got shape {x.shape}")
 
 
-def _layout(shape: tuple):
-    """(batched input shape, padded shape, output shape, windows) for an input shape."""
+def _axis(length: int, k: int, s: int, p: int, d: int, out: int):
+    """One spatial axis cut into s phases (every s-th padded element, starting at 0..s-1).
+
+    Element j of window o is padded element o*s + j*d, that is element o + (j*d)//s of phase
+    (j*d) % s: element j of every window is one slice of one phase, shifted by (j*d)//s.
+    Returns the phase length, the phases holding input (phase, input slice, phase slice) and,
+    per window element, (phase, shift, per window: inside the input?).
+    """
+    wide = -(-max(p + length, (out - 1) * s + d * (k - 1) + 1) // s)
+    phases = []
+    for r in range(s):
+        q0, q1 = max(0, -(-(p - r) // s)), min(wide, -(-(length + p - r) // s))
+        if q1 > q0:
+            phases.append((r, slice(q0 * s + r - p, (q1 - 1) * s + r - p + 1, s), slice(q0, q1)))
+    elements = []
+    for j in range(k):
+        c = np.arange(out) * s + j * d - p  # input coordinate of element j of every window
+        elements.append(((j * d) % s, (j * d) // s, (c >= 0) & (c < length)))
+    return wide, phases, elements
+
+
+def _plan(shape: tuple) -> _Plan:
+    """How forward and backward walk an input of this shape (computed once per shape)."""
     batched = shape if len(shape) == SPATIAL + 2 else (1,) + tuple(shape)
-    lengths = batched[2:]
-    outs, padded, coords = [], [], []
+    lengths = tuple(batched[2:])
+    outs = []
     for L, k, s, p, d in zip(lengths, KERNEL_SIZE, STRIDE, PADDING, DILATION):
         out = _output_size(L, k, s, p, d)
         if out < 1:
-            raise ValueError(f"{OP}: x of spatial size {tuple(lengths)} is too small for "
+            raise ValueError(f"{OP}: x of spatial size {lengths} is too small for "
                              f"kernel_size={KERNEL_SIZE}, stride={STRIDE}, padding={PADDING}, "
                              f"dilation={DILATION}: the output size would be {out}; it must be "
                              f"at least 1")
-        right = max(0, (out - 1) * s + d * (k - 1) + 1 - p - L)
         outs.append(out)
-        padded.append(p + L + right)
-        coords.append([np.arange(out) * s + j * d - p for j in range(k)])  # input coordinates
-    windows, have = [], np.zeros(outs, dtype=bool)
-    for index, offset in enumerate(np.ndindex(*KERNEL_SIZE)):
-        slices = tuple(slice(j * d, j * d + (out - 1) * s + 1, s)
-                       for j, d, s, out in zip(offset, DILATION, STRIDE, outs))
+    outs = tuple(outs)
+    axes = [_axis(*a) for a in zip(lengths, KERNEL_SIZE, STRIDE, PADDING, DILATION, outs)]
+    wide = tuple(a[0] for a in axes)
+    phases = tuple((int(np.ravel_multi_index([e[0] for e in combo], STRIDE)),
+                    tuple(e[1] for e in combo), tuple(e[2] for e in combo))
+                   for combo in itertools.product(*[a[1] for a in axes]))
+    plane = [math.prod(lengths[i + 1:]) for i in range(SPATIAL)]  # element strides of a plane
+    phase_plane = [math.prod(wide[i + 1:]) for i in range(SPATIAL)]  # ... and of a phase plane
+    elements, have, inside = [], np.zeros(outs, dtype=bool), []
+    for index, (offset, combo) in enumerate(zip(np.ndindex(*KERNEL_SIZE),
+                                                itertools.product(*[a[2] for a in axes]))):
         valid = np.ones(outs, dtype=bool)
-        for axis, (j, L) in enumerate(zip(offset, lengths)):
-            c = coords[axis][j]
-            shape1 = [1] * SPATIAL
-            shape1[axis] = -1
-            valid = valid & ((c >= 0) & (c < L)).reshape(shape1)
+        for axis, e in enumerate(combo):
+            valid = valid & e[2].reshape([-1 if i == axis else 1 for i in range(SPATIAL)])
         first = valid & ~have
         have |= valid
+        inside.append(valid.reshape(-1))
         if PADDING_TAKES_PART:  # padding is an element of value -inf like any other
             valid, first = np.ones(outs, dtype=bool), np.zeros(outs, dtype=bool)
-        windows.append(_Window(index, (Ellipsis,) + slices,
-                               None if valid.all() else valid,
-                               None if (index == 0 or not first.any()) else first))
+        elements.append(_Element(
+            index,
+            int(np.ravel_multi_index([e[0] for e in combo], STRIDE)),
+            sum(e[1] * f for e, f in zip(combo, phase_plane)),
+            tuple(e[1] for e in combo),
+            None if valid.all() else valid,
+            None if (index == 0 or not first.any()) else first,
+            sum(j * d * f for j, d, f in zip(offset, DILATION, plane)),
+            *_element_slices(combo, offset)))
     if not have.all() and not PADDING_TAKES_PART:
         raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of "
-                         f"x of spatial size {tuple(lengths)} holds only padding; every window "
+                         f"x of spatial size {lengths} holds only padding; every window "
                          f"must hold an element of x")
-    out_shape = tuple(shape[:-SPATIAL]) + tuple(outs)
-    return batched, tuple(batched[:2]) + tuple(padded), out_shape, windows
+    origin = np.zeros(outs, dtype=np.intp)  # flat position of each window's element 0 in a plane
+    for axis in range(SPATIAL):
+        steps = (np.arange(outs[axis]) * STRIDE[axis] - PADDING[axis]) * plane[axis]
+        origin = origin + steps.reshape([-1 if i == axis else 1 for i in range(SPATIAL)])
+    # no two elements of a window share a phase: no input element is in two windows
+    disjoint = all(len({e[0] for e in a[2]}) == len(a[2]) for a in axes)
+    covered = np.zeros(lengths, dtype=bool)
+    for e in elements:
+        if e.input is not None:
+            covered[e.input] = True
+    n, c = batched[:2]
+    return _Plan(n * c, lengths, outs, tuple(shape[:-SPATIAL]) + outs, wide, math.prod(STRIDE),
+                 phases, tuple(elements), disjoint, bool(covered.all()), origin.reshape(-1),
+                 # padding that takes part can win: which window elements are inside the input
+                 np.stack(inside) if PADDING_TAKES_PART and not all(map(np.all, inside)) else None)
 
 
-def _prepare(x: np.ndarray):
-    """The (padded, batched) input and the window layout; padding is never read as a winner."""
-    batched, padded, out_shape, windows = _layout(x.shape)
-    xb = x.reshape(batched)
-    if padded == batched:
-        return xb, out_shape, windows
-    xp = np.full(padded, -np.inf if PADDING_TAKES_PART else 0, dtype=x.dtype)
-    xp[(Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(PADDING, batched[2:]))] = xb
-    return xp, out_shape, windows
+def _element_slices(combo, offset):
+    """(input slices, output slices): where element `offset` of the windows that hold it inside
+    the input sits, and those windows; (None, None) when it is padding in every window."""
+    ins, os_ = [], []
+    for (_, _, inside), j, s, p, d in zip(combo, offset, STRIDE, PADDING, DILATION):
+        o = np.flatnonzero(inside)
+        if o.size == 0:
+            return None, None
+        c0 = o[0] * s + j * d - p
+        ins.append(slice(int(c0), int(c0 + (o.size - 1) * s + 1), s))
+        os_.append(slice(int(o[0]), int(o[-1]) + 1))
+    return tuple(ins), tuple(os_)
 
 
-def _batched_output_shape(out_shape: tuple) -> tuple:
-    return out_shape if len(out_shape) == SPATIAL + 2 else (1,) + tuple(out_shape)
+_PLANS: dict = {}
 
 
-def _unprepare(grad_xp: np.ndarray, input_shape: tuple) -> np.ndarray:
-    batched = input_shape if len(input_shape) == SPATIAL + 2 else (1,) + tuple(input_shape)
-    inner = (Ellipsis,) + tuple(slice(p, p + n) for p, n in zip(PADDING, batched[2:]))
-    grad = grad_xp if grad_xp.shape == batched else np.ascontiguousarray(grad_xp[inner])
-    return grad.reshape(input_shape)
+def _layout(shape: tuple):
+    """The plan of an input shape (cached), and the masks of each element on the wide grid."""
+    cached = _PLANS.get(shape)
+    if cached is None:
+        plan = _plan(shape)
+        masks = []
+        for e in plan.elements:
+            wide = []
+            for mask in (e.valid, e.first):
+                if mask is not None:
+                    grid = np.zeros(plan.wide, dtype=bool)
+                    grid[tuple(slice(0, n) for n in plan.out_plane)] = mask
+                    mask = grid.reshape(-1)
+                wide.append(mask)
+            masks.append(tuple(wide))
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        cached = _PLANS[shape] = (plan, tuple(masks))
+    return cached
 
 
-def _grad_buffer(input_shape: tuple, dtype):
-    """A zero gradient in the padded layout, and the windows."""
-    _, padded, _, windows = _layout(input_shape)
-    return np.zeros(padded, dtype=dtype), windows
+def _block(plan: _Plan) -> int:
+    """Planes per block: about BLOCK elements of a phase plane per array operation."""
+    return max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.wide))))  # empty planes: 1
+
+
+def _phase_buffer(plan: _Plan, planes: int, dtype) -> np.ndarray:
+    """Room for the phase planes of a block, and for the shifted slices to run past the end.
+
+    It starts as PAD_VALUE and only input is ever copied in: padding keeps that value.
+    """
+    size = math.prod(plan.wide)
+    return np.full((plan.phase_count, planes * size + max(e.start for e in plan.elements)),
+                   PAD_VALUE, dtype)
+
+
+def _gather(buf: np.ndarray, planes: np.ndarray, plan: _Plan) -> None:
+    """Copy a block of planes into its phase planes."""
+    n = planes.shape[0]
+    for phase, src, dst in plan.phases:
+        buf[phase, :n * math.prod(plan.wide)].reshape((n,) + plan.wide)[(slice(None),) + dst] = \
+            planes[(slice(None),) + src]
+
+
+def _spread(buf: np.ndarray, planes: np.ndarray, plan: _Plan) -> None:
+    """Copy phase planes back into a block of planes (the inverse of _gather)."""
+    n = planes.shape[0]
+    for phase, src, dst in plan.phases:
+        planes[(slice(None),) + src] = \
+            buf[phase, :n * math.prod(plan.wide)].reshape((n,) + plan.wide)[(slice(None),) + dst]
+
+
+def _elements(buf: np.ndarray, e: _Element, n: int, plan: _Plan) -> np.ndarray:
+    """Element e of the windows of a block of n planes, on the wide grid: (n, wide size)."""
+    size = math.prod(plan.wide)
+    return buf[e.phase, e.start:e.start + n * size].reshape(n, size)
+
+
+def _replace(best: np.ndarray, v: np.ndarray, take: np.ndarray) -> None:
+    """best = np.where(take, v, best), in place and bit for bit.
+
+    Done on the bits, as best + (v - best) * take in unsigned (wrapping) arithmetic: np.where and
+    np.copyto(where=) branch on every element and run several times slower on irregular masks.
+    """
+    u = _UINT[best.itemsize]
+    diff = np.subtract(v.view(u), best.view(u))
+    np.multiply(diff, take, out=diff)
+    np.add(best.view(u), diff, out=best.view(u))
 
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
     _check_rank(x)
-    xp, out_shape, windows = _prepare(x)
-    best = np.array(xp[windows[0].slices])
-    index = np.zeros(best.shape, dtype=INDEX_DTYPE)
-    for w in windows[1:]:
-        v = xp[w.slices]
-        # a later element takes over when it beats the running winner
-        take = (v > best) | (np.isnan(v) & ~np.isnan(best))
-        if w.valid is not None:
-            take &= w.valid  # padding never wins
-        if w.first is not None:
-            take |= w.first  # the first element inside the input starts the window
-        np.copyto(best, v, where=take)
-        np.copyto(index, w.index, where=take)
-    return best.reshape(out_shape), Saved(index, x.shape, out_shape, x.dtype)
+    plan, masks = _layout(x.shape)
+    planes = x.reshape((plan.planes,) + plan.plane_shape)
+    output = np.empty((plan.planes,) + plan.out_plane, dtype=x.dtype)
+    index = np.empty(output.shape, dtype=INDEX_DTYPE)
+    crop = (slice(None),) + tuple(slice(0, n) for n in plan.out_plane)
+    block = _block(plan)
+    buf = _phase_buffer(plan, block, x.dtype)
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        _gather(buf, planes[b0:b1], plan)
+        best = _elements(buf, plan.elements[0], n, plan).copy()
+        best_index = np.zeros(best.shape, dtype=INDEX_DTYPE)
+        for w in plan.elements[1:]:
+            v = _elements(buf, w, n, plan)
+            # a later element takes over when it beats the running winner
+            take = (v > best) | (np.isnan(v) & ~np.isnan(best))
+            valid, first = masks[w.index]
+            if valid is not None:
+                take &= valid  # padding never wins
+            if first is not None:
+                take |= first  # the first element inside the input starts the window
+            _replace(best, v, take)
+            # indices grow along the scan: the running winner's index is the largest one taken
+            np.maximum(best_index, np.multiply(take, w.index, dtype=INDEX_DTYPE), out=best_index)
+        output[b0:b1] = best.reshape((n,) + plan.wide)[crop]
+        index[b0:b1] = best_index.reshape((n,) + plan.wide)[crop]
+    return output.reshape(plan.out_shape), Saved(index, x.shape, plan.out_shape, x.dtype)
 
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
-    """Return (grad_x,): each window's gradient routed to its winner(s), overlaps accumulated."""
-    grad_output = _check_backward(grad_output, saved).reshape(_batched_output_shape(saved.output_shape))
-    grad_xp, windows = _grad_buffer(saved.input_shape, saved.dtype)
-    index = saved.index
-    # last offset first: each input element then adds its windows' gradients in the order of the
-    # output positions (row-major), the order PyTorch's and XLA's kernels add them in
-    for w in reversed(windows):
-        view = grad_xp[w.slices]
-        np.add(view, grad_output, out=view, where=index == w.index)
-    return (_unprepare(grad_xp, saved.input_shape),)
+    """Return (grad_x,): each window's gradient routed to its winner, overlaps accumulated."""
+    grad_output = _check_backward(grad_output, saved)
+    plan, _ = _layout(saved.input_shape)
+    grads = grad_output.reshape((plan.planes,) + plan.out_plane)
+    path = _path(plan, math.prod(saved.input_shape) * grads.itemsize)
+    if path == "write":
+        grad = _write_disjoint(grads, saved.index, plan)
+    elif path == "accumulate":
+        grad = _accumulate(grads, saved.index, plan)
+    else:
+        grad = _scatter(grads, saved.index, plan)
+    return (grad.reshape(saved.input_shape),)
+
+
+def _path(plan: _Plan, grad_bytes: int) -> str:
+    """Which backward runs for this plan and a gradient of grad_bytes: write, accumulate, scatter."""
+    if plan.disjoint and (WINDOW <= WRITE_UP_TO or WINDOW <= WRITE_SMALL_UP_TO and grad_bytes <= SMALL):
+        return "write"
+    if not plan.disjoint and WINDOW <= ACCUMULATE_UP_TO:
+        return "accumulate"
+    return "scatter"
+
+
+def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """No input element is in two windows: write each element of grad_x once, in place, one
+    window element at a time (a view of grad_x per element)."""
+    grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, grads.dtype)
+    u = _UINT[grads.itemsize]
+    bits, g_bits = grad.view(u), grads.view(u)
+    block = max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.out_plane))))
+    nonzero = np.empty((block,) + plan.out_plane, dtype=bool)
+    won = np.empty(nonzero.shape, dtype=bool)
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        np.not_equal(grads[b0:b1], 0, out=nonzero[:n])  # a -0.0 gradient lands as +0.0 (0 + g)
+        for w in plan.elements:
+            if w.input is None:
+                continue
+            np.equal(index[b0:b1], w.index, out=won[:n])
+            won[:n] &= nonzero[:n]
+            # grad_output where this element won, else +0.0: on the bits, exact for NaN and inf
+            np.multiply(g_bits[(slice(b0, b1),) + w.output], won[(slice(0, n),) + w.output],
+                        out=bits[(slice(b0, b1),) + w.input])
+    return grad
+
+
+def _accumulate(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """Small overlapping windows: for each window element, last first, add the gradient of the
+    windows it won to its phase plane; one long array operation per element on the wide grid.
+
+    Last element first: each input element then adds its windows' gradients in the order of the
+    output positions (row-major), the order PyTorch's and XLA's kernels add them in.
+    """
+    dtype = grads.dtype
+    u = _UINT[dtype.itemsize]
+    size = math.prod(plan.wide)
+    crop = (slice(None),) + tuple(slice(0, n) for n in plan.out_plane)
+    block = _block(plan)
+    g_wide = np.zeros((block,) + plan.wide, dtype=u)  # off the output grid: 0, adds +0.0
+    i_wide = np.zeros((block,) + plan.wide, dtype=INDEX_DTYPE)
+    acc = np.empty((plan.phase_count, block * size + max(e.start for e in plan.elements)), dtype)
+    won = np.empty(block * size, dtype=bool)
+    term = np.empty(block * size, dtype=u)
+    grad = np.empty((plan.planes,) + plan.plane_shape, dtype)  # every element is in a phase
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        g_wide[:n][crop] = grads[b0:b1].view(u)
+        i_wide[:n][crop] = index[b0:b1]
+        acc.fill(0)
+        for w in reversed(plan.elements):
+            np.equal(i_wide[:n].reshape(-1), w.index, out=won[:n * size])
+            # grad_output where this element won, else +0.0: on the bits, exact for NaN and inf
+            np.multiply(g_wide[:n].reshape(-1), won[:n * size], out=term[:n * size])
+            view = acc[w.phase, w.start:w.start + n * size]
+            np.add(view, term[:n * size].view(dtype), out=view)
+        _spread(acc, grad[b0:b1], plan)
+    return grad
+
+
+def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
+    """Larger windows: add each window's gradient at its winner's flat position, the windows in
+    output order (np.add.at adds repeated positions in the order given), so that the
+    contributions to every element add up in the same order as in _accumulate."""
+    size, count = math.prod(plan.plane_shape), math.prod(plan.out_plane)
+    grad = np.empty(plan.planes * size, dtype=grads.dtype)
+    offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
+    g, index = grads.reshape(-1), index.reshape(-1)
+    # a step's positions (and np.add.at's copies) take about 24 bytes per window: keep them
+    # within grad_output's size
+    step = min(SCATTER, max(1024, grads.nbytes // 32))
+    # steps: (windows i0:i1, their planes start at `at`, first window's place in its plane,
+    # end of the planes to zero first: a step's planes are zeroed just before it, in cache)
+    if count <= step:  # whole planes per step
+        per = max(1, min(plan.planes, step // max(1, count)))
+        origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
+        steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0,
+                  min(b + per, plan.planes) * size) for b in range(0, plan.planes, per)]
+    else:  # pieces of a plane per step; the first piece zeroes the plane
+        origin = plan.origin
+        steps = [(b * count + k, b * count + min(k + step, count), b * size, k,
+                  (b + 1) * size if k == 0 else None)
+                 for b in range(plan.planes) for k in range(0, count, step)]
+    positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
+    for i0, i1, at, k, zero_to in steps:
+        if zero_to is not None:
+            grad[at:zero_to] = 0
+        # (mode="wrap" never wraps, an index is below WINDOW; it lets np.take write in place)
+        position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
+        position += origin[k:k + i1 - i0]
+        values = g[i0:i1]
+        if plan.inside is not None:  # a padding winner's gradient is dropped: +0.0 at the start
+            inside = plan.inside[index[i0:i1], np.arange(i0, i1) % count]
+            position[~inside] = 0
+            values = np.where(inside, values, values.dtype.type(0))
+        np.add.at(grad[at:], position, values)
+    return grad

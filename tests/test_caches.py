@@ -1,0 +1,85 @@
+"""The on-disk caches: derivations (symgrad.derivations) and generated modules (symgrad.load)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symgrad
+from symgrad import api, derivations
+from symgrad.ops import resolve
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(derivations, "_MEMO", {})
+    return tmp_path / "cache"
+
+
+def _no_deriving(op, display=True):
+    raise AssertionError(f"derived {op.name} again instead of reading the cache")
+
+
+def test_a_derivation_is_stored_and_read_back(cache, monkeypatch):
+    op = resolve("max_pool1d", "split", kernel_size=3)
+    d = derivations.derive(op)
+    (entry,) = (cache / "derivations").glob("*.pickle")
+    assert entry.stem == derivations.key(op)
+    monkeypatch.setattr(derivations, "_MEMO", {})
+    monkeypatch.setattr(derivations, "_derive", _no_deriving)
+    again = derivations.derive(op)
+    assert again.op is op
+    assert again.partials == d.partials and again.checks == d.checks
+    assert [s.items for s in again.steps] == [s.items for s in d.steps]
+
+
+def test_the_key_names_op_parameters_policy_and_code(monkeypatch):
+    keys = {derivations.key(resolve("max_pool2d", ties, kernel_size=k))
+            for ties in ("first", "split") for k in (2, 3)}
+    keys.add(derivations.key(resolve("amax", dim=1)))
+    assert len(keys) == 5
+    op = resolve("relu")
+    before = derivations.key(op)
+    monkeypatch.setattr(derivations, "code_hash", lambda: "edited derive.py")
+    assert derivations.key(op) != before
+
+
+def test_a_damaged_entry_is_derived_again_and_replaced(cache, monkeypatch):
+    op = resolve("clamp", min=0, max=1)
+    path = cache / "derivations" / f"{derivations.key(op)}.pickle"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a pickle")
+    d = derivations.derive(op)
+    monkeypatch.setattr(derivations, "_MEMO", {})
+    monkeypatch.setattr(derivations, "_derive", _no_deriving)
+    assert derivations.derive(op).partials == d.partials
+
+
+def test_an_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(derivations, "_MEMO", {})
+    d = symgrad.derive("relu", ties="split")
+    assert d.partials
+
+
+def test_ops_that_differ_only_in_their_nan_rule_keep_their_own_op(cache):
+    torch_op = resolve("maximum", convention="torch")
+    jax_op = resolve("maximum", convention="jax")
+    assert torch_op.nan != jax_op.nan
+    assert derivations.key(torch_op) != derivations.key(jax_op)
+    assert derivations.derive(torch_op).op is torch_op
+    assert derivations.derive(jax_op).op is jax_op
+    assert derivations.derive(torch_op).op is torch_op  # from memory, still the caller's op
+
+
+def test_cache_clear_removes_cached_derivations_and_info_counts_them(cache):
+    from symgrad import cache as module_cache
+    derivations.derive(resolve("max_pool1d", "last", kernel_size=5))
+    (entry,) = (cache / "derivations").glob("*.pickle")
+    assert module_cache.info(cache)["bytes"] == entry.stat().st_size
+    (cache / "derivations" / "notes.txt").write_text("not symgrad's\n")
+    module_cache.clear(cache)
+    assert [p.name for p in (cache / "derivations").iterdir()] == ["notes.txt"]
