@@ -14,7 +14,7 @@ from . import naming
 from .derivations import derive as _derive
 from .derive import Derivation
 from .ops import OPS, resolve
-from .render import diff, has_provenance, render, render_numpy, write_atomic  # noqa: F401
+from .render import diff, generator_hash, has_provenance, render, render_numpy, write_atomic  # noqa: F401
 from . import cache as _cache
 from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)
 
@@ -163,7 +163,8 @@ def _load(spec, backend: str) -> ModuleType:
             if all(g is not None for g in got):
                 folder, sources = catalog / backend, got
         if sources is None:
-            folder = cache_dir() / backend / key
+            # the folder also names the generator's code: a module made by other code is not reused
+            folder = cache_dir() / backend / f"{key}-{generator_hash()}"
             got = [_cache.read_entry(folder / n, key) for n in names]  # None unless intact
             if any(g is None for g in got):
                 files = render(spec, backend)

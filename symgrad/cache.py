@@ -1,6 +1,6 @@
 """The per-user cache of generated modules: where it is, verified reads, atomic writes, info, clear.
 
-An entry is ``<cache>/<backend>/<key>/<module>.py`` and, beside it, ``<module>.py.sha256``: the
+An entry is ``<cache>/<backend>/<key>-<generator hash>/<module>.py`` and, beside it, ``<module>.py.sha256``: the
 SHA-256 of the module's bytes in ``sha256sum`` format.  An entry is used only when its hash and its
 ``# key:`` line both match; anything else (missing, truncated, edited, one half of the pair) reads
 as absent and is generated again.  Both files are written atomically (``render.write_atomic``),
@@ -20,7 +20,7 @@ from .render import write_atomic
 
 HASH_SUFFIX = ".sha256"
 DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
-_KEY_DIR = re.compile(r"[0-9a-f]{20}")
+_KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (render.generator_hash)
 
 
 def cache_dir() -> Path:

@@ -16,6 +16,7 @@ import contextlib
 import io
 import multiprocessing
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -504,3 +505,29 @@ def test_cache_cli_through_a_subprocess(tmp_path):
     r = subprocess.run([sys.executable, "-m", "symgrad", "cache", "wipe"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_cache_entries_are_kept_apart_by_the_generator_code(tmp_path, monkeypatch):
+    """An edited template or symgrad module (or an upgrade) changes the entry's folder, so the
+    per-user cache never serves a module that other code generated."""
+    from symgrad import render
+    copy = tmp_path / "templates"
+    shutil.copytree(render.templates_dir(), copy)
+    monkeypatch.setattr(render, "templates_dir", lambda: copy)
+    render.generator_hash.cache_clear()
+    try:
+        before = render.generator_hash()
+        (copy / "numpy" / "window.py.jinja").write_text(
+            (copy / "numpy" / "window.py.jinja").read_text(encoding="utf-8") + "\n", encoding="utf-8")
+        render.generator_hash.cache_clear()
+        after = render.generator_hash()
+    finally:
+        render.generator_hash.cache_clear()
+    assert len(before) == len(after) == 12 and before != after
+    # and load() files its entry under that hash
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setattr(api, "_LOADED", {})
+    symgrad.load("leaky_relu", negative_slope=0.875)
+    folders = [p.name for p in (tmp_path / "c" / "numpy").iterdir()]
+    assert len(folders) == 1 and folders[0].endswith("-" + render.generator_hash())
+    assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 1"
