@@ -209,13 +209,26 @@ def module_for(op: Op):
     return _MODULES[key]
 
 
+PLUMBING = {"_check_backward", "_layout", "_path", "_as_input", "_sum_to_shape", "_batched_output_shape"}
+
+
 def backward_source(source: str) -> str:
-    """The `backward` function of a generated module, as emitted."""
+    """The `backward` function of a generated module as emitted, preceded by the module's own
+    functions that it calls to compute the gradient (argument checks and layout plumbing left out),
+    in the order of the module."""
+    import ast
+    tree = ast.parse(source)
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    called = {c.func.id for c in ast.walk(defs["backward"])
+              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+              and (n.name == "backward" or (n.name in called and n.name not in PLUMBING))]
     lines = source.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("def backward("))
-    end = next((i for i in range(start + 1, len(lines))
-                if lines[i] and not lines[i][0].isspace() and not lines[i].startswith(")")), len(lines))
-    return "\n".join(lines[start:end]).rstrip() + "\n"
+    parts = []
+    for n in wanted:
+        start = min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1
+        parts.append("\n".join(lines[start:n.end_lineno]).rstrip())
+    return "\n\n\n".join(parts) + "\n"
 
 
 # ------------------------------------------------------------------------------ worked example
