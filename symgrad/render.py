@@ -173,7 +173,7 @@ def numpy_context(op: Op) -> dict:
     sel = kernel.selection
     from .printers import numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce
     ctx.update(
-        template=f"numpy/{'reduction' if kernel.geometry == 'reduction' else 'window'}.py.jinja",
+        template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
         form=sel.form,
         window=kernel.window,
@@ -192,9 +192,13 @@ def numpy_context(op: Op) -> dict:
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
-    if op.spec.kind == "pool":
+    if op.spec.kind in ("pool", "adaptive"):
         ctx["spatial"] = op.spec.spatial
     return ctx
+
+
+# geometries with a NumPy template of their own (the others use window.py.jinja)
+_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}
 
 
 def render_numpy(op: Op) -> tuple[str, str]:
@@ -317,7 +321,32 @@ def cuda_context(op: Op) -> dict:
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
     elif kernel.geometry == "maxout":
         ctx.update(pieces=op.params["pieces"])
+    elif kernel.geometry == "adaptive":
+        ctx.update(_cuda_adaptive(op, kernel))
     return ctx
+
+
+def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
+    """Adaptive pooling: window boxes and saved state whose sizes are known only at run time."""
+    spatial = op.spec.spatial
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    sel = kernel.selection
+    if sel.form == "scan":
+        saved = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                 "largest window extent along each axis), which the loader stores in the smallest "
+                 "unsigned type holding it (the kernels read and write it as long long); backward "
+                 "reads only it and grad_output (x is not kept).")
+    else:
+        saved = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                 "which elements attain each window's extremum"
+                 + ("; forward also saves their number per output (the loader stores it in the "
+                    "smallest unsigned type holding it; the kernels take it as long long)."
+                    if sel.counts else "."))
+    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+            "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
+            "saved_doc": _wrap(saved, 96, "  ")}
 
 
 def render_cuda(op: Op) -> dict[str, str]:
