@@ -153,7 +153,7 @@ def _extra_shapes(op):
     if kind == "pool":
         return [(2, 2) + (5,) * op.spec.spatial]
     if kind == "adaptive":  # windows that overlap and differ in size along every axis
-        return [(2, 2) + tuple(o + 2 + a for a, o in enumerate(op.params["output_size"]))]
+        return [(2, 2) + tuple((o or 3) + 2 + a for a, o in enumerate(op.params["output_size"]))]
     if kind == "maxout":
         return [(2, 2 * op.params["pieces"], 3)]
     if kind == "reduction":
