@@ -120,6 +120,11 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
     if spec.kind != "elementwise":
         lines += _wrap(f"Forward: {spec.summary}.")
+    if spec.kind == "adaptive":
+        lines += [""] + _wrap(
+            "Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
+            "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "
+            "derived on a representative window and holds for every window size.")
     if spec.kind == "elementwise":
         lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:

@@ -10,6 +10,10 @@
 Forward: 1-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs
     (PyTorch's windows: they may overlap and differ in size).
 
+Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out),
+    ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is
+    derived on a representative window and holds for every window size.
+
 W-form of one window x0..x{n-1} (row-major scan order within the window):
 y = sum_k w_k * x_k with w_k = prod_(j<k) [x_k > x_j] * prod_(j>k) [x_k >= x_j]
 
