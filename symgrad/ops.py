@@ -115,6 +115,8 @@ def _is_real(v) -> bool:
 
 def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     want = f"an int >= {p.minimum} or a tuple of {dims} such ints"
+    if p.none_entries:
+        want += " (an entry may be None: the input's size)"
     given = v
     if _is_int(v):
         v = (int(v),) * dims
@@ -136,7 +138,8 @@ def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
 def _norm_ints_or_none(op: str, p: Param, v, dims: int) -> tuple:
     """An "ints" parameter whose tuple may hold None entries (None: the input's own size)."""
     if isinstance(v, (tuple, list)) and any(e is None for e in v):
-        want = f"an int >= {p.minimum} or a tuple of {dims} ints >= {p.minimum} or None"
+        want = (f"an int >= {p.minimum} or a tuple of {dims} such ints (an entry may be None: the "
+                f"input's size)")
         if not all(e is None or _is_int(e) for e in v):
             raise TypeError(f"{op}: {p.name} must be {want}, got {v!r}")
         if len(v) not in (1, dims):
