@@ -176,7 +176,8 @@ def numpy_context(op: Op) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
-    from .printers import numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce
+    from .printers import (numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce,
+                           numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
@@ -199,8 +200,21 @@ def numpy_context(op: Op) -> dict:
     )
     if op.spec.kind in ("pool", "adaptive"):
         ctx["spatial"] = op.spec.spatial
+    if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
+        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan_scan)
+                              if sel.form == "scan" else "")
+        ctx["fold_winner"] = numpy_fold_winner(sel.extremum)
+        ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
+        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST)
     return ctx
 
+
+# The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
+# window-box element over all windows and one whole-row call per window (microseconds, fitted
+# roughly to float32 timings of both on one x86 core, benchmarks/adaptive_numpy.py): a pass costs
+# "pass" plus "gathered" per element; a window "window" plus, per row, "row" and "element" per
+# window element.  A tuning choice only: both strategies give the same results bit for bit.
+_NUMPY_ADAPTIVE_COST = {"pass": 20.0, "gathered": 0.01, "window": 40.0, "row": 0.2, "element": 0.005}
 
 # geometries with a NumPy template of their own (the others use window.py.jinja)
 _NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}

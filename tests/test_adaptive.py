@@ -9,7 +9,12 @@
   computed here from their definition, with tests/oracle.py's policy and NaN rules;
 * convention="jax" against jnp.max over each window, written in JAX;
 * the CUDA kernels run on the CPU through tests/cuda_harness, bit-equal to the NumPy module (the
-  catalog's entries are also covered by tests/test_cuda.py), and the parameter, shape and CLI errors.
+  catalog's entries are also covered by tests/test_cuda.py), and the parameter, shape and CLI errors;
+* the NumPy module's two strategies (one pass per window-box element over all windows, or one
+  whole-row call per output window; STRATEGY forces one): each against PyTorch on inputs large
+  enough that the module picks the per-window one by itself (global pooling, output (2, 3)), and
+  each against a per-window loop for every tie policy and NaN rule, and bit for bit against each
+  other (output, saved index, gradient).
 
 SYMGRAD_ADAPTIVE_SEEDS (default 2) sets how many random inputs each layout gets.
 """
@@ -27,7 +32,7 @@ import pytest
 import symgrad
 from oracle import policy_weights, window_winners
 from symgrad.ops import resolve
-from symgrad.policy import POLICIES
+from symgrad.policy import NAN_RULES, POLICIES
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
 F = torch.nn.functional
@@ -310,3 +315,154 @@ def test_cli_generates_derives_and_refuses(tmp_path):
         r = _cli("generate", "adaptive_max_pool1d", *bad, "--out", tmp_path / "bad")
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "output" in r.stderr and r.stdout == ""
     assert not (tmp_path / "bad").exists()
+
+
+# ----------------------------------------------------------------------------- the two strategies
+
+STRATEGIES = ("box", "window")
+# inputs large enough that the module's forward picks the per-window strategy itself (backward
+# picks by its own estimate: with few planes its single gather pass costs about the same)
+LARGE = [((2, 3, 48, 40), 1), ((2, 3, 48, 40), (2, 3)), ((2, 3, 600), 1), ((1, 2, 12, 10, 14), (2, 1, 1))]
+
+
+def large_id(case):
+    shape, out = case
+    return "x".join(map(str, shape)) + "-out" + "x".join(map(str, np.atleast_1d(out)))
+
+
+def picks(module, monkeypatch) -> list:
+    """Records, per forward/backward call, whether it went window by window (it calls _windows)."""
+    calls = []
+    windows = module._windows
+
+    def spy(axes):
+        calls.append("window")
+        return windows(axes)
+    monkeypatch.setattr(module, "_windows", spy)
+    return calls
+
+
+@pytest.mark.parametrize("case", LARGE, ids=[large_id(c) for c in LARGE])
+def test_large_windows_pick_the_per_window_strategy_and_are_pytorch_bit_for_bit(case, monkeypatch):
+    shape, out = case
+    d = len(shape) - 2
+    module = symgrad.load(f"adaptive_max_pool{d}d", convention="torch", output_size=out)
+    rng = np.random.default_rng(sum(shape))
+    for dtype, kind in ((np.float32, "specials"), (np.float64, "ties"), (np.float32, "normal")):
+        x = inputs(rng, shape, kind, dtype)
+        g = None
+        results = {}
+        for strategy in (None,) + STRATEGIES:
+            monkeypatch.setattr(module, "STRATEGY", strategy)
+            calls = picks(module, monkeypatch)
+            y, saved = module.forward(x)
+            assert calls == ([] if strategy == "box" else ["window"]), calls  # None: picked by itself
+            g = rng.normal(size=y.shape).astype(dtype) if g is None else g
+            (gx,) = module.backward(g, saved)
+            if strategy is not None:
+                assert calls == ([] if strategy == "box" else ["window"] * 2), calls
+            results[strategy] = y, saved.index, gx
+        ty, tgx, tindex = torch_adaptive(d, x, out, g)
+        for strategy, (y, index, gx) in results.items():
+            assert same_bits(y, ty), (strategy, kind)
+            assert same_bits(gx, tgx), (strategy, kind)
+            assert same_bits(torch_index(index.reshape(tindex.shape), shape[2:], out), tindex.astype(np.int64))
+        # and the per-window loop over the policy's definition
+        wy, wgx = oracle(x.astype(np.float64), np.broadcast_to(np.array(out, dtype=object), (d,)), "first", g.astype(np.float64))
+        nan_window = np.isnan(wy)  # PyTorch: the last NaN wins (the loop: the first); same value
+        np.testing.assert_array_equal(results["window"][0], wy.astype(dtype))
+        if not nan_window.any():
+            np.testing.assert_array_equal(results["window"][2], wgx.astype(dtype))
+
+
+def test_small_windows_pick_the_box_strategy(monkeypatch):
+    module = symgrad.load("adaptive_max_pool2d", convention="torch", output_size=16)
+    calls = picks(module, monkeypatch)
+    y, saved = module.forward(np.zeros((2, 8, 32, 32)))
+    module.backward(np.ones(y.shape), saved)
+    assert calls == []
+
+
+def scan_reference(values: list, ties: str, nan: str):
+    """(output, {index: weight}) of one max window under a tie policy and NaN rule, as the rules
+    read in symgrad/policy.py: first/last a running scan (a later element takes over on the
+    rule's comparison), split/all the elements equal to the extremum (IEEE, or NaN dominating)."""
+    n = len(values)
+    isnan = [np.isnan(v) for v in values]
+    if nan == "dominate":
+        winners = window_winners(values, "max")
+        return values[winners[0]], policy_weights(winners, ties)
+    folded = np.nan if any(isnan) else max(values)  # the forward output of a window holding NaN
+    if ties in ("first", "last"):
+        def takes(v, best):
+            strict = ties == "first"
+            gt = (v > best) if strict else (v >= best)
+            if nan == "keep":  # comparisons with NaN are false
+                return gt
+            if nan == "replace":  # unless the running winner beats it
+                return not ((best >= v) if strict else (best > v))
+            if nan == "last_nan":
+                return gt or np.isnan(v)
+            raise ValueError(nan)
+        w = 0
+        for k in range(1, n):
+            if takes(values[k], values[w]):
+                w = k
+        return (values[w] if nan == "last_nan" else folded), {w: 1.0}
+    hits = [k for k in range(n) if values[k] == folded]  # IEEE: a NaN equals nothing
+    if any(isnan) and nan == "each":
+        return folded, {k: 1.0 for k in range(n)}
+    if any(isnan) and nan == "nan":
+        return folded, {k: np.nan for k in range(n)}
+    return folded, (policy_weights(hits, ties) if hits else {})
+
+
+def reference(x: np.ndarray, out, ties: str, nan: str, g: np.ndarray):
+    """(output, grad_x) by a Python loop over every (batch, channel, window) in output order."""
+    spatial = x.shape[2:]
+    outs = [L if o is None else o for L, o in zip(spatial, out)]
+    bounds = [[((i * L) // o, -(-((i + 1) * L) // o)) for i in range(o)] for L, o in zip(spatial, outs)]
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    gx = np.zeros(x.shape)
+    for b, c in np.ndindex(*x.shape[:2]):
+        for opos in np.ndindex(*outs):
+            ranges = [range(*bounds[a][p]) for a, p in enumerate(opos)]
+            coords = [tuple(r[k] for r, k in zip(ranges, e)) for e in np.ndindex(*[len(r) for r in ranges])]
+            value, weights = scan_reference([float(x[(b, c) + cc]) for cc in coords], ties, nan)
+            y[(b, c) + opos] = value
+            for k, w in weights.items():
+                gx[(b, c) + coords[k]] += w * g[(b, c) + opos]
+    return y, gx
+
+
+RULES = [(ties, nan) for nan, rule in NAN_RULES.items() for ties in rule.policies]
+SMALL = [((2, 3, 11), 3), ((2, 2, 6, 7), (2, 3)), ((1, 2, 5, 4, 6), (2, 1, 4)), ((2, 2, 3), 5)]
+
+
+@pytest.mark.parametrize("ties,nan", RULES, ids=[f"{t}-{n}" for t, n in RULES])
+def test_strategies_agree_bit_for_bit_and_with_a_loop_for_every_rule(ties, nan, monkeypatch):
+    rng = np.random.default_rng(RULES.index((ties, nan)))
+    values = np.array([np.nan, -np.inf, -1.0, -0.0, 0.0, 1.0, np.inf])
+    for shape, out in SMALL:
+        d = len(shape) - 2
+        out_t = tuple(np.broadcast_to(np.array(out, dtype=object), (d,)))
+        module = symgrad.load(f"adaptive_max_pool{d}d", ties=ties, nan=nan, output_size=out)
+        for dtype in (np.float64, np.float32, np.float16):
+            x = rng.choice(values, size=shape).astype(dtype)
+            g = rng.integers(1, 5, size=x.shape[:2] + tuple(L if o is None else o for L, o in zip(shape[2:], out_t)))
+            g = g.astype(dtype)
+            got = {}
+            for strategy in STRATEGIES:
+                monkeypatch.setattr(module, "STRATEGY", strategy)
+                y, saved = module.forward(x)
+                got[strategy] = y, saved, module.backward(g, saved)[0]
+            (y, saved, gx), (y2, saved2, gx2) = got["box"], got["window"]
+            assert same_bits(y, y2) and same_bits(gx, gx2), (shape, dtype, x)
+            if "index" in saved._fields:
+                assert saved.index.dtype == saved2.index.dtype and np.array_equal(saved.index, saved2.index)
+            wy, wgx = reference(x.astype(np.float64), out_t, ties, nan, g.astype(np.float64))
+            np.testing.assert_array_equal(y2, wy.astype(dtype))  # -0.0 == 0.0
+            if ties == "split":  # g/k against g*(1/k)
+                np.testing.assert_allclose(gx2, wgx.astype(dtype), rtol=2e-3 if dtype == np.float16 else 1e-6)
+            else:
+                np.testing.assert_array_equal(gx2, wgx.astype(dtype))

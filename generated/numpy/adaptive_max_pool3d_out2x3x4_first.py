@@ -36,6 +36,11 @@ TIES = "first"
 PARAMS = {'output_size': (2, 3, 4)}
 OUTPUT_SIZE = (2, 3, 4)  # None: that output size is the input's
 SPATIAL = 3
+# How forward and backward visit the windows: None picks, per input shape, the cheaper of "box"
+# (one pass per element of the window box, over all windows at once) and "window" (one whole-row
+# call per output window); both give the same results bit for bit.
+STRATEGY = None
+COST = {'pass': 20.0, 'gathered': 0.01, 'window': 40.0, 'row': 0.2, 'element': 0.005}  # microseconds, for choosing a strategy (see _per_window)
 
 
 class Saved(NamedTuple):
@@ -178,19 +183,83 @@ def _box_strides(axes: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
+def _windows(axes: tuple):
+    """Every output window in output (row-major) order: its output position, the basic slices of
+    its block of the input, and the block's spatial shape."""
+    for pos in np.ndindex(*(a.out for a in axes)):
+        starts = [int(a.start[p]) for a, p in zip(axes, pos)]
+        sizes = tuple(int(a.size[p]) for a, p in zip(axes, pos))
+        yield (Ellipsis,) + pos, (Ellipsis,) + tuple(slice(s, s + n) for s, n in zip(starts, sizes)), sizes
+
+
+def _per_window(axes: tuple, planes: int, box: list) -> bool:
+    """Whether one whole-row call per output window is estimated cheaper than the `box` passes,
+    (number of passes, elements each) over all windows at once.  A rough model of both, in
+    microseconds (COST): a pass makes a few calls and gathers its elements; a window copies its
+    block and makes a few calls per row of (planes, window elements)."""
+    if STRATEGY is not None:
+        return STRATEGY == "window"
+    windows = int(np.prod([a.out for a in axes]))
+    elements = float(np.prod([a.size.mean() for a in axes]))  # per window, on average
+    passes = sum(n * (COST["pass"] + COST["gathered"] * each) for n, each in box)
+    calls = windows * (COST["window"] + planes * (COST["row"] + COST["element"] * elements))
+    return calls < passes
+
+
+def _rows(block: np.ndarray, lead: tuple) -> np.ndarray:
+    """A window's block (N, C, *window) as (N, C, elements), row-major in the window."""
+    return block.reshape(lead + (int(np.prod(block.shape[len(lead):])),))
+
+
+def _fold_winner(rows):
+    """The element the running max of each row (last axis) returns."""
+    nan = np.isnan(rows)
+    hit = rows == np.max(rows, axis=-1, keepdims=True)
+    last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
+    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
+
+
+def _winner(rows):
+    """The element the running scan of each row (last axis) ends on."""
+    return np.argmax(rows, axis=-1)
+
+
+def _box_index(local: np.ndarray, sizes: tuple, axes: tuple) -> np.ndarray:
+    """A window-local row-major index as the index into the window box (saved.index)."""
+    coords = np.unravel_index(local, sizes)
+    return sum(k * s for k, s in zip(coords, _box_strides(axes)))
+
+
+def _local_index(box_index: np.ndarray, sizes: tuple, axes: tuple) -> np.ndarray:
+    """An index into the window box (saved.index) as the window-local row-major index."""
+    coords = np.unravel_index(box_index.astype(np.intp), tuple(a.extent for a in axes))
+    return np.ravel_multi_index(coords, sizes)
+
+
 def _take(v, best):
     """A later element v takes over from the running winner best."""
     return (v > best) | (np.isnan(v) & ~np.isnan(best))
 
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
-    """Return (output, saved).  One pass per element of the window box: gathered index arrays and
-    validity masks over all windows at once, each window scanned in row-major order."""
+    """Return (output, saved).  Each window is scanned in row-major order, either one pass per
+    element of the window box over all windows at once, or one whole-row call per window,
+    whichever is cheaper for this input shape (the same results bit for bit)."""
     x = _as_input("x", x)
     _check_rank(x)
-    batched, axes, _, out_shape = _layout(x.shape)
+    batched, axes, out_batched, out_shape = _layout(x.shape)
     xb = x.reshape(batched)
     offsets = list(np.ndindex(*(a.extent for a in axes)))
+    planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
+    box = [(len(offsets), planes * windows)]  # one pass per element of the window box
+    run = _forward_windows if _per_window(axes, planes, box) else _forward_box
+    output, index = run(xb, axes, out_batched, offsets)
+    return output.reshape(out_shape), Saved(index, x.shape, out_shape, x.dtype)
+
+
+def _forward_box(xb: np.ndarray, axes: tuple, out_batched: tuple, offsets: list):
+    """One pass per element of the window box: gathered index arrays and validity masks over all
+    windows at once."""
     best = xb[_element(axes, offsets[0])[0]]  # every window's first element starts it (a copy)
     index = np.zeros(best.shape, dtype=_index_dtype(len(offsets)))
     for local, offset in enumerate(offsets[1:], start=1):
@@ -201,19 +270,44 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
             take &= valid  # a window without this element
         np.copyto(best, v, where=take)
         np.copyto(index, local, where=take, casting="unsafe")
-    return best.reshape(out_shape), Saved(index, x.shape, out_shape, x.dtype)
+    return best, index
+
+
+def _forward_windows(xb: np.ndarray, axes: tuple, out_batched: tuple, offsets: list):
+    """One whole-row call per output window: its block of the input as (planes, elements)."""
+    lead = xb.shape[:2]
+    output = np.empty(out_batched, dtype=xb.dtype)
+    index = np.empty(out_batched, dtype=_index_dtype(len(offsets)))
+    for pos, block, sizes in _windows(axes):
+        rows = _rows(xb[block], lead)
+        winner = _winner(rows)
+        index[pos] = _box_index(winner, sizes, axes)
+        output[pos] = np.take_along_axis(rows, winner[..., None], axis=-1)[..., 0]
+    return output, index
 
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
-    """Return (grad_x,) in gather form: each input element adds the gradient of every window
-    holding it where it is that window's winner, visiting the windows in output (row-major)
-    order, so overlapping windows add up in the order PyTorch's kernel adds them."""
+    """Return (grad_x,): each input element adds the gradient of every window holding it where it
+    is that window's winner, visiting the windows in output (row-major) order, so overlapping
+    windows add up in the order PyTorch's kernel adds them; either in gather form (one pass per
+    holding window over all elements at once) or one write per window, whichever is cheaper."""
     grad_output = _check_backward(grad_output, saved)
     batched, axes, out_batched, _ = _layout(saved.input_shape)
     grad_output = grad_output.reshape(out_batched)
     grad = np.zeros(batched, dtype=saved.dtype)
-    box = _box_strides(axes)
+    holders = int(np.prod([a.most for a in axes]))
+    planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
+    box = [(holders, int(np.prod(batched)))]  # one gather pass over the input per holding window
     index = saved.index.reshape(out_batched)
+    if _per_window(axes, planes, box):
+        lead = batched[:2]
+        for pos, block, sizes in _windows(axes):
+            rows = np.zeros(lead + (int(np.prod(sizes)),), dtype=saved.dtype)
+            local = _local_index(index[pos], sizes, axes)
+            np.put_along_axis(rows, local[..., None], grad_output[pos][..., None], axis=-1)
+            grad[block] += rows.reshape(lead + sizes)  # + 0 elsewhere: grad is never -0
+        return (grad.reshape(saved.input_shape),)
+    box = _box_strides(axes)
     for m in np.ndindex(*(a.most for a in axes)):
         at, local, valid = _holder(axes, m, box)
         hit = index[at] == local
