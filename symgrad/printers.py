@@ -289,9 +289,11 @@ def numpy_scan_winner(extremum: str, order: str, nan_scan: str, name: str = "_wi
     if nan_scan == "dominate":
         body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
     elif nan_scan == "last_nan":
-        body = ["    nan = np.isnan(rows)",
-                f"    last_nan = {_last_true('nan')}",
-                f"    return np.where(nan.any(axis=-1), last_nan, {numpy_arg_extremum(extremum, order, 'rows')})"]
+        body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
+                "    nan = np.isnan(rows)",
+                "    if nan.any():  # rows holding NaN: their last NaN",
+                f"        winner = np.where(nan.any(axis=-1), {_last_true('nan')}, winner)",
+                "    return winner"]
     elif nan_scan == "keep":
         body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
                 f"    return np.where(np.isnan(rows[..., 0]), 0, {pick('hit')})"]

@@ -203,18 +203,25 @@ def numpy_context(op: Op) -> dict:
     if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan_scan)
                               if sel.form == "scan" else "")
-        ctx["fold_winner"] = numpy_fold_winner(sel.extremum)
+        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
+                              if sel.form == "mask" or not sel.winner_is_output else "")
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
-        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST)
+        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     return ctx
 
 
 # The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
-# window-box element over all windows and one whole-row call per window (microseconds, fitted
-# roughly to float32 timings of both on one x86 core, benchmarks/adaptive_numpy.py): a pass costs
-# "pass" plus "gathered" per element; a window "window" plus, per row, "row" and "element" per
-# window element.  A tuning choice only: both strategies give the same results bit for bit.
-_NUMPY_ADAPTIVE_COST = {"pass": 20.0, "gathered": 0.01, "window": 40.0, "row": 0.2, "element": 0.005}
+# window-box element over all windows and one call per window (microseconds, fitted roughly to
+# float32 timings of both on one x86 core, benchmarks/adaptive_numpy.py): a pass costs "pass" plus,
+# per gathered element, "gathered" (forward) or "gathered_backward"; a window "window" plus, per
+# row (plane), "row" and "element" per window element, or "scatter" (first/last backward: one
+# winner per row).  A tuning choice only: both strategies give the same results bit for bit.
+_NUMPY_ADAPTIVE_COST = {
+    "scan": {"pass": 20.0, "gathered": 0.01, "gathered_backward": 0.01, "window": 40.0, "row": 0.06,
+             "element": 0.006, "scatter": 0.02},
+    "mask": {"pass": 20.0, "gathered": 0.004, "gathered_backward": 0.012, "window": 40.0, "row": 0.06,
+             "element": 0.01},
+}
 
 # geometries with a NumPy template of their own (the others use window.py.jinja)
 _NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}

@@ -40,7 +40,7 @@ SPATIAL = 2
 # (one pass per element of the window box, over all windows at once) and "window" (one whole-row
 # call per output window); both give the same results bit for bit.
 STRATEGY = None
-COST = {'pass': 20.0, 'gathered': 0.01, 'window': 40.0, 'row': 0.2, 'element': 0.005}  # microseconds, for choosing a strategy (see _per_window)
+COST = {'pass': 20.0, 'gathered': 0.004, 'gathered_backward': 0.012, 'window': 40.0, 'row': 0.06, 'element': 0.01}  # microseconds, for choosing a strategy (see _per_window)
 
 
 class Saved(NamedTuple):
@@ -184,26 +184,28 @@ def _box_strides(axes: tuple) -> tuple:
 
 
 def _windows(axes: tuple):
-    """Every output window in output (row-major) order: its output position, the basic slices of
-    its block of the input, and the block's spatial shape."""
+    """Every output window in output (row-major) order: its output position (as an index), the
+    basic slices of its block of the input, the block's spatial shape, and its first element."""
     for pos in np.ndindex(*(a.out for a in axes)):
-        starts = [int(a.start[p]) for a, p in zip(axes, pos)]
+        starts = tuple(int(a.start[p]) for a, p in zip(axes, pos))
         sizes = tuple(int(a.size[p]) for a, p in zip(axes, pos))
-        yield (Ellipsis,) + pos, (Ellipsis,) + tuple(slice(s, s + n) for s, n in zip(starts, sizes)), sizes
+        block = (Ellipsis,) + tuple(slice(s, s + n) for s, n in zip(starts, sizes))
+        yield (Ellipsis,) + pos, block, sizes, starts
 
 
-def _per_window(axes: tuple, planes: int, box: list) -> bool:
-    """Whether one whole-row call per output window is estimated cheaper than the `box` passes,
-    (number of passes, elements each) over all windows at once.  A rough model of both, in
-    microseconds (COST): a pass makes a few calls and gathers its elements; a window copies its
-    block and makes a few calls per row of (planes, window elements)."""
+def _per_window(axes: tuple, planes: int, passes: list, row: float | None = None) -> bool:
+    """Whether one call per output window is estimated cheaper than the passes over all windows
+    at once listed in `passes` as (number of passes, elements each, their COST key).  A rough model
+    of both, in microseconds (COST): a pass makes a few calls and gathers its elements; a window
+    makes a few calls over its rows, one per plane, which cost `row` each (default: a whole-row
+    call over a copied block of the window's elements)."""
     if STRATEGY is not None:
         return STRATEGY == "window"
     windows = int(np.prod([a.out for a in axes]))
-    elements = float(np.prod([a.size.mean() for a in axes]))  # per window, on average
-    passes = sum(n * (COST["pass"] + COST["gathered"] * each) for n, each in box)
-    calls = windows * (COST["window"] + planes * (COST["row"] + COST["element"] * elements))
-    return calls < passes
+    if row is None:
+        row = COST["row"] + COST["element"] * float(np.prod([a.size.mean() for a in axes]))
+    together = sum(n * (COST["pass"] + COST[gathered] * each) for n, each, gathered in passes)
+    return windows * (COST["window"] + planes * row) < together
 
 
 def _rows(block: np.ndarray, lead: tuple) -> np.ndarray:
@@ -246,8 +248,8 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     xb = x.reshape(batched)
     offsets = list(np.ndindex(*(a.extent for a in axes)))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
-    box = [(len(offsets), planes * windows)]  # one pass per element of the window box
-    run = _forward_windows if _per_window(axes, planes, box) else _forward_box
+    passes = [(len(offsets), planes * windows, "gathered")]  # one per element of the window box
+    run = _forward_windows if _per_window(axes, planes, passes) else _forward_box
     output = run(xb, axes, out_batched, offsets).reshape(out_shape)
     return output, Saved(x, output, x.shape, out_shape, x.dtype)
 
@@ -267,7 +269,7 @@ def _forward_windows(xb: np.ndarray, axes: tuple, out_batched: tuple, offsets: l
     """One whole-row call per output window: its block of the input as (planes, elements)."""
     lead = xb.shape[:2]
     output = np.empty(out_batched, dtype=xb.dtype)
-    for pos, block, sizes in _windows(axes):
+    for pos, block, sizes, _ in _windows(axes):
         rows = _rows(xb[block], lead)
         winner = _fold_winner(rows)
         output[pos] = np.take_along_axis(rows, winner[..., None], axis=-1)[..., 0]
@@ -285,15 +287,15 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad = np.zeros(batched, dtype=saved.dtype)
     holders = int(np.prod([a.most for a in axes]))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
-    box = [(holders, int(np.prod(batched)))]  # one gather pass over the input per holding window
+    passes = [(holders, int(np.prod(batched)), "gathered_backward")]  # one per holding window
     x = saved.x.reshape(batched)
     extremum = saved.output.reshape(out_batched)
     count_type = np.promote_types(saved.dtype, np.float32)  # counted exactly, held in >= float32
-    box.append((int(np.prod([a.extent for a in axes])), planes * windows))  # the counting passes
+    passes.append((int(np.prod([a.extent for a in axes])), planes * windows, "gathered_backward"))
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        if _per_window(axes, planes, box):
+        if _per_window(axes, planes, passes):
             lead = batched[:2]
-            for pos, block, sizes in _windows(axes):
+            for pos, block, sizes, _ in _windows(axes):
                 e = extremum[pos][..., None]
                 hit = _hit(_rows(x[block], lead), e)
                 count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(count_type)

@@ -40,7 +40,7 @@ SPATIAL = 3
 # (one pass per element of the window box, over all windows at once) and "window" (one whole-row
 # call per output window); both give the same results bit for bit.
 STRATEGY = None
-COST = {'pass': 20.0, 'gathered': 0.01, 'window': 40.0, 'row': 0.2, 'element': 0.005}  # microseconds, for choosing a strategy (see _per_window)
+COST = {'pass': 20.0, 'gathered': 0.01, 'gathered_backward': 0.01, 'window': 40.0, 'row': 0.06, 'element': 0.006, 'scatter': 0.02}  # microseconds, for choosing a strategy (see _per_window)
 
 
 class Saved(NamedTuple):
@@ -184,39 +184,33 @@ def _box_strides(axes: tuple) -> tuple:
 
 
 def _windows(axes: tuple):
-    """Every output window in output (row-major) order: its output position, the basic slices of
-    its block of the input, and the block's spatial shape."""
+    """Every output window in output (row-major) order: its output position (as an index), the
+    basic slices of its block of the input, the block's spatial shape, and its first element."""
     for pos in np.ndindex(*(a.out for a in axes)):
-        starts = [int(a.start[p]) for a, p in zip(axes, pos)]
+        starts = tuple(int(a.start[p]) for a, p in zip(axes, pos))
         sizes = tuple(int(a.size[p]) for a, p in zip(axes, pos))
-        yield (Ellipsis,) + pos, (Ellipsis,) + tuple(slice(s, s + n) for s, n in zip(starts, sizes)), sizes
+        block = (Ellipsis,) + tuple(slice(s, s + n) for s, n in zip(starts, sizes))
+        yield (Ellipsis,) + pos, block, sizes, starts
 
 
-def _per_window(axes: tuple, planes: int, box: list) -> bool:
-    """Whether one whole-row call per output window is estimated cheaper than the `box` passes,
-    (number of passes, elements each) over all windows at once.  A rough model of both, in
-    microseconds (COST): a pass makes a few calls and gathers its elements; a window copies its
-    block and makes a few calls per row of (planes, window elements)."""
+def _per_window(axes: tuple, planes: int, passes: list, row: float | None = None) -> bool:
+    """Whether one call per output window is estimated cheaper than the passes over all windows
+    at once listed in `passes` as (number of passes, elements each, their COST key).  A rough model
+    of both, in microseconds (COST): a pass makes a few calls and gathers its elements; a window
+    makes a few calls over its rows, one per plane, which cost `row` each (default: a whole-row
+    call over a copied block of the window's elements)."""
     if STRATEGY is not None:
         return STRATEGY == "window"
     windows = int(np.prod([a.out for a in axes]))
-    elements = float(np.prod([a.size.mean() for a in axes]))  # per window, on average
-    passes = sum(n * (COST["pass"] + COST["gathered"] * each) for n, each in box)
-    calls = windows * (COST["window"] + planes * (COST["row"] + COST["element"] * elements))
-    return calls < passes
+    if row is None:
+        row = COST["row"] + COST["element"] * float(np.prod([a.size.mean() for a in axes]))
+    together = sum(n * (COST["pass"] + COST[gathered] * each) for n, each, gathered in passes)
+    return windows * (COST["window"] + planes * row) < together
 
 
 def _rows(block: np.ndarray, lead: tuple) -> np.ndarray:
     """A window's block (N, C, *window) as (N, C, elements), row-major in the window."""
     return block.reshape(lead + (int(np.prod(block.shape[len(lead):])),))
-
-
-def _fold_winner(rows):
-    """The element the running max of each row (last axis) returns."""
-    nan = np.isnan(rows)
-    hit = rows == np.max(rows, axis=-1, keepdims=True)
-    last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
-    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
 
 
 def _winner(rows):
@@ -230,10 +224,12 @@ def _box_index(local: np.ndarray, sizes: tuple, axes: tuple) -> np.ndarray:
     return sum(k * s for k, s in zip(coords, _box_strides(axes)))
 
 
-def _local_index(box_index: np.ndarray, sizes: tuple, axes: tuple) -> np.ndarray:
-    """An index into the window box (saved.index) as the window-local row-major index."""
+def _input_index(box_index: np.ndarray, starts: tuple, axes: tuple) -> np.ndarray:
+    """An index into the box of the window whose first element is at `starts` (saved.index) as
+    the row-major index of that element in the spatial dims of the input."""
     coords = np.unravel_index(box_index.astype(np.intp), tuple(a.extent for a in axes))
-    return np.ravel_multi_index(coords, sizes)
+    coords = tuple(k + s for k, s in zip(coords, starts))
+    return np.ravel_multi_index(coords, tuple(a.length for a in axes))
 
 
 def _take(v, best):
@@ -251,8 +247,8 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     xb = x.reshape(batched)
     offsets = list(np.ndindex(*(a.extent for a in axes)))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
-    box = [(len(offsets), planes * windows)]  # one pass per element of the window box
-    run = _forward_windows if _per_window(axes, planes, box) else _forward_box
+    passes = [(len(offsets), planes * windows, "gathered")]  # one per element of the window box
+    run = _forward_windows if _per_window(axes, planes, passes) else _forward_box
     output, index = run(xb, axes, out_batched, offsets)
     return output.reshape(out_shape), Saved(index, x.shape, out_shape, x.dtype)
 
@@ -278,7 +274,7 @@ def _forward_windows(xb: np.ndarray, axes: tuple, out_batched: tuple, offsets: l
     lead = xb.shape[:2]
     output = np.empty(out_batched, dtype=xb.dtype)
     index = np.empty(out_batched, dtype=_index_dtype(len(offsets)))
-    for pos, block, sizes in _windows(axes):
+    for pos, block, sizes, _ in _windows(axes):
         rows = _rows(xb[block], lead)
         winner = _winner(rows)
         index[pos] = _box_index(winner, sizes, axes)
@@ -297,15 +293,15 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad = np.zeros(batched, dtype=saved.dtype)
     holders = int(np.prod([a.most for a in axes]))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
-    box = [(holders, int(np.prod(batched)))]  # one gather pass over the input per holding window
+    passes = [(holders, int(np.prod(batched)), "gathered_backward")]  # one per holding window
     index = saved.index.reshape(out_batched)
-    if _per_window(axes, planes, box):
-        lead = batched[:2]
-        for pos, block, sizes in _windows(axes):
-            rows = np.zeros(lead + (int(np.prod(sizes)),), dtype=saved.dtype)
-            local = _local_index(index[pos], sizes, axes)
-            np.put_along_axis(rows, local[..., None], grad_output[pos][..., None], axis=-1)
-            grad[block] += rows.reshape(lead + sizes)  # + 0 elsewhere: grad is never -0
+    if _per_window(axes, planes, passes, COST["scatter"]):
+        flat = grad.reshape(planes, int(np.prod(batched[2:])))  # a view: (planes, spatial elements)
+        every = np.arange(planes)
+        for pos, _, _, starts in _windows(axes):
+            # one winner per plane: distinct elements, each adds this window's gradient once
+            winners = _input_index(index[pos].reshape(-1), starts, axes)
+            flat[every, winners] += grad_output[pos].reshape(-1)
         return (grad.reshape(saved.input_shape),)
     box = _box_strides(axes)
     for m in np.ndindex(*(a.most for a in axes)):
