@@ -48,6 +48,15 @@ def _dim(s: str):
         raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
 
 
+def _int_or_none(s: str):
+    if s.lower() == "none":
+        return None
+    try:
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
+
+
 def _out_dir(s: str) -> Path:
     if not s:
         raise argparse.ArgumentTypeError("expected a directory, got ''")
@@ -58,6 +67,8 @@ def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
     flag = naming.cli_flag(p.name)
     if p.kind == "bool":
         parser.add_argument(flag, dest=p.name, action="store_true", default=None, help=p.help)
+    elif p.kind == "ints" and p.none_entries:  # an entry 'none' keeps that input size
+        parser.add_argument(flag, dest=p.name, type=_int_or_none, nargs="+", help=p.help)
     elif p.kind == "ints":
         parser.add_argument(flag, dest=p.name, type=int, nargs="+", help=p.help)
     elif p.kind == "int":
@@ -86,6 +97,8 @@ def _op_params(op: str, argv: list[str]) -> dict:
                 if len(v) > 1:
                     raise ValueError("--dim takes ints, or 'none' alone")
                 v = None
+            elif p.none_entries:
+                v = tuple(v)  # (None,) stays a value: every output size is the input's
             else:
                 v = v[0] if len(v) == 1 else tuple(v)
         params[p.name] = v
@@ -263,6 +276,10 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     elif op.spec.kind == "reduction":
         lines.append(f"window: a representative slice of {op.window_size()} elements "
                      f"(the rule is the same for every length)")
+    elif op.spec.kind == "adaptive":
+        lines.append(f"windows: PyTorch's adaptive windows, [floor(i*L/out), ceil((i+1)*L/out)) per "
+                     f"axis, overlapping and of varying size; derived on a representative window "
+                     f"of {op.window_size()} elements (the rule is the same for every size)")
     for step in d.steps:
         lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
     lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]

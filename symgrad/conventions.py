@@ -24,6 +24,12 @@ _POOL_TORCH = Preset("first", "last_nan", note=(
     "PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in scan order wins, the "
     "last NaN wins); padding is never selected"))
 
+_ADAPTIVE_TORCH = Preset("first", "last_nan", note=(
+    "PyTorch adaptive_max_pool*d (CPU kernel AdaptiveMaxPoolKernel.cpp): scan from maxval = -inf, "
+    "maxindex = the window's first element, with `(val > maxval) || isnan(val)` (first tie in scan "
+    "order wins, the last NaN wins; a window of -inf keeps its first element); backward "
+    "`grad_input[maxindex] += grad_output` in output order"))
+
 TORCH = {
     "maximum": Preset("split", "each", note="torch.maximum: where(a == b, g/2, g), 0 where a < b: "
                       "a tie is split 1/2-1/2, and a NaN operand gives BOTH operands the whole g"),
@@ -49,6 +55,9 @@ TORCH = {
     "max_pool1d": _POOL_TORCH,
     "max_pool2d": _POOL_TORCH,
     "max_pool3d": _POOL_TORCH,
+    "adaptive_max_pool1d": _ADAPTIVE_TORCH,
+    "adaptive_max_pool2d": _ADAPTIVE_TORCH,
+    "adaptive_max_pool3d": _ADAPTIVE_TORCH,
     "maxout": Preset("first", "dominate", note=(
         "PyTorch has no maxout; this is x.view(N, C/pieces, pieces, ...).max(2) (max(dim) returns the "
         "first maximal index, and the first NaN); .amax(2) would split instead")),
@@ -60,6 +69,10 @@ _POOL_JAX = Preset("first", "replace", note=(
     "restarts (the gradient goes to the first maximum after the last NaN, while the output is NaN); "
     "padding is -inf and takes part, so in an all -inf window next to padding the padding wins and "
     "the gradient is dropped. JAX has no VJP for dilated max pooling"), padding="neg_inf")
+
+_ADAPTIVE_JAX = Preset("split", "nan", note=(
+    "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
+    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
 
 JAX = {
     "maximum": Preset("split", "zero", note="jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both "
@@ -82,6 +95,9 @@ JAX = {
     "max_pool1d": _POOL_JAX,
     "max_pool2d": _POOL_JAX,
     "max_pool3d": _POOL_JAX,
+    "adaptive_max_pool1d": _ADAPTIVE_JAX,
+    "adaptive_max_pool2d": _ADAPTIVE_JAX,
+    "adaptive_max_pool3d": _ADAPTIVE_JAX,
     "maxout": Preset("split", "nan", note="JAX has no maxout; this is jnp.max over each group of "
                      "channels (split evenly, NaN for a group holding NaN)"),
 }

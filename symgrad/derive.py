@@ -413,8 +413,9 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         except ValueError as exc:
             raise ValueError(f"{op.name}: {exc}") from None
         nodes = [node]
+        checks = list(checks) + _representative_note(op)
         return Derivation(op, inputs, forward, nodes, dict(node.partials),
-                          _steps(op, forward, nodes, node.partials), list(checks))
+                          _steps(op, forward, nodes, node.partials), checks)
     nodes = [_make_node(sym, ext, op.ties) for sym, ext in inner]
     checks = []
     for node in nodes:
@@ -425,6 +426,18 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         checks.append(check_weights(op.ties, node.kind, len(node.pieces)))
     partials = _chain(nodes, inputs)
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks)
+
+
+def _representative_note(op: Op) -> list[str]:
+    """What a representative-window derivation stands for (adaptive pooling)."""
+    if op.spec.kind != "adaptive":
+        return []
+    return [f"adaptive windows (start floor(i*L/out), end ceil((i+1)*L/out) per axis) overlap and "
+            f"differ in size, and depend on the input length known only at run time: the rule is "
+            f"derived on a representative window of {len(input_symbols(op))} elements, whose weights "
+            f"have one factor per other element at any length, and is lowered to a running scan "
+            f"(first/last) or a mask of the elements attaining the extremum (split/all), valid for "
+            f"every window length"]
 
 
 def derive(op: Op, display: bool = True) -> Derivation:

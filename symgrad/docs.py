@@ -329,6 +329,8 @@ def _example_windows(op: Op, mod):
         cell = _spatial_cell(sp_)
         return ([(1,) + in_sp], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])),
                 {o: [cell(c) for c in cs] for o, cs in pads.items()}, y.shape)
+    if kind == "adaptive":
+        return _adaptive_example_windows(op, mod)
     if kind == "maxout":
         p = op.params["pieces"]
         windows = [[(0, (0, g * p + j)) for j in range(p)] for g in range(2)]
@@ -355,6 +357,33 @@ def _example_windows(op: Op, mod):
             return (0, r, 0)
         return [shape], windows, (lambda e: (0,) + tuple(e[1])), out_cell, {}, out_shape
     raise AssertionError(kind)
+
+
+def _adaptive_example_windows(op: Op, mod):
+    """Adaptive pooling: each input length is its output size + 2, so that windows overlap and
+    differ in size.  Each window is listed over the window box (the largest extent along each
+    axis, row-major), None where the window has no element there (it never wins)."""
+    sp_ = op.spec.spatial
+    lengths = tuple(4 if o is None else o + 2 for o in op.params["output_size"])
+    y, _ = mod.forward(np.zeros((1,) + lengths))
+    outs = y.shape[1:]
+    axes = []
+    for L, o in zip(lengths, outs):
+        i = np.arange(o)
+        start = (i * L) // o
+        axes.append((start, -((-(i + 1) * L) // o) - start))
+    box = tuple(int(size.max()) for _, size in axes)
+    windows = []
+    for opos in np.ndindex(*outs):
+        elems = []
+        for offs in np.ndindex(*box):
+            inside = all(k < size[p] for k, p, (_, size) in zip(offs, opos, axes))
+            c = tuple(int(start[p]) + k for k, p, (start, _) in zip(offs, opos, axes))
+            elems.append((0, (0,) + c) if inside else None)
+        windows.append(elems)
+    cell = _spatial_cell(sp_)
+    return ([(1,) + lengths], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
+            y.shape)
 
 
 def worked_example(op: Op, d: Derivation) -> Example:
@@ -723,6 +752,15 @@ def _window_text(op: Op) -> str:
     if kind == "maxout":
         return [f"Each output is the max of a group of {op.params['pieces']} consecutive channels, "
                 f"numbered in channel order."]
+    if kind == "adaptive":
+        return ["Each output is the max of one of PyTorch's adaptive windows: along an axis of "
+                "length ", M("L"), " with ", M("n"), " outputs, window ", M("i"), " covers ",
+                M(r"\left\lfloor i L / n \right\rfloor \leq j < \left\lceil \left(i + 1\right) L / n "
+                  r"\right\rceil"),
+                ", so windows overlap and differ in size, and their size is known only at run time. "
+                f"Elements are numbered in row-major (scan) order of the window; the rule is shown on "
+                f"a representative window of {op.window_size()} elements and is the same for every "
+                f"window size."]
     return [f"Each output is the {op.spec.extremum} of the elements along the reduced dims, numbered "
             f"in row-major order (shown on a window of {op.window_size()}; the rule is the same for "
             f"every length)."]
@@ -750,13 +788,14 @@ def _w_matrix_blocks(op: Op, d: Derivation, ex: Example) -> list:
     def label(c):
         i, j = c
         idx = np.unravel_index(j, shapes[i])
-        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind == "pool") else ",".join(map(str, idx))
+        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind in ("pool", "adaptive")) else ",".join(map(str, idx))
         return "%s_{%s}" % (names[i], sub)
     blocks = [Para(["For the worked example below, ", M("W"),
                     f" has one row per output ({len(W)}) and one column per input element "
                     f"({len(cols)}); each row holds that window's weights (the indicator products of its "
-                    f"{len(ex.windows[0])} elements) evaluated at the example's values, and is 0 off "
-                    f"the window:"])]
+                    + (f"{len(ex.windows[0])} elements" if op.spec.kind != "adaptive" else
+                       "elements, which differ in number from window to window")
+                    + ") evaluated at the example's values, and is 0 off the window:"])]
     if len(cols) <= MATRIX_COLUMNS:
         body = r" \\ ".join(" & ".join(_num_tex(v) for v in row) for row in W)
         head = r"\begin{array}{" + "c" * len(cols) + "}"
@@ -778,7 +817,7 @@ def _conventions_section(op: Op) -> Section:
     from . import table
     from .api import load
     s = Section("Ties and kinks: this policy, PyTorch and JAX")
-    family = "max_pool1d" if op.spec.kind == "pool" else op.name
+    family = {"pool": "max_pool1d", "adaptive": "adaptive_max_pool1d"}.get(op.spec.kind, op.name)
     rows = [r for r in table.SITUATIONS if r[0] == family]
     intro = [f"The gradient of each input at ties, kinks, NaN and infinity with grad_output = 1, "
              f"measured by running the generated modules: this page's settings (tie policy "

@@ -85,6 +85,12 @@ class Selection:
     weight: sp.Expr | None  # mask: gradient of a hit element, in grad_output, hit, count
     counts: bool  # mask: the weight needs the number of hits
     winner_is_output: bool = True  # scan: the winner's value is the output (else fold max/min)
+    # scan: how the running scan treats NaN, which fixes its winner over a whole window in closed
+    # form (printers.numpy_scan_winner): "dominate" (a NaN takes over a number, not another NaN
+    # under order first), "last_nan" (a NaN takes over anything, nothing takes over a NaN), "keep"
+    # (a NaN never takes over, nothing takes over a NaN) or "replace" (a NaN takes over anything,
+    # anything takes over a NaN)
+    nan_scan: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,7 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
         return _mask_selection(node, kind, nan, split=node.count is not None or ties == "split")
     if n == 1:
         # a window of one element: it always wins, whatever the policy
-        return Selection("scan", kind, sp.false, "first", None, None, False)
+        return Selection("scan", kind, sp.false, "first", None, None, False, nan_scan="dominate")
     if node.count is None:
         index = {x: i for i, x in enumerate(xs)}
         before, after = set(), set()
@@ -214,7 +220,7 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
             # keep/replace can leave a number as the winner of a window holding NaN, whose output
             # is NaN: the output is then folded separately
             return Selection("scan", kind, take, order, None, None, False,
-                             winner_is_output=nan in ("dominate", "last_nan"))
+                             winner_is_output=nan in ("dominate", "last_nan"), nan_scan=nan)
         if (before | after) <= {sp.GreaterThan, sp.LessThan}:
             return _mask_selection(node, kind, nan, split=False)
         raise AssertionError(f"unrecognized W-form for {node.symbol}")

@@ -10,6 +10,10 @@ Every op is one ``OpSpec`` in ``OPS``.  An op's forward is one of three shapes:
 * ``reduction``: the extremum of the elements along some dims; the window length is known only
   at run time, so it is derived on a representative window and lowered to a form valid for any
   length.
+* ``adaptive``: adaptive max pooling, PyTorch's windows for a given output size (start
+  floor(i*L/out), end ceil((i+1)*L/out) per axis: they may overlap and differ in size, and depend
+  on the input length L known only at run time): derived on a representative window, as the
+  reductions are.
 
 Parameters are named and defaulted as in ``torch.nn.functional`` (``torch.amax`` for reductions).
 ``resolve`` validates them and returns an ``Op``: the spec, its normalized parameters and the
@@ -41,12 +45,13 @@ class Param:
     help: str
     minimum: int | None = None
     required: bool = False
+    none_entries: bool = False  # "ints": a tuple may hold None entries (adaptive output_size)
 
 
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    kind: str  # "elementwise" | "pool" | "maxout" | "reduction"
+    kind: str  # "elementwise" | "pool" | "maxout" | "reduction" | "adaptive"
     summary: str
     inputs: tuple[str, ...] = ("x",)
     params: tuple[Param, ...] = ()
@@ -103,7 +108,7 @@ class Op:
             return math.prod(self.params["kernel_size"])
         if self.spec.kind == "maxout":
             return self.params["pieces"]
-        if self.spec.kind == "reduction":
+        if self.spec.kind in ("reduction", "adaptive"):
             return REPRESENTATIVE_REDUCTION_WINDOW
         raise ValueError(f"{self.name} has no window")
 
@@ -120,6 +125,8 @@ def _is_real(v) -> bool:
 
 def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     want = f"an int >= {p.minimum} or a tuple of {dims} such ints"
+    if p.none_entries:
+        want += " (an entry may be None: the input's size)"
     given = v
     if _is_int(v):
         v = (int(v),) * dims
@@ -138,7 +145,25 @@ def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     return v
 
 
+def _norm_ints_or_none(op: str, p: Param, v, dims: int) -> tuple:
+    """An "ints" parameter whose tuple may hold None entries (None: the input's own size)."""
+    if isinstance(v, (tuple, list)) and any(e is None for e in v):
+        want = (f"an int >= {p.minimum} or a tuple of {dims} such ints (an entry may be None: the "
+                f"input's size)")
+        if not all(e is None or _is_int(e) for e in v):
+            raise TypeError(f"{op}: {p.name} must be {want}, got {v!r}")
+        if len(v) not in (1, dims):
+            raise ValueError(f"{op}: {p.name} must be {want}, got {tuple(v)!r} ({len(v)} values)")
+        given, v = v, tuple(v) * (dims // len(v))
+        if any(e is not None and not p.minimum <= e <= MAX_INT for e in v):
+            raise ValueError(f"{op}: {p.name} must be {want} (at most {MAX_INT}), got {given!r}")
+        return tuple(None if e is None else int(e) for e in v)
+    return _norm_ints(op, p, v, dims)
+
+
 def _norm_value(op: str, p: Param, v, dims: int):
+    if p.kind == "ints" and p.none_entries:
+        return _norm_ints_or_none(op, p, v, dims)
     if p.kind == "ints":
         return _norm_ints(op, p, v, dims)
     if p.kind == "int":
@@ -369,6 +394,14 @@ def _spec_list() -> list[OpSpec]:
                             params=_pool_params(d), spatial=d, check=_check_pool(d),
                             torch_name=f"F.max_pool{d}d"))
     specs += _unpool_logsumexp_specs()
+    for d in (1, 2, 3):
+        specs.append(OpSpec(
+            f"adaptive_max_pool{d}d", "adaptive",
+            f"{d}-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs "
+            f"(PyTorch's windows: they may overlap and differ in size)",
+            params=(Param("output_size", "ints", None, "output size (int or tuple; a None entry "
+                          "keeps that input size)", 1, required=True, none_entries=True),),
+            spatial=d, torch_name=f"F.adaptive_max_pool{d}d"))
     specs.append(OpSpec("maxout", "maxout", "max over groups of `pieces` consecutive channels (dim 1)",
                         params=(Param("pieces", "int", None, "channels per group", 1, required=True),)))
     return specs

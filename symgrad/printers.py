@@ -324,9 +324,76 @@ def numpy_arg_extremum(extremum: str, order: str, array: str) -> str:
     return _ARG[extremum, order].format(a=array)
 
 
+def _first_true(h: str) -> str:
+    return f"np.argmax({h}, axis=-1)"
+
+
+def _last_true(h: str) -> str:
+    return f"{h}.shape[-1] - 1 - np.argmax({h}[..., ::-1], axis=-1)"
+
+
+def numpy_scan_winner(extremum: str, order: str, nan_scan: str, name: str = "_winner") -> str:
+    """A function `name(rows)`: the index, along the last axis, that the running scan of the
+    lowered `take` ends on, computed in closed form with a few whole-row calls.
+
+    With no NaN the scan ends on the first (order first) or last (order last) element attaining
+    the extremum.  NaN (``Selection.nan_scan``): "dominate": np.argmax/np.argmin already treat
+    NaN as the extremum (first NaN; reversed: last NaN); "last_nan": the last NaN; "keep": a NaN
+    first element keeps it, other NaNs are passed over; "replace": the scan restarts after the
+    last NaN (which wins if it is the last element).
+    """
+    m = "max" if extremum == "max" else "min"
+    pick = _first_true if order == "first" else _last_true
+    doc = f'    """The element the running scan of each row (last axis) ends on."""'
+    if nan_scan == "dominate":
+        body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
+    elif nan_scan == "last_nan":
+        body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
+                "    nan = np.isnan(rows)",
+                "    if nan.any():  # rows holding NaN: their last NaN",
+                f"        winner = np.where(nan.any(axis=-1), {_last_true('nan')}, winner)",
+                "    return winner"]
+    elif nan_scan == "keep":
+        body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
+                f"    return np.where(np.isnan(rows[..., 0]), 0, {pick('hit')})"]
+    elif nan_scan == "replace":
+        body = ["    nan = np.isnan(rows)",
+                f"    last_nan = np.where(nan.any(axis=-1), {_last_true('nan')}, -1)",
+                "    after = np.arange(rows.shape[-1]) > last_nan[..., None]",
+                f"    rest = np.where(after, rows, {'-' if m == 'max' else ''}np.inf)",
+                f"    hit = after & (rows == np.{m}(rest, axis=-1, keepdims=True))",
+                f"    restart = {pick('hit')}",
+                "    return np.where(after[..., -1], restart, rows.shape[-1] - 1)"]
+    else:
+        raise ValueError(f"unknown scan NaN form {nan_scan!r}")
+    return "\n".join([f"def {name}(rows):", doc] + body)
+
+
+def numpy_fold_winner(extremum: str, name: str = "_fold_winner") -> str:
+    """A function `name(rows)`: the index, along the last axis, of the element that folding the
+    row with ``numpy_extremum_step`` returns (a when a is NaN or beats b strictly, else b): the
+    first NaN, else the last element equal to the extremum (+0 and -0 included)."""
+    m = "max" if extremum == "max" else "min"
+    return "\n".join([
+        f"def {name}(rows):",
+        f'    """The element the running {m} of each row (last axis) returns."""',
+        "    nan = np.isnan(rows)",
+        f"    hit = rows == np.{m}(rows, axis=-1, keepdims=True)",
+        f"    last_hit = {_last_true('hit')}",
+        f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, last_hit)"])
+
+
 def numpy_extremum_fold(extremum: str, a: str, b: str) -> str:
     """Elementwise extremum of two arrays; np.maximum/np.minimum propagate NaN (NaN dominates)."""
     return f"np.{'maximum' if extremum == 'max' else 'minimum'}({a}, {b})"
+
+
+def numpy_extremum_step(extremum: str, a: str, b: str) -> str:
+    """One step of a max/min fold with the rule stated for every dtype: a when a is NaN or beats b
+    strictly, else b (NaN propagates; of two equal values, +0 and -0 included, the second).  As
+    the CUDA fold (``CudaPrinter._fold``); np.maximum itself returns the first at +0/-0 for
+    float16 and the second for float32/float64."""
+    return f"np.where(np.isnan({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
 
 
 def numpy_extremum_reduce(extremum: str, array: str) -> str:

@@ -145,6 +145,11 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
     if spec.kind != "elementwise":
         lines += _wrap(f"Forward: {spec.summary}.")
+    if spec.kind == "adaptive":
+        lines += [""] + _wrap(
+            "Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
+            "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "
+            "derived on a representative window and holds for every window size.")
     if spec.kind == "elementwise":
         lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:
@@ -203,17 +208,19 @@ def numpy_context(op: Op) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
-    from .printers import numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce
+    from .printers import (numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce,
+                           numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
+    has_select = kernel.geometry != "adaptive"  # the templates that define the module's _select
     ctx.update(
-        template=f"numpy/{'reduction' if kernel.geometry == 'reduction' else 'window'}.py.jinja",
+        template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
         form=sel.form,
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
         combine=numpy_extremum_fold(sel.extremum, "best", "v"),
-        hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
-        weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
+        hit=numpy_code(sel.hit, select=has_select) if sel.form == "mask" else "",
+        weight=numpy_code(sel.weight, select=has_select) if sel.form == "mask" else "",
         counts=sel.counts,
         winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
@@ -224,12 +231,35 @@ def numpy_context(op: Op) -> dict:
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
-    if op.spec.kind == "pool":
+    if op.spec.kind in ("pool", "adaptive"):
         ctx["spatial"] = op.spec.spatial
-    if kernel.geometry != "reduction":
+    if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
+        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan_scan)
+                              if sel.form == "scan" else "")
+        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
+                              if sel.form == "mask" or not sel.winner_is_output else "")
+        ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
+        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+    if kernel.geometry in ("pool", "maxout"):
         ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
     return ctx
 
+
+# The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
+# window-box element over all windows and one call per window (microseconds, fitted roughly to
+# float32 timings of both on one x86 core, benchmarks/adaptive_numpy.py): a pass costs "pass" plus,
+# per gathered element, "gathered" (forward) or "gathered_backward"; a window "window" plus, per
+# row (plane), "row" and "element" per window element, or "scatter" (first/last backward: one
+# winner per row).  A tuning choice only: both strategies give the same results bit for bit.
+_NUMPY_ADAPTIVE_COST = {
+    "scan": {"pass": 20.0, "gathered": 0.01, "gathered_backward": 0.01, "window": 40.0, "row": 0.06,
+             "element": 0.006, "scatter": 0.02},
+    "mask": {"pass": 20.0, "gathered": 0.004, "gathered_backward": 0.012, "window": 40.0, "row": 0.06,
+             "element": 0.01},
+}
+
+# geometries with a NumPy template of their own (the others use window.py.jinja)
+_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}
 
 # ----------------------------------------------------------------------------- expressions
 
@@ -436,7 +466,32 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
     elif kernel.geometry == "maxout":
         ctx.update(pieces=op.params["pieces"])
+    elif kernel.geometry == "adaptive":
+        ctx.update(_cuda_adaptive(op, kernel))
     return ctx
+
+
+def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
+    """Adaptive pooling: window boxes and saved state whose sizes are known only at run time."""
+    spatial = op.spec.spatial
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    sel = kernel.selection
+    if sel.form == "scan":
+        saved = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                 "largest window extent along each axis), which the loader stores in the smallest "
+                 "unsigned type holding it (the kernels read and write it as long long); backward "
+                 "reads only it and grad_output (x is not kept).")
+    else:
+        saved = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                 "which elements attain each window's extremum"
+                 + ("; forward also saves their number per output (the loader stores it in the "
+                    "smallest unsigned type holding it; the kernels take it as long long)."
+                    if sel.counts else "."))
+    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+            "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
+            "saved_doc": _wrap(saved, 96, "  ")}
 
 
 def render_cuda(op: Op) -> dict[str, str]:

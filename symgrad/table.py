@@ -42,6 +42,9 @@ SITUATIONS = [
     ("max_pool1d", {"kernel_size": 3}, "[NaN, 1, NaN]", ([[NAN, 1.0, NAN]],)),
     ("max_pool1d", {"kernel_size": 3}, "[NaN, 1, 0]", ([[NAN, 1.0, 0.0]],)),
     ("max_pool1d", {"kernel_size": 2, "padding": 1}, "[-inf, -inf], padding 1", ([[-INF, -INF]],)),
+    ("adaptive_max_pool1d", {"output_size": 1}, "[2, 2, 2]", ([[2.0, 2.0, 2.0]],)),
+    ("adaptive_max_pool1d", {"output_size": 1}, "[NaN, 1, NaN]", ([[NAN, 1.0, NAN]],)),
+    ("adaptive_max_pool1d", {"output_size": 2}, "[1, 3, 1] (windows overlap)", ([[1.0, 3.0, 1.0]],)),
     ("maxout", {"pieces": 2}, "[1, 1]", ([[1.0, 1.0]],)),
     ("maxout", {"pieces": 2}, "[NaN, 1]", ([[NAN, 1.0]],)),
 ]

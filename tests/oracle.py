@@ -244,7 +244,25 @@ def reduction_windows(params: dict, shape: tuple) -> tuple[tuple, dict]:
     return out_shape, windows
 
 
+def adaptive_windows(d: int, params: dict, shape: tuple) -> tuple[tuple, dict]:
+    """(output shape, {output index: [input index]}): PyTorch's adaptive windows, window i of an
+    axis of length L covering floor(i*L/out) <= j < ceil((i+1)*L/out) (None: out = L)."""
+    lead, spatial = shape[:-d], shape[-d:]
+    size = _tuple(params["output_size"], d)
+    size = size * d if len(size) == 1 else size
+    outs = tuple(L if o is None else o for L, o in zip(spatial, size))
+    ranges = [[range(math.floor(Fraction(i * L, o)), math.ceil(Fraction((i + 1) * L, o)))
+               for i in range(o)] for L, o in zip(spatial, outs)]
+    windows = {}
+    for b in np.ndindex(*lead):
+        for o in itertools.product(*[range(n) for n in outs]):
+            windows[b + o] = [b + pos for pos in itertools.product(*[ranges[a][o[a]] for a in range(d)])]
+    return tuple(lead) + outs, windows
+
+
 def windows_of(op: str, params: dict, shape: tuple) -> tuple[tuple, dict]:
+    if op.startswith("adaptive_max_pool"):
+        return adaptive_windows(int(op[17]), params, shape)
     if op.startswith("max_pool"):
         return pool_windows(int(op[8]), params, shape)
     if op == "maxout":

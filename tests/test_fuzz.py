@@ -367,6 +367,8 @@ MODULES = [
     ("max_pool3d", "all", {"kernel_size": 2}),
     ("maxout", "first", {"pieces": 2}),
     ("maxout", "split", {"pieces": 3}),
+    ("adaptive_max_pool1d", "first", {"output_size": 3}),
+    ("adaptive_max_pool2d", "split", {"output_size": (None, 2)}),
     ("amax", "first", {"dim": 1}),
     ("amin", "split", {"dim": (0, 2), "keepdim": True}),
     ("amax", "all", {}),
@@ -391,6 +393,13 @@ def _validity(op: str, params: dict, shapes: list[tuple]) -> str | None:
     if op in ("relu", "clamp", "leaky_relu", "abs"):
         return None
     (shape,) = shapes
+    if op.startswith("adaptive_max_pool"):
+        d = int(op[17])
+        if len(shape) not in (d + 1, d + 2):
+            return "dims"
+        if any(n == 0 for n in shape[-d - 1:]):
+            return "shape"
+        return None
     if op.startswith("max_pool"):
         d = int(op[8])
         if len(shape) not in (d + 1, d + 2):
@@ -465,6 +474,7 @@ def arrays(draw, dtype_choices, ranks, shape=None):
 
 
 SAMPLE_SHAPES = {"max_pool1d": (2, 3, 5), "max_pool2d": (2, 2, 4, 5), "max_pool3d": (1, 2, 2, 3, 4),
+                 "adaptive_max_pool1d": (2, 3, 5), "adaptive_max_pool2d": (2, 2, 4, 5),
                  "maxout": (2, 6, 3), "amax": (3, 4, 2), "amin": (3, 4, 2)}
 
 
@@ -505,7 +515,7 @@ def test_fuzz_forward_backward(modules):
         dtype_choices = FLOAT_DTYPES * 5 + BAD_DTYPES
         # half the time a rank the op takes, so that backward gets its share of examples
         usual = {"max_pool1d": [2, 3], "max_pool2d": [3, 4], "max_pool3d": [4, 5], "maxout": [2, 3, 4],
-                 "amin": [3, 4]}.get(op, [0, 1, 2, 3])
+                 "amin": [3, 4], "adaptive_max_pool1d": [2, 3], "adaptive_max_pool2d": [3, 4]}.get(op, [0, 1, 2, 3])
         ranks = st.one_of(st.sampled_from(usual), st.integers(0, 4 if n_inputs == 2 else 5))
         inputs = [data.draw(arrays(dtype_choices, ranks)) for _ in range(n_inputs)]
         _count("forward")

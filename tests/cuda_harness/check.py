@@ -108,7 +108,7 @@ def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtyp
 
 def _channels_last_ok(op: str, shapes) -> bool:
     spec = OPS[op]
-    if spec.kind == "pool":
+    if spec.kind in ("pool", "adaptive"):
         return len(shapes[0]) == spec.spatial + 2
     return spec.kind == "maxout" and len(shapes[0]) >= 3
 
@@ -152,6 +152,8 @@ def _extra_shapes(op):
     kind = op.spec.kind
     if kind == "pool":
         return [(2, 2) + (5,) * op.spec.spatial]
+    if kind == "adaptive":  # windows that overlap and differ in size along every axis
+        return [(2, 2) + tuple((o or 3) + 2 + a for a, o in enumerate(op.params["output_size"]))]
     if kind == "maxout":
         return [(2, 2 * op.params["pieces"], 3)]
     if kind == "reduction":
