@@ -368,18 +368,21 @@ def cuda_context(op: Op) -> dict:
             f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
     }
     if isinstance(kernel, ElementwiseKernel):
-        back_inter, adjoints, _ = backward_plan(kernel, kernel.inputs)
+        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs,
+                                                    share=op.spec.kind == "expression")
         real_types = []
         for rt in CUDA_REAL_TYPES:
+            def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
+                return [("bool" if a.boolean else rt, a.name, cuda_code(a.expr, rt)) for a in assigns]
             real_types.append({
                 "name": rt,
                 "input_params": _params(rt, *kernel.inputs),
                 "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
-                "intermediates": [(a.name, cuda_code(a.expr, rt)) for a in kernel.intermediates],
-                "backward_intermediates": [(a.name, cuda_code(a.expr, rt)) for a in back_inter],
-                "adjoints": [(a.name, cuda_code(a.expr, rt)) for a in adjoints],
+                "intermediates": lets(kernel.intermediates),
+                "backward_intermediates": lets(back_inter),
+                "adjoints": lets(adjoints),
                 "output": cuda_code(kernel.output, rt),
-                "grads": [(a.name, cuda_code(a.expr, rt)) for a in kernel.grads],
+                "grads": [(a.name, cuda_code(a.expr, rt)) for a in grads],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
