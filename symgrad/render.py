@@ -166,15 +166,16 @@ def numpy_context(op: Op) -> dict:
         "summary": op.spec.summary,
     }
     if isinstance(kernel, ElementwiseKernel):
+        back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
         ctx.update(
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
             intermediates=[(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
             output=numpy_code(kernel.output),
-            grads=[(a.name, numpy_code(a.expr)) for a in kernel.grads],
+            grads=[(a.name, numpy_code(a.expr)) for a in shared + grads],
             broadcast=kernel.broadcast,
-            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
         return ctx
@@ -368,8 +369,7 @@ def cuda_context(op: Op) -> dict:
             f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
     }
     if isinstance(kernel, ElementwiseKernel):
-        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs,
-                                                    share=op.spec.kind == "expression")
+        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
         real_types = []
         for rt in CUDA_REAL_TYPES:
             def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool

@@ -92,7 +92,10 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     dtype = saved.dtype
     x = saved.x
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_x = (np.where(np.isnan(x) | (x >= 0), grad_output, 0) + np.where(np.isnan(x) | (x <= 0), -grad_output, 0)) / (np.add((np.isnan(x) | (x >= 0)), (np.isnan(x) | (x <= 0)), dtype=dtype))
+        isnan0 = np.isnan(x)
+        cond0 = isnan0 | (x >= 0)
+        cond1 = isnan0 | (x <= 0)
+        grad_x = (np.where(cond0, grad_output, 0) + np.where(cond1, -grad_output, 0)) / (np.add(cond0, cond1, dtype=dtype))
     return (
         np.array(np.broadcast_to(grad_x, x.shape), dtype=x.dtype),
     )

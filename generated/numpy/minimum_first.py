@@ -110,8 +110,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     a = saved.a
     b = saved.b
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_a = np.where(np.isnan(a) | (a <= b), grad_output, 0)
-        grad_b = np.where((b < a) | (np.isnan(b) & ~np.isnan(a)), grad_output, 0)
+        isnan0 = np.isnan(a)
+        grad_a = np.where(isnan0 | (a <= b), grad_output, 0)
+        grad_b = np.where((b < a) | (np.isnan(b) & ~isnan0), grad_output, 0)
     return (
         np.array(_sum_to_shape(np.broadcast_to(grad_a, saved.output_shape), a.shape), dtype=a.dtype),
         np.array(_sum_to_shape(np.broadcast_to(grad_b, saved.output_shape), b.shape), dtype=b.dtype),

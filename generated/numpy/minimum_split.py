@@ -110,8 +110,11 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     a = saved.a
     b = saved.b
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_a = (np.where(np.isnan(a) | (a <= b), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
-        grad_b = (np.where(np.isnan(b) | (b <= a), grad_output, 0)) / (np.add((np.isnan(a) | (a <= b)), (np.isnan(b) | (b <= a)), dtype=dtype))
+        cond0 = np.isnan(a) | (a <= b)
+        cond1 = np.isnan(b) | (b <= a)
+        count0 = np.add(cond0, cond1, dtype=dtype)
+        grad_a = (np.where(cond0, grad_output, 0)) / count0
+        grad_b = (np.where(cond1, grad_output, 0)) / count0
     return (
         np.array(_sum_to_shape(np.broadcast_to(grad_a, saved.output_shape), a.shape), dtype=a.dtype),
         np.array(_sum_to_shape(np.broadcast_to(grad_b, saved.output_shape), b.shape), dtype=b.dtype),
