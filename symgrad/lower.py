@@ -360,9 +360,10 @@ def lower_expression(d) -> ElementwiseKernel:
 def backward_plan(kernel: ElementwiseKernel, names, share: bool = True) -> tuple[tuple, tuple, tuple]:
     """(intermediates, adjoints, grads) that the gradients of ``names`` need, in order.
 
-    With ``share``, what these statements repeat is computed once (``share_common``): the shared
-    temporaries come in the intermediates (when a recomputed node uses them) or in the adjoints,
-    each just before its first use."""
+    With ``share``, what these statements repeat is computed once (``share_common``): each
+    shared temporary comes just before its first use, in the intermediates (when a recomputed
+    node uses it), the adjoints, or among the gradients (so ``grads`` may hold temporaries: the
+    Assigns whose names are not grad_<input>)."""
     grads = tuple(a for a in kernel.grads if a.name[len("grad_"):] in names)
     needed = set().union(*[a.expr.free_symbols for a in grads]) if grads else set()
     by_name = {a.name: a for a in kernel.adjoints}
@@ -390,9 +391,9 @@ def backward_plan(kernel: ElementwiseKernel, names, share: bool = True) -> tuple
     if not share:
         return inter, adjoints, grads
     taken = set(kernel.inputs) | {a.name for a in kernel.intermediates + kernel.adjoints + kernel.grads}
-    out = share_common([inter, adjoints + grads], taken)
-    n_adj = len(out[1]) - len(grads)
-    return out[0], out[1][:n_adj], out[1][n_adj:]
+    inter, rest = share_common([inter, adjoints + grads], taken)
+    first = next(k for k, a in enumerate(rest) if a.name in {g.name for g in grads}) if grads else len(rest)
+    return tuple(inter), tuple(rest[:first]), tuple(rest[first:])
 
 
 # ----------------------------------------------------------------------------- sharing

@@ -370,6 +370,7 @@ def cuda_context(op: Op) -> dict:
     }
     if isinstance(kernel, ElementwiseKernel):
         back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+        grad_names = {a.name for a in kernel.grads}
         real_types = []
         for rt in CUDA_REAL_TYPES:
             def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
@@ -382,7 +383,9 @@ def cuda_context(op: Op) -> dict:
                 "backward_intermediates": lets(back_inter),
                 "adjoints": lets(adjoints),
                 "output": cuda_code(kernel.output, rt),
-                "grads": [(a.name, cuda_code(a.expr, rt)) for a in grads],
+                # gradients are assigned to the output references, temporaries among them declared
+                "grads": [("" if name in grad_names else f"const {ctype} ", name, code)
+                          for ctype, name, code in lets(grads)],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),

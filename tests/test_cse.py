@@ -8,12 +8,15 @@
   operands keep their order).
 * Every temporary is read at least twice, also when ``wrt`` prunes the backward; temporaries
   never take an input's name (inputs named like temporaries give the same bits as x, y).
+* The CUDA kernels with temporaries (declared bool or in the compute type, some between the
+  gradients) run on the CPU through tests/cuda_harness and match the NumPy module bit for bit.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ from symgrad.expr import make_op
 from symgrad.lower import backward_plan, lower_expression
 from symgrad.render import numpy_code
 
+import cuda_harness as harness
 from cuda_harness.check import mismatch
 
 N_EXPRS = int(os.environ.get("SYMGRAD_CSE_EXPRS", "12"))
@@ -132,3 +136,38 @@ def test_inputs_named_like_temporaries_keep_their_names(tmp_path):
     assert out_a.tobytes() == out_b.tobytes()
     for a, b in zip(plain.backward(g, sa), clash.backward(g, sb)):
         assert a.tobytes() == b.tobytes()
+
+
+# the CUDA kernels run on the CPU (tests/cuda_harness): temporaries between the gradients (the
+# first of these puts some after grad_x), bool temporaries, a gradient read by the next one
+CUDA_EXPRS = [("Min(2*x, x + y, y - 1)", "all"), ("Max(x + y, 0)*exp(x + y)", "first"),
+              ("Max(x*y, x + y, 0)", "split")]
+
+
+@pytest.fixture(scope="module")
+def cupy_on_cpu(tmp_path_factory):
+    if harness.find_cxx() is None:
+        pytest.skip("no C++ compiler: the CPU execution harness needs one")
+    return harness.fake_cupy(tmp_path_factory.mktemp("cse-cuda-host"))
+
+
+@pytest.mark.parametrize("expr,ties", CUDA_EXPRS)
+def test_cuda_kernels_with_temporaries_match_the_numpy_module(expr, ties, cupy_on_cpu, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", cupy_on_cpu)
+    ref = symgrad.load_expr(expr, ties=ties, inputs=("x", "y"))
+    dev = symgrad.load_expr(expr, ties=ties, inputs=("x", "y"), backend="cuda")
+    cu = next(Path(dev.__file__).parent.glob("*.cu")).read_text()
+    assert re.search(r"const (float|double|bool) (t|cond|isnan|cmp|count)\d+ = ", cu)
+    rng = np.random.default_rng(9)
+    for dtype in (np.float64, np.float32):
+        x, y = _inputs(rng, dtype)
+        y = np.broadcast_to(y, x.shape).copy()
+        g = rng.integers(-3, 4, size=x.shape).astype(dtype)
+        out_ref, saved_ref = ref.forward(x, y)
+        out, saved = dev.forward(x, y)
+        pairs = [(out, out_ref)] + list(zip(dev.backward(g, saved), ref.backward(g, saved_ref)))
+        for a, b in pairs:
+            if "exp" in expr:  # exp: NumPy's and the C library's may differ in the last place
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=0, equal_nan=True)
+            else:
+                assert mismatch(a, b) == "", (expr, ties, dtype)
