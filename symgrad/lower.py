@@ -27,7 +27,18 @@ from .derive import Derivation, Node
 from .indicators import Indicator, IsNan, MaxOf, MinOf
 
 
-class Select(sp.Function):
+class _SortsAsWritten:
+    """Sorts (SymPy's sort key, which orders the operands of + and * when printed) as it would
+    with every shared temporary inside replaced by its value (see ``Shared``)."""
+
+    def sort_key(self, order=None):
+        inner = self.atoms(Shared)
+        if not inner:
+            return super().sort_key(order)
+        return self.xreplace({s: s._value for s in inner}).sort_key(order)
+
+
+class Select(_SortsAsWritten, sp.Function):
     """Select(cond, a, b): a where cond holds, else b."""
 
     nargs = 3
@@ -41,13 +52,13 @@ class Select(sp.Function):
         return None
 
 
-class Quotient(sp.Function):
+class Quotient(_SortsAsWritten, sp.Function):
     """Quotient(a, b): a / b, kept apart so every backend prints one division."""
 
     nargs = 2
 
 
-class Count(sp.Function):
+class Count(_SortsAsWritten, sp.Function):
     """Count(c0, c1, ...): the number of conditions that hold, in the working dtype."""
 
 
@@ -59,6 +70,7 @@ V, BEST, EXTREMUM, HIT, COUNT = sp.symbols("v best extremum hit count", real=Tru
 class Assign:
     name: str
     expr: sp.Basic
+    boolean: bool = False  # a condition (bool in C), not a number of the working type
 
 
 @dataclass(frozen=True)
@@ -353,8 +365,13 @@ def lower_expression(d) -> ElementwiseKernel:
         wrt=tuple(d.op.params["wrt"]))
 
 
-def backward_plan(kernel: ElementwiseKernel, names) -> tuple[tuple, tuple, tuple]:
-    """(intermediates, adjoints, grads) that the gradients of ``names`` need, in order."""
+def backward_plan(kernel: ElementwiseKernel, names, share: bool = True) -> tuple[tuple, tuple, tuple]:
+    """(intermediates, adjoints, grads) that the gradients of ``names`` need, in order.
+
+    With ``share``, what these statements repeat is computed once (``share_common``): each
+    shared temporary comes just before its first use, in the intermediates (when a recomputed
+    node uses it), the adjoints, or among the gradients (so ``grads`` may hold temporaries: the
+    Assigns whose names are not grad_<input>)."""
     grads = tuple(a for a in kernel.grads if a.name[len("grad_"):] in names)
     needed = set().union(*[a.expr.free_symbols for a in grads]) if grads else set()
     by_name = {a.name: a for a in kernel.adjoints}
@@ -379,7 +396,233 @@ def backward_plan(kernel: ElementwiseKernel, names) -> tuple[tuple, tuple, tuple
         if name in values:
             frontier += [s.name for s in values[name].expr.free_symbols]
     inter = tuple(a for a in kernel.intermediates if a.name in used)
-    return inter, adjoints, grads
+    if not share:
+        return inter, adjoints, grads
+    taken = set(kernel.inputs) | {a.name for a in kernel.intermediates + kernel.adjoints + kernel.grads}
+    inter, rest = share_common([inter, adjoints + grads], taken)
+    first = next(k for k, a in enumerate(rest) if a.name in {g.name for g in grads}) if grads else len(rest)
+    return tuple(inter), tuple(rest[:first]), tuple(rest[first:])
+
+
+# ----------------------------------------------------------------------------- sharing
+
+# A shared temporary's name says what it holds: a comparison, a NaN test, a condition built of
+# them (And/Or/Not), a count of conditions, or another value.
+def _prefix(e: sp.Basic) -> str:
+    if isinstance(e, sp.core.relational.Relational):
+        return "cmp"
+    if isinstance(e, IsNan):
+        return "isnan"
+    if isinstance(e, Count):
+        return "count"
+    if _is_boolean(e):
+        return "cond"
+    return "t"
+
+
+class Shared(sp.Symbol):
+    """A shared temporary (or a statement read by a later one): a symbol that sorts as the value
+    it stands for.  The printers order the operands of + and * by SymPy's sort key, so a sum or
+    product that reads the temporary is written in the order it had with the value in place."""
+
+    def __new__(cls, name: str, value: sp.Basic, boolean: bool = False):
+        known = value.is_commutative
+        obj = sp.Symbol.__xnew__(cls, name, **({"real": True} if known and not boolean else {}))
+        if not known:
+            # SymPy cannot say that a condition (or a select on one) commutes, and keeps such
+            # terms apart from the others when it orders a sum; so it does with the name
+            obj._assumptions = obj._assumptions.copy()
+            obj._assumptions["commutative"] = None
+        obj._value = value
+        return obj
+
+    def __getnewargs__(self):
+        return (self.name, self._value, _is_boolean(self._value))
+
+    def _hashable_content(self):
+        return super()._hashable_content() + (self._value,)
+
+    def sort_key(self, order=None):
+        return self._value.sort_key(order)
+
+
+def _is_boolean(e: sp.Basic) -> bool:
+    return isinstance(e, sp.logic.boolalg.Boolean) and not isinstance(e, sp.Expr)
+
+
+def _shareable(e: sp.Basic) -> bool:
+    """Worth a name, and naming it keeps every operation: not an atom, a constant or -atom, and
+    not a negative power, which the printers write as a division of the product it sits in (a/b, not
+    a*(1/b))."""
+    if not e.args or isinstance(e, (sp.logic.boolalg.BooleanAtom, sp.Number, sp.NumberSymbol)):
+        return False
+    if isinstance(e, sp.Expr) and e.is_number:
+        return False
+    if e.is_Pow and e.exp.is_number and e.exp.is_negative:
+        return False
+    if e.is_Mul and len(e.args) == 2 and e.args[0] == -1 and not e.args[1].args:
+        return False  # -x reads as well as a name for it
+    return True
+
+
+def _rebuild(e: sp.Basic, args: list) -> sp.Basic:
+    if all(a is b for a, b in zip(args, e.args)):
+        return e
+    if isinstance(e, sp.core.relational.Relational):
+        return e.func(*args, evaluate=False)
+    return e.func(*args)
+
+
+def _operands(e: sp.Basic, back: dict) -> tuple:
+    """e's operands in the order the printers evaluate them (temporaries read back as their
+    values through ``back``), where that order can change a rounding: + and * of two operands
+    commute exactly (IEEE) and And/Or are exact in any order, so those come sorted; sums and
+    products of three or more keep their order (SymPy's print order: as_ordered_terms/factors)."""
+    from sympy.core.mul import _keep_coeff
+    if e.is_Add:
+        ops = e.as_ordered_terms()
+        return ("+", _keyed([_inline(o, back) for o in ops], len(ops) > 2))
+    if e.is_Mul:
+        c, rest = e.as_coeff_Mul()
+        if c.is_negative:  # printed with a leading minus: -(a*b*c) rounds as (-a)*b*c
+            e = _keep_coeff(-c, rest)
+        ops = [_inline(o, back) for o in (e.as_ordered_factors() if e.is_Mul else [e])]
+        num = [f for f in ops if not (f.is_Pow and f.exp.is_Rational and f.exp.is_negative)]
+        den = [f for f in ops if f not in num]
+        return ("*", _keyed(num, len(num) > 2), _keyed(den, len(den) > 2))
+    return (e.func, _keyed([_inline(o, back) for o in e.args], not isinstance(e, (sp.And, sp.Or))))
+
+
+def _keyed(ops: list, ordered: bool) -> tuple:
+    return tuple(ops) if ordered else tuple(sorted(ops, key=sp.default_sort_key))
+
+
+def _inline(e: sp.Basic, defs: dict) -> sp.Basic:
+    if e in defs:
+        return _inline(defs[e], defs)
+    if not e.args:
+        return e
+    return _rebuild(e, [_inline(a, defs) for a in e.args])
+
+
+def share_common(groups: list, taken: set) -> list:
+    """Common subexpressions of a backward, computed once.
+
+    ``groups`` are lists of Assign, in order: the recomputed node values, then the adjoints and
+    gradients.  A subexpression that the statements evaluate more than once, at least once
+    outside the node values (the forward's nodes are the derivation's own sharing), gets a
+    temporary (cmp0, cond0, count0, t0, ...: names not in ``taken``), assigned just before the
+    first statement that uses it; every occurrence then reads the temporary.  Same operations in
+    the same order: a named subexpression is evaluated as written, and where naming it would
+    reorder a sum or product of three or more operands (the printers order them by SymPy's sort
+    key), that operand is not named.  Returns the groups with the temporaries inserted.
+    """
+    stmts = [(g, a) for g, group in enumerate(groups) for a in group]
+    banned: set = set()
+    for _ in range(64):
+        shared = _repeated([a.expr for g, a in stmts], [g > 0 for g, a in stmts]) - banned
+        if not shared:
+            return [list(g) for g in groups]
+        try:
+            out, defs, bad = _name(stmts, shared, taken, len(groups))
+        except AssertionError:  # SymPy rewrote a statement around a temporary: share nothing
+            break
+        if not bad:
+            return out
+        banned |= bad
+    return [list(g) for g in groups]
+
+
+def _repeated(exprs: list, counts: list) -> set:
+    """Subexpressions met twice (tree_cse: below a repeat nothing is counted again), at least
+    once in an expression whose flag in ``counts`` is set."""
+    seen, again, outside = set(), set(), set()
+
+    def visit(e, flag):
+        if not _shareable(e):
+            for a in e.args:
+                visit(a, flag)
+            return
+        if flag:
+            outside.add(e)
+        if e in seen:
+            again.add(e)
+            return
+        seen.add(e)
+        for a in e.args:
+            visit(a, flag)
+
+    for e, flag in zip(exprs, counts):
+        visit(e, flag)
+    return again & outside
+
+
+def _name(stmts, shared, taken, n_groups):
+    names: dict = {}
+    defs: dict = {}
+    numbers: dict = {}
+    out = [[] for _ in range(n_groups)]
+
+    def fresh(prefix):
+        while True:
+            k = numbers.get(prefix, 0)
+            numbers[prefix] = k + 1
+            if f"{prefix}{k}" not in taken:
+                return f"{prefix}{k}"
+
+    def build(e, group, whole=None):
+        if not e.args:
+            return e
+        if e in names:
+            return names[e]
+        new = _rebuild(e, [build(a, group) for a in e.args])
+        if e in shared and whole is not None:  # a whole statement: later ones read its name
+            names[e] = Shared(whole.name, e, whole.boolean)
+            defs[names[e]] = new
+            return new
+        if e in shared:
+            boolean = _is_boolean(e)
+            sym = Shared(fresh(_prefix(e)), e, boolean)
+            names[e] = sym
+            defs[sym] = new
+            out[group].append(Assign(sym.name, new, boolean))
+            return sym
+        return new
+
+    for g, a in stmts:
+        out[g].append(Assign(a.name, build(a.expr, g, a), a.boolean))
+    # check: inlined back, every statement is what it was, evaluated in the same order
+    bad: set = set()
+    by_name = {a.name: a for group in out for a in group}
+    for g, a in stmts:
+        new = by_name[a.name].expr
+        if _inline(new, defs) != a.expr:
+            raise AssertionError(f"sharing changed {a.name}: {a.expr} -> {new}")
+        _check_order(new, defs, names, bad, set())
+    return out, defs, bad
+
+
+def _check_order(new, defs, names, bad, done):
+    """Put in ``bad`` the named subexpressions inside a sum or product of three or more operands
+    whose print order naming them changed (SymPy sorts operands by their sort key)."""
+    if new in defs:
+        if new in done:
+            return
+        done.add(new)
+        new = defs[new]
+    if not new.args:
+        return
+    if new.is_Add or new.is_Mul:
+        old = _inline(new, defs)
+        if _operands(old, {}) != _operands(new, defs):
+            # a named operand (or factor of one) changes the shape SymPy sorts by: unname it;
+            # failing that, everything named inside
+            shallow = {f for t in sp.Add.make_args(old) for f in sp.Mul.make_args(t)}
+            shallow |= {f.base for f in shallow if f.is_Pow} | set(sp.Add.make_args(old))
+            shallow = {e for e in shallow if e in names and e != old}
+            bad.update(shallow or {e for e in sp.preorder_traversal(old) if e in names and e != old})
+    for b in new.args:
+        _check_order(b, defs, names, bad, done)
 
 
 # ----------------------------------------------------------------------------- unpool, logsumexp

@@ -28,7 +28,7 @@ from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.str import StrPrinter
 
 from .indicators import IsNan
-from .lower import Count, IsFinite, Quotient, Select
+from .lower import Count, IsFinite, Quotient, Select, Shared
 
 _INFIX = {"==": "==", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -44,6 +44,12 @@ def _bare(s: str) -> str:
         if depth == 0 and i < len(s) - 1:
             return s
     return s[1:-1]
+
+
+def _operand(printer, e, clean=lambda s: s) -> str:
+    """An operand of a division: a shared temporary's name as it is, anything else in
+    parentheses."""
+    return printer._print(e) if isinstance(e, Shared) else f"({clean(printer._print(e))})"
 
 
 class NumpyPrinter(NumPyPrinter):
@@ -112,7 +118,7 @@ class NumpyPrinter(NumPyPrinter):
         return super()._module_format(fqn, register)
 
     def _print_Quotient(self, expr):
-        return f"({self._print(expr.args[0])}) / ({self._print(expr.args[1])})"
+        return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the working dtype
@@ -259,7 +265,7 @@ class CudaPrinter(C99CodePrinter):
         return f"({self._print(cond)} ? {self._print(a)} : {self._print(b)})"
 
     def _print_Quotient(self, expr):
-        return f"({_bare(self._print(expr.args[0]))}) / ({_bare(self._print(expr.args[1]))})"
+        return f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}"
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the compute type

@@ -194,15 +194,16 @@ def numpy_context(op: Op) -> dict:
         "imports": [],
     }
     if isinstance(kernel, ElementwiseKernel):
+        back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
         ctx.update(
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
             intermediates=[(a.name, numpy_code(a.expr, select=True)) for a in kernel.intermediates],
             output=numpy_code(kernel.output, select=True),
-            grads=[(a.name, numpy_code(a.expr, select=True)) for a in kernel.grads],
+            grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
             broadcast=kernel.broadcast,
-            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
         return ctx
@@ -434,18 +435,23 @@ def _cuda_base_context(op: Op, d: Derivation) -> dict:
 
 def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
-        back_inter, adjoints, _ = backward_plan(kernel, kernel.inputs)
+        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+        grad_names = {a.name for a in kernel.grads}
         real_types = []
         for rt in CUDA_REAL_TYPES:
+            def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
+                return [("bool" if a.boolean else rt, a.name, cuda_code(a.expr, rt)) for a in assigns]
             real_types.append({
                 "name": rt,
                 "input_params": _params(rt, *kernel.inputs),
                 "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
-                "intermediates": [(a.name, cuda_code(a.expr, rt)) for a in kernel.intermediates],
-                "backward_intermediates": [(a.name, cuda_code(a.expr, rt)) for a in back_inter],
-                "adjoints": [(a.name, cuda_code(a.expr, rt)) for a in adjoints],
+                "intermediates": lets(kernel.intermediates),
+                "backward_intermediates": lets(back_inter),
+                "adjoints": lets(adjoints),
                 "output": cuda_code(kernel.output, rt),
-                "grads": [(a.name, cuda_code(a.expr, rt)) for a in kernel.grads],
+                # gradients are assigned to the output references, temporaries among them declared
+                "grads": [("" if name in grad_names else f"const {ctype} ", name, code)
+                          for ctype, name, code in lets(grads)],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),

@@ -142,7 +142,10 @@ __device__ __forceinline__ float sg_output(const float x) {
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float x, float& grad_x) {
-  grad_x = (((sg_isnan(x) || (x >= 0.0f)) ? grad_output : 0.0f) + ((sg_isnan(x) || (x <= 0.0f)) ? -grad_output : 0.0f)) / ((float)(sg_isnan(x) || (x >= 0.0f)) + (float)(sg_isnan(x) || (x <= 0.0f)));
+  const bool isnan0 = sg_isnan(x);
+  const bool cond0 = isnan0 || (x >= 0.0f);
+  const bool cond1 = isnan0 || (x <= 0.0f);
+  grad_x = ((cond0 ? grad_output : 0.0f) + (cond1 ? -grad_output : 0.0f)) / ((float)(cond0) + (float)(cond1));
 }
 
 __device__ __forceinline__ double sg_output(const double x) {
@@ -150,7 +153,10 @@ __device__ __forceinline__ double sg_output(const double x) {
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double x, double& grad_x) {
-  grad_x = (((sg_isnan(x) || (x >= 0.0)) ? grad_output : 0.0) + ((sg_isnan(x) || (x <= 0.0)) ? -grad_output : 0.0)) / ((double)(sg_isnan(x) || (x >= 0.0)) + (double)(sg_isnan(x) || (x <= 0.0)));
+  const bool isnan0 = sg_isnan(x);
+  const bool cond0 = isnan0 || (x >= 0.0);
+  const bool cond1 = isnan0 || (x <= 0.0);
+  grad_x = ((cond0 ? grad_output : 0.0) + (cond1 ? -grad_output : 0.0)) / ((double)(cond0) + (double)(cond1));
 }
 
 // ---------------------------------------------------------------------------- kernels

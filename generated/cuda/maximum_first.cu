@@ -143,8 +143,9 @@ __device__ __forceinline__ float sg_output(const float a, const float b) {
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float a, const float b, float& grad_a, float& grad_b) {
-  grad_a = (sg_isnan(a) || (a >= b)) ? grad_output : 0.0f;
-  grad_b = ((b > a) || (sg_isnan(b) && !sg_isnan(a))) ? grad_output : 0.0f;
+  const bool isnan0 = sg_isnan(a);
+  grad_a = (isnan0 || (a >= b)) ? grad_output : 0.0f;
+  grad_b = ((b > a) || (sg_isnan(b) && !isnan0)) ? grad_output : 0.0f;
 }
 
 __device__ __forceinline__ double sg_output(const double a, const double b) {
@@ -152,8 +153,9 @@ __device__ __forceinline__ double sg_output(const double a, const double b) {
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double a, const double b, double& grad_a, double& grad_b) {
-  grad_a = (sg_isnan(a) || (a >= b)) ? grad_output : 0.0;
-  grad_b = ((b > a) || (sg_isnan(b) && !sg_isnan(a))) ? grad_output : 0.0;
+  const bool isnan0 = sg_isnan(a);
+  grad_a = (isnan0 || (a >= b)) ? grad_output : 0.0;
+  grad_b = ((b > a) || (sg_isnan(b) && !isnan0)) ? grad_output : 0.0;
 }
 
 // ---------------------------------------------------------------------------- kernels

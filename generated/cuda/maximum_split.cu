@@ -143,8 +143,11 @@ __device__ __forceinline__ float sg_output(const float a, const float b) {
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float a, const float b, float& grad_a, float& grad_b) {
-  grad_a = ((sg_isnan(a) || (a >= b)) ? grad_output : 0.0f) / ((float)(sg_isnan(a) || (a >= b)) + (float)(sg_isnan(b) || (b >= a)));
-  grad_b = ((sg_isnan(b) || (b >= a)) ? grad_output : 0.0f) / ((float)(sg_isnan(a) || (a >= b)) + (float)(sg_isnan(b) || (b >= a)));
+  const bool cond0 = sg_isnan(a) || (a >= b);
+  const bool cond1 = sg_isnan(b) || (b >= a);
+  const float count0 = (float)(cond0) + (float)(cond1);
+  grad_a = (cond0 ? grad_output : 0.0f) / count0;
+  grad_b = (cond1 ? grad_output : 0.0f) / count0;
 }
 
 __device__ __forceinline__ double sg_output(const double a, const double b) {
@@ -152,8 +155,11 @@ __device__ __forceinline__ double sg_output(const double a, const double b) {
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double a, const double b, double& grad_a, double& grad_b) {
-  grad_a = ((sg_isnan(a) || (a >= b)) ? grad_output : 0.0) / ((double)(sg_isnan(a) || (a >= b)) + (double)(sg_isnan(b) || (b >= a)));
-  grad_b = ((sg_isnan(b) || (b >= a)) ? grad_output : 0.0) / ((double)(sg_isnan(a) || (a >= b)) + (double)(sg_isnan(b) || (b >= a)));
+  const bool cond0 = sg_isnan(a) || (a >= b);
+  const bool cond1 = sg_isnan(b) || (b >= a);
+  const double count0 = (double)(cond0) + (double)(cond1);
+  grad_a = (cond0 ? grad_output : 0.0) / count0;
+  grad_b = (cond1 ? grad_output : 0.0) / count0;
 }
 
 // ---------------------------------------------------------------------------- kernels

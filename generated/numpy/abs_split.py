@@ -105,7 +105,10 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
 def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_x = (_select(np.isnan(x) | (x >= 0), grad_output) + _select(np.isnan(x) | (x <= 0), -grad_output)) / (np.add((np.isnan(x) | (x >= 0)), (np.isnan(x) | (x <= 0)), dtype=dtype))
+        isnan0 = np.isnan(x)
+        cond0 = isnan0 | (x >= 0)
+        cond1 = isnan0 | (x <= 0)
+        grad_x = (_select(cond0, grad_output) + _select(cond1, -grad_output)) / (np.add(cond0, cond1, dtype=dtype))
     return (grad_x,)
 
 

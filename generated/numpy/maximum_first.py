@@ -122,8 +122,9 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
 def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_a = _select(np.isnan(a) | (a >= b), grad_output)
-        grad_b = _select((b > a) | (np.isnan(b) & ~np.isnan(a)), grad_output)
+        isnan0 = np.isnan(a)
+        grad_a = _select(isnan0 | (a >= b), grad_output)
+        grad_b = _select((b > a) | (np.isnan(b) & ~isnan0), grad_output)
     return (grad_a, grad_b)
 
 

@@ -122,8 +122,11 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
 def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_a = (_select(np.isnan(a) | (a >= b), grad_output)) / (np.add((np.isnan(a) | (a >= b)), (np.isnan(b) | (b >= a)), dtype=dtype))
-        grad_b = (_select(np.isnan(b) | (b >= a), grad_output)) / (np.add((np.isnan(a) | (a >= b)), (np.isnan(b) | (b >= a)), dtype=dtype))
+        cond0 = np.isnan(a) | (a >= b)
+        cond1 = np.isnan(b) | (b >= a)
+        count0 = np.add(cond0, cond1, dtype=dtype)
+        grad_a = (_select(cond0, grad_output)) / count0
+        grad_b = (_select(cond1, grad_output)) / count0
     return (grad_a, grad_b)
 
 
