@@ -365,6 +365,20 @@ def lower_expression(d) -> ElementwiseKernel:
         wrt=tuple(d.op.params["wrt"]))
 
 
+def _reached(names: set, assigns) -> set:
+    """names and every name that their assignments among ``assigns`` read, transitively."""
+    by_name = {a.name: a for a in assigns}
+    frontier, seen = list(names), set()
+    while frontier:
+        name = frontier.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in by_name:
+            frontier += [s.name for s in by_name[name].expr.free_symbols]
+    return seen
+
+
 def backward_plan(kernel: ElementwiseKernel, names, share: bool = True) -> tuple[tuple, tuple, tuple]:
     """(intermediates, adjoints, grads) that the gradients of ``names`` need, in order.
 
@@ -374,27 +388,9 @@ def backward_plan(kernel: ElementwiseKernel, names, share: bool = True) -> tuple
     Assigns whose names are not grad_<input>)."""
     grads = tuple(a for a in kernel.grads if a.name[len("grad_"):] in names)
     needed = set().union(*[a.expr.free_symbols for a in grads]) if grads else set()
-    by_name = {a.name: a for a in kernel.adjoints}
-    frontier = [s.name for s in needed]
-    seen = set()
-    while frontier:
-        name = frontier.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        if name in by_name:
-            frontier += [s.name for s in by_name[name].expr.free_symbols]
+    seen = _reached({s.name for s in needed}, kernel.adjoints)
     adjoints = tuple(a for a in kernel.adjoints if a.name in seen)
-    values = {a.name: a for a in kernel.intermediates}
-    frontier = list(seen)
-    used = set()
-    while frontier:
-        name = frontier.pop()
-        if name in used:
-            continue
-        used.add(name)
-        if name in values:
-            frontier += [s.name for s in values[name].expr.free_symbols]
+    used = _reached(seen, kernel.intermediates)
     inter = tuple(a for a in kernel.intermediates if a.name in used)
     if not share:
         return inter, adjoints, grads
