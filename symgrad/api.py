@@ -51,9 +51,13 @@ def generate(op: str, out: str | os.PathLike, ties: str | None = None, backend: 
     _check_backend(backend)
     out = _check_out(out)
     spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
-    files = render(spec, backend)
+    return _write_all(render(spec, backend), out, force)
+
+
+def _write_all(files: dict, out: Path, force: bool) -> Path:
+    """Write rendered files into out, refusing before writing anything; the Python module's path."""
     paths = [out / name for name in files]
-    for path in paths:  # refuse before writing anything
+    for path in paths:
         _check_writable(path, files[path.name], force)
     for path in paths:
         write_file(path, files[path.name], force=force)
@@ -210,10 +214,4 @@ def generate_expr(expr: str, out: str | os.PathLike, name: str, backend: str = "
     if name is None:
         raise TypeError("generate_expr needs name= (a lowercase identifier for the module)")
     op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
-    files = render(op, backend)
-    paths = [out / n for n in files]
-    for path in paths:
-        _check_writable(path, files[path.name], force)
-    for path in paths:
-        write_file(path, files[path.name], force=force)
-    return next(p for p in paths if p.suffix == ".py")
+    return _write_all(render(op, backend), out, force)

@@ -39,16 +39,7 @@ def _number(s: str):
         raise argparse.ArgumentTypeError(f"expected a number, got {s!r}") from None
 
 
-def _dim(s: str):
-    if s.lower() == "none":
-        return None
-    try:
-        return int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an int or 'none', got {s!r}") from None
-
-
-def _int_or_none(s: str):
+def _int_or_none(s: str):  # --dim, and output sizes whose 'none' entries keep the input size
     if s.lower() == "none":
         return None
     try:
@@ -74,7 +65,7 @@ def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
     elif p.kind == "int":
         parser.add_argument(flag, dest=p.name, type=int, help=p.help)
     elif p.kind == "dim":
-        parser.add_argument(flag, dest=p.name, type=_dim, nargs="+", help=p.help)
+        parser.add_argument(flag, dest=p.name, type=_int_or_none, nargs="+", help=p.help)
     else:
         parser.add_argument(flag, dest=p.name, type=_number, help=p.help)
 
@@ -240,6 +231,14 @@ def _show(items, full: bool) -> list[str]:
     return lines
 
 
+def _steps_and_checks(d, full: bool) -> list[str]:
+    """A derivation's steps and checks, as `symgrad derive` prints them."""
+    lines = []
+    for step in d.steps:
+        lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
+    return lines + ["", "== checks =="] + [f"  {c}" for c in d.checks]
+
+
 def cmd_derive_expr(ns, argv: list[str], out) -> int:
     op = _expr_op(ns, argv)
     if ns.format != "text":
@@ -248,9 +247,7 @@ def cmd_derive_expr(ns, argv: list[str], out) -> int:
     d = api._derive(op)
     lines = [f"expression: {op.params['expr']}", f"inputs: {', '.join(op.params['inputs'])}; "
              f"gradients returned for: {', '.join(op.params['wrt'])}"] + settings_lines(op)
-    for step in d.steps:
-        lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), ns.full)
-    lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]
+    lines += _steps_and_checks(d, ns.full)
     print("\n".join(lines), file=out)
     return 0
 
@@ -280,9 +277,7 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         lines.append(f"windows: PyTorch's adaptive windows, [floor(i*L/out), ceil((i+1)*L/out)) per "
                      f"axis, overlapping and of varying size; derived on a representative window "
                      f"of {op.window_size()} elements (the rule is the same for every size)")
-    for step in d.steps:
-        lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
-    lines += ["", "== checks =="] + [f"  {c}" for c in d.checks]
+    lines += _steps_and_checks(d, full)
     if op.spec.kind == "unpool":
         lines += ["", "== backward ==",
                   "  grad_input = W^T grad_output, a gather: grad_input[i] = grad_output.flat[indices[i]]"
@@ -309,14 +304,13 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         op = _expr_op(ns, argv)
         if ns.name is None:
             raise ValueError("generate --expr needs --name NAME (a lowercase identifier)")
-        if ns.out is None and not ns.check:
-            raise ValueError("generate needs --out DIR")
     else:
         _no_expr_flags(ns)
         if not ns.op:
             raise ValueError("generate needs an op (or --expr, or --catalog)")
-        if ns.out is None and not ns.check:
-            raise ValueError("generate needs --out DIR")
+    if ns.out is None and not ns.check:
+        raise ValueError("generate needs --out DIR")
+    if ns.expr is None:
         op = _resolve(ns, argv)
     backends = api.BACKENDS if ns.backend == "all" else (ns.backend,)
     files = {name: source for b in backends for name, source in render(op, b).items()}

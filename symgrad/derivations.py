@@ -14,9 +14,7 @@ import dataclasses
 import functools
 import hashlib
 import json
-import os
 import pickle
-import tempfile
 import threading
 from pathlib import Path
 
@@ -87,15 +85,8 @@ def _read(path: Path, op: Op) -> Derivation | None:
 
 
 def _write(path: Path, d: Derivation) -> None:
+    from .render import write_atomic  # render imports this module
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(d, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # no cache (or a derivation that does not pickle): the derivation is still returned

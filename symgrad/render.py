@@ -166,8 +166,12 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
                        indent="        ")
         lines += ["", "Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"]
         lines += ["(overlapping windows accumulate)."]
-    lines += [""]
-    lines += _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
+    return lines + [""] + _policy_lines(op)
+
+
+def _policy_lines(op: Op) -> list[str]:
+    """The closing lines of a module docstring: the tie policy, NaN rule and convention it follows."""
+    lines = _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
     lines += _wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
     if op.convention:
         from .conventions import PRESETS
@@ -177,6 +181,12 @@ def _docstring(op: Op, d: Derivation) -> list[str]:
     return lines
 
 
+def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
+    """What every NumPy module's template gets: provenance header, docstring, the op's names."""
+    return {"header": header, "docstring": docstring, "op": op.name, "ties": op.ties,
+            "params": repr(op.params), "summary": op.spec.summary, "imports": []}
+
+
 def numpy_context(op: Op) -> dict:
     if op.spec.kind == "expression":
         return _numpy_expression_context(op)
@@ -184,15 +194,7 @@ def numpy_context(op: Op) -> dict:
         return special_numpy_context(op)
     d = derive(op, display=False)  # code needs the partials, not the display of the raw derivative
     kernel = lower(d)
-    ctx = {
-        "header": _header(op, "numpy"),
-        "docstring": _docstring(op, d),
-        "op": op.name,
-        "ties": op.ties,
-        "params": repr(op.params),
-        "summary": op.spec.summary,
-        "imports": [],
-    }
+    ctx = _numpy_base_context(op, _header(op, "numpy"), _docstring(op, d))
     if isinstance(kernel, ElementwiseKernel):
         back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
         ctx.update(
@@ -211,7 +213,6 @@ def numpy_context(op: Op) -> dict:
     sel = kernel.selection
     from .printers import (numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce,
                            numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
-    has_select = kernel.geometry != "adaptive"  # the templates that define the module's _select
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
@@ -220,8 +221,8 @@ def numpy_context(op: Op) -> dict:
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
         combine=numpy_extremum_fold(sel.extremum, "best", "v"),
-        hit=numpy_code(sel.hit, select=has_select) if sel.form == "mask" else "",
-        weight=numpy_code(sel.weight, select=has_select) if sel.form == "mask" else "",
+        hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
+        weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         counts=sel.counts,
         winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
@@ -299,12 +300,7 @@ def _expression_docstring(op: Op, d) -> list[str]:
     lines += ["", "Gradient (a.e.; after the DiracDelta terms of each max/min cancel; chain rule):"]
     for s, e in d.partials.items():
         lines += _wrap(f"dout/d{s} = {text(e)}", indent="        ")
-    lines += [""]
-    lines += _wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
-    lines += _wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
-    if not _policy.INFO[op.ties].subgradient:
-        lines += _wrap("WARNING: policy 'all' is not a subgradient; use it only on purpose.")
-    return lines
+    return lines + [""] + _policy_lines(op)  # (an expression has no convention)
 
 
 def _numpy_expression_context(op: Op) -> dict:
@@ -312,13 +308,7 @@ def _numpy_expression_context(op: Op) -> dict:
     kernel = lower_expression(d)
     wrt = tuple(op.params["wrt"])
     back_inter, adjoints, grads = backward_plan(kernel, wrt)
-    return {
-        "header": _expression_header(op, "numpy"),
-        "docstring": _expression_docstring(op, d),
-        "op": op.name,
-        "ties": op.ties,
-        "params": repr(op.params),
-        "summary": op.spec.summary,
+    return _numpy_base_context(op, _expression_header(op, "numpy"), _expression_docstring(op, d)) | {
         "template": "numpy/elementwise.py.jinja",
         "inputs": list(kernel.inputs),
         "inputs_tuple": repr(tuple(kernel.inputs)),
@@ -541,12 +531,12 @@ def has_provenance(path: Path) -> bool:
         return False
 
 
-def write_atomic(path: Path, content: str) -> None:
+def write_atomic(path: Path, content: str | bytes) -> None:
     """Write via a temporary file in the same directory, flushed to disk, then renamed over the
     target: a reader (or a crash) sees the old file or the new one, never a part.  The new file
     gets the old one's permissions, or the usual ones for a new file (0o666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = content.encode("utf-8")
+    data = content.encode("utf-8") if isinstance(content, str) else content
     while True:
         tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
         try:
@@ -630,15 +620,8 @@ def special_numpy_context(op: Op) -> dict:
     from .lower import M_SHIFT, MAX_VALUE, SUM, Y  # noqa: F401 (names printed in the template)
     d = derive(op)
     kernel = lower(d)
-    ctx = {
-        "header": _header(op, "numpy"),
-        "docstring": _special_docstring(op, d),
-        "op": op.name,
-        "ties": op.ties,
-        "params": repr(op.params),
-        "summary": op.spec.summary,
-        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
-    }
+    ctx = _numpy_base_context(op, _header(op, "numpy"), _special_docstring(op, d))
+    ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
     if op.spec.kind == "unpool":
         ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
                    each_writer=kernel.each_writer)

@@ -89,6 +89,21 @@ def _check_backward(grad_output, saved) -> np.ndarray:
     return grad_output.astype(saved.dtype, copy=False)
 
 
+def _select(cond, a) -> np.ndarray:
+    """np.where(cond, a, 0), bit for bit: the bits of a times cond, in unsigned integers.
+
+    np.where branches on every element and runs several times slower on irregular conditions.
+    """
+    a = np.asarray(a)
+    if a.dtype.kind != "f":
+        return np.where(cond, a, 0)
+    shape = np.broadcast_shapes(np.shape(cond), a.shape)
+    out = np.empty(shape, dtype=a.dtype)
+    bits = np.dtype(f"u{a.itemsize}")
+    np.multiply(np.broadcast_to(a, shape).view(bits), cond, out=out.view(bits))
+    return out
+
+
 class _Axis(NamedTuple):
     """PyTorch's adaptive windows along one spatial axis of length `length`."""
 
@@ -131,7 +146,7 @@ def _layout(shape: tuple):
 
 
 def _index_dtype(n: int):
-    """The smallest unsigned type holding 0..n-1."""
+    """The smallest unsigned type holding indices 0..n-1."""
     for t in (np.uint8, np.uint16, np.uint32):
         if n - 1 <= np.iinfo(t).max:
             return t
@@ -235,7 +250,7 @@ def _hit(v, extremum):
 
 def _weight(grad_output, hit, count, extremum):
     """The gradient an element receives from one window holding it."""
-    return np.where(hit, (grad_output) / (count), 0)
+    return _select(hit, (grad_output) / (count))
 
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:

@@ -131,7 +131,7 @@ def _layout(shape: tuple):
 
 
 def _index_dtype(n: int):
-    """The smallest unsigned type holding 0..n-1."""
+    """The smallest unsigned type holding indices 0..n-1."""
     for t in (np.uint8, np.uint16, np.uint32):
         if n - 1 <= np.iinfo(t).max:
             return t
