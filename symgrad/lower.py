@@ -287,6 +287,33 @@ def lower(d: Derivation):
                         op.padding_mode == "neg_inf")
 
 
+# ----------------------------------------------------------------------------- linearity
+
+def piecewise_linear(kernel) -> bool:
+    """Whether backward, between kinks and ties, is constant in the inputs (it is always linear
+    in grad_output): every input or node value is read only by conditions (comparisons, NaN
+    tests, counts of conditions), never as a number.  The generated jvp is then also the
+    derivative of backward with respect to grad_output, and its derivative with respect to the
+    inputs is 0 almost everywhere, which is all double backward needs."""
+    if isinstance(kernel, (WindowKernel, UnpoolKernel)):
+        return True
+    if isinstance(kernel, LogSumExpKernel):
+        return False
+    values = set(kernel.inputs) | {a.name for a in kernel.intermediates}
+    return not any(_read_as_number(a.expr, values) for a in kernel.adjoints + kernel.grads)
+
+
+def _read_as_number(e: sp.Basic, names: set) -> bool:
+    """Whether a symbol named in ``names`` occurs in e outside a condition."""
+    if isinstance(e, sp.Symbol):
+        return e.name in names
+    if isinstance(e, Select):
+        return any(_read_as_number(a, names) for a in e.args[1:])
+    if isinstance(e, (Count, IsNan)) or _is_boolean(e):
+        return False
+    return any(_read_as_number(a, names) for a in e.args)
+
+
 # ----------------------------------------------------------------------------- expressions
 
 def _plain(ind: Indicator) -> sp.Basic:

@@ -24,7 +24,7 @@ from .derivations import derive
 from .derive import Derivation
 from .indicators import MaxOf, MinOf
 from .lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
-                    backward_plan, lower, lower_expression)
+                    backward_plan, lower, lower_expression, piecewise_linear)
 from .ops import Op
 from .printers import CUDA_REAL_TYPES, _bare, cuda_code, text
 from .printers import numpy_code as _numpy_code
@@ -195,6 +195,7 @@ def numpy_context(op: Op) -> dict:
     d = derive(op, display=False)  # code needs the partials, not the display of the raw derivative
     kernel = lower(d)
     ctx = _numpy_base_context(op, _header(op, "numpy"), _docstring(op, d))
+    ctx["piecewise_linear"] = piecewise_linear(kernel)
     if isinstance(kernel, ElementwiseKernel):
         back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
         ctx.update(
@@ -318,6 +319,7 @@ def _numpy_expression_context(op: Op) -> dict:
         "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
         "broadcast": kernel.broadcast,
         "returns": [(name, name in wrt) for name in kernel.inputs],
+        "piecewise_linear": piecewise_linear(kernel),
     }
 
 
@@ -621,6 +623,7 @@ def special_numpy_context(op: Op) -> dict:
     d = derive(op)
     kernel = lower(d)
     ctx = _numpy_base_context(op, _header(op, "numpy"), _special_docstring(op, d))
+    ctx["piecewise_linear"] = piecewise_linear(kernel)
     ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
     if op.spec.kind == "unpool":
         ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,

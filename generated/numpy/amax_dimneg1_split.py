@@ -29,6 +29,9 @@ import numpy as np
 OP = "amax"
 TIES = "split"
 PARAMS = {'dim': (-1,), 'keepdim': False}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 DIM = (-1,)
 KEEPDIM = False
 
@@ -46,8 +49,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -67,16 +78,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 def _select(cond, a) -> np.ndarray:
@@ -157,12 +183,34 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved)
     dims, kept, n, _ = _layout(saved.input_shape)
     grad_output = grad_output.reshape(kept + (1,))
-    dtype = saved.dtype
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        grad_rows = np.asarray(_weight(grad_output, *_hits(saved, dims, kept, n)), dtype=saved.dtype)
+    return (_unrows(grad_rows, saved.input_shape, dims),)
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of x: each slice's weights (backward's, with the tangent of each element in place of grad_output) summed along it (the
+    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
+    tangent = _as_tangent("tangent_x", tangent_x, saved)
+    dims, kept, n, _ = _layout(saved.input_shape)
+    rows = _rows(tangent, dims, kept, n)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        weights = np.asarray(_weight(rows, *_hits(saved, dims, kept, n)), dtype=saved.dtype)
+    # summed in at least float32, as backward's counts are held
+    out = np.sum(weights, axis=-1, dtype=np.promote_types(saved.dtype, np.float32))
+    return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
+
+
+def _hits(saved: Saved, dims: tuple, kept: tuple, n: int) -> tuple:
+    """(hit, count, extremum): which elements of each slice attain its extremum and how many."""
     v = _rows(saved.x, dims, kept, n)
     extremum = saved.output.reshape(kept + (1,))
     hit = np.isnan(v) | (v == extremum)
     # counted exactly, held in at least float32: a float16 count would overflow past 65504
-    count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(dtype, np.float32))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_rows = np.asarray(_select(hit, (grad_output) / (count)), dtype=dtype)
-    return (_unrows(grad_rows, saved.input_shape, dims),)
+    count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(saved.dtype, np.float32))
+    return hit, count, extremum
+
+
+def _weight(grad_output, hit, count, extremum):
+    """The gradient an element receives from its slice (linear in grad_output)."""
+    return _select(hit, (grad_output) / (count))

@@ -33,6 +33,9 @@ import numpy as np
 OP = "hardtanh"
 TIES = "first"
 PARAMS = {'min_val': -1.0, 'max_val': 1.0}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 INPUTS = ('x',)
 BLOCK = 1 << 16  # elements per chunk of backward: the temporaries of a chunk stay in cache
 
@@ -48,8 +51,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -69,16 +80,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 def _select(cond, a) -> np.ndarray:
@@ -131,3 +157,29 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     returned = inputs
     grads = _chunked(grad_output, inputs, returned, saved.dtype)
     return grads
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of every input (None: a zero tangent): the sum over inputs of dy/d<input> * tangent, each
+    product computed as backward computes dy/d<input> * grad_output.  jvp is the transpose of
+    backward: <jvp(t), g> == <t, backward(g)>."""
+    _check_saved(saved)
+    tangents = (tangent_x,)
+    inputs = (saved.x,)
+    returned = (True,)
+    total, k = None, 0
+    for name, tangent, x, differentiated in zip(INPUTS, tangents, inputs, returned):
+        if tangent is None:
+            k += differentiated
+            continue
+        if not differentiated:
+            raise ValueError(f"{OP}: tangent_{name} must be None: the module differentiates "
+                             f"only {', '.join(n for n, r in zip(INPUTS, returned) if r)}")
+        tangent = _as_tangent(f"tangent_{name}", tangent, saved, x.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            term = _gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
+            total = term if total is None else total + term
+        k += 1
+    if total is None:
+        return np.zeros(saved.output_shape, dtype=saved.dtype)
+    return np.array(np.broadcast_to(total, saved.output_shape), dtype=saved.dtype)

@@ -30,6 +30,9 @@ import numpy as np
 OP = "logsumexp"
 TIES = "split"
 PARAMS = {'dim': (-1,), 'keepdim': False, 'temperature': 0.1}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = False
 DIM = (-1,)
 KEEPDIM = False
 TEMPERATURE = 0.1
@@ -48,8 +51,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -69,16 +80,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 def _dims(ndim: int) -> tuple:
@@ -123,6 +149,11 @@ def _unrows(grad_rows: np.ndarray, shape: tuple, dims: tuple) -> np.ndarray:
     return np.asarray(np.moveaxis(moved, tuple(range(len(kept), len(shape))), dims), order="C")  # 0-d stays 0-d
 
 
+def _weight(grad_output, v, y):
+    """The gradient of an element v of a slice whose output is y (linear in grad_output)."""
+    return grad_output*np.exp((v - y) / (0.1))
+
+
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved): 0.1 * log(sum(exp(x / 0.1))) over the reduced dims, computed stably."""
     x = _as_input("x", x)
@@ -145,5 +176,19 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     y = saved.output.reshape(kept + (1,)).astype(v.dtype)
     grad_output = grad_output.reshape(kept + (1,)).astype(v.dtype)
     with np.errstate(over="ignore", invalid="ignore"):
-        grad_rows = np.asarray(grad_output*np.exp((v - y) / (0.1)), dtype=saved.dtype)
+        grad_rows = np.asarray(_weight(grad_output, v, y), dtype=saved.dtype)
     return (_unrows(grad_rows, saved.input_shape, dims),)
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of x: sum(softmax(x / t) * tangent) along the
+    reduced dims, each term computed as backward computes its gradient (the transpose of backward:
+    <jvp(t), g> == <t, backward(g)>)."""
+    tangent = _as_tangent("tangent_x", tangent_x, saved)
+    dims, kept, n, _ = _layout(saved.input_shape)
+    v = _rows(saved.x, dims, kept, n)
+    y = saved.output.reshape(kept + (1,)).astype(v.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = np.asarray(_weight(_rows(tangent, dims, kept, n), v, y), dtype=saved.dtype)
+        out = np.sum(terms, axis=-1, dtype=v.dtype)  # summed in at least float32
+    return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)

@@ -31,6 +31,9 @@ import numpy as np
 OP = "max_pool2d"
 TIES = "split"
 PARAMS = {'kernel_size': (3, 3), 'stride': (2, 2), 'padding': (1, 1), 'dilation': (1, 1), 'ceil_mode': False}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 KERNEL_SIZE = (3, 3)
 STRIDE = (2, 2)
 PADDING = (1, 1)
@@ -53,8 +56,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -74,16 +85,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 def _select(cond, a) -> np.ndarray:
@@ -319,6 +345,26 @@ def _cropped(buf: np.ndarray, e: _Element, n: int, plan: _Plan) -> np.ndarray:
     return phase_planes[(slice(None),) + shifted]
 
 
+def _hit(buf: np.ndarray, w: _Element, n: int, plan: _Plan, extremum: np.ndarray) -> np.ndarray:
+    """Element w of every window of a block of n planes attains its window's extremum."""
+    v = _cropped(buf, w, n, plan)
+    hit = np.isnan(v) | (v == extremum)
+    return hit if w.valid is None else hit & w.valid
+
+
+def _count(buf: np.ndarray, n: int, plan: _Plan, extremum: np.ndarray, dtype) -> np.ndarray:
+    """How many elements of each window attain its extremum."""
+    count = np.zeros(extremum.shape, dtype=dtype)
+    for w in plan.elements:
+        count += _hit(buf, w, n, plan, extremum)
+    return count
+
+
+def _weight(grad_output, hit, count, extremum):
+    """The gradient an element receives from one window holding it (linear in grad_output)."""
+    return _select(hit, (grad_output) / (count))
+
+
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
@@ -365,19 +411,41 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         extremum = outputs[b0:b1]
         grad_output = grads[b0:b1]
 
-        def hits(w):
-            v = _cropped(buf, w, n, plan)
-            hit = np.isnan(v) | (v == extremum)
-            return hit if w.valid is None else hit & w.valid
-
-        count = np.zeros(grad_output.shape, dtype=dtype)
-        for w in plan.elements:
-            count += hits(w)
+        count = _count(buf, n, plan, extremum, dtype)
         acc.fill(0)
         with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
             for w in reversed(plan.elements):  # output order, as in _accumulate
-                hit = hits(w)
                 view = _cropped(acc, w, n, plan)
-                view += _select(hit, (grad_output) / (count))
+                view += _weight(grad_output, _hit(buf, w, n, plan, extremum), count, extremum)
         _spread(acc, grad[b0:b1], plan)
     return (grad.reshape(saved.input_shape),)
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of x: each window's weights (backward's, with the
+    tangent of each element in place of grad_output) summed over its elements in scan order (the
+    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
+    tangent = _as_tangent("tangent_x", tangent_x, saved)
+    plan, _ = _layout(saved.input_shape)
+    dtype = saved.dtype
+    planes = saved.x.reshape((plan.planes,) + plan.plane_shape)
+    tangents = tangent.reshape((plan.planes,) + plan.plane_shape)
+    outputs = saved.output.reshape((plan.planes,) + plan.out_plane)
+    out = np.empty((plan.planes,) + plan.out_plane, dtype=dtype)
+    block = _block(plan)
+    buf = _phase_buffer(plan, block, dtype)
+    tbuf = np.zeros(buf.shape, dtype=dtype)  # padding has tangent 0
+    for b0 in range(0, plan.planes, block):
+        b1 = min(b0 + block, plan.planes)
+        n = b1 - b0
+        _gather(buf, planes[b0:b1], plan)
+        _gather(tbuf, tangents[b0:b1], plan)
+        extremum = outputs[b0:b1]
+        count = _count(buf, n, plan, extremum, dtype)
+        total = np.zeros(extremum.shape, dtype=dtype)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+            for w in plan.elements:
+                tangent = _cropped(tbuf, w, n, plan)
+                total += _weight(tangent, _hit(buf, w, n, plan, extremum), count, extremum)
+        out[b0:b1] = total
+    return out.reshape(saved.output_shape)

@@ -35,6 +35,9 @@ import numpy as np
 OP = "max_unpool1d"
 TIES = "all"
 PARAMS = {'kernel_size': (3,), 'stride': (2,), 'padding': (1,), 'output_size': None}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 INPUTS = ("input", "indices")
 KERNEL_SIZE = (3,)
 STRIDE = (2,)
@@ -58,8 +61,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -79,16 +90,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 def _output_spatial(in_spatial: tuple) -> tuple:
@@ -111,6 +137,7 @@ def _output_spatial(in_spatial: tuple) -> tuple:
 
 def _as_indices(indices, shape: tuple) -> np.ndarray:
     """The indices as an integer ndarray of the input's shape, or an error naming what was expected."""
+    _refuse_torch("indices", indices)
     if isinstance(indices, np.ma.MaskedArray):
         raise TypeError(f"{OP}: indices must be a plain integer array, got a masked array")
     try:
@@ -163,3 +190,18 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, None]:
     gathered = np.take_along_axis(grad_output.reshape(planes, -1), saved.indices, axis=1)
     grad_input = gathered
     return grad_input.reshape(saved.input_shape), None
+
+
+def jvp(tangent_input, tangent_indices, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of the input (tangent_indices must be None: the
+    indices are integers): the tangent scattered as forward scatters the input, every writer of a slot adding its tangent there, in row-major order of the input (the
+    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
+    if tangent_indices is not None:
+        raise ValueError(f"{OP}: tangent_indices must be None: the indices are integers")
+    tangent = _as_tangent("tangent_input", tangent_input, saved)
+    planes, n = saved.indices.shape
+    size = int(np.prod(saved.output_shape[-SPATIAL:], dtype=np.int64))
+    keys = saved.indices + np.arange(planes, dtype=np.int64)[:, None] * size
+    out = np.zeros(planes * size, dtype=saved.dtype)
+    np.add.at(out, keys.reshape(-1), tangent.reshape(-1))
+    return out.reshape(saved.output_shape)

@@ -30,6 +30,9 @@ import numpy as np
 OP = "maxout"
 TIES = "first"
 PARAMS = {'pieces': 2}
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 PIECES = 2
 WINDOW = 2  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
@@ -58,8 +61,16 @@ class Saved(NamedTuple):
 _FLOATS = (np.float16, np.float32, np.float64)
 
 
+def _refuse_torch(name: str, value) -> None:
+    """A torch tensor belongs to symgrad.torch (detected without importing torch)."""
+    if type(value).__module__.partition(".")[0] == "torch":
+        raise TypeError(f"{OP}: {name} is a torch.Tensor; use symgrad.torch.op(...) for torch "
+                        f"tensors (or pass tensor.detach().numpy())")
+
+
 def _as_input(name: str, value) -> np.ndarray:
     """The input as a floating-point ndarray, or a TypeError naming what was expected."""
+    _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
             raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
@@ -79,16 +90,31 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
-def _check_backward(grad_output, saved) -> np.ndarray:
-    """grad_output as an array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _check_backward(grad_output, saved) -> np.ndarray:
+    """grad_output as an array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input("grad_output", grad_output)
     if grad_output.shape != saved.output_shape:
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{saved.output_shape}, got {grad_output.shape}")
     return grad_output.astype(saved.dtype, copy=False)
+
+
+def _as_tangent(name: str, value, saved, shape: tuple | None = None) -> np.ndarray:
+    """A tangent of an input of this shape (default: the input's), as an array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(name, value)
+    shape = saved.input_shape if shape is None else shape
+    if tangent.shape != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tangent.shape}")
+    return tangent.astype(saved.dtype, copy=False)
 
 
 class _Element(NamedTuple):
@@ -385,3 +411,22 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
             values = np.where(inside, values, values.dtype.type(0))
         np.add.at(grad[at:], position, values)
     return grad
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of x: the tangent of each window's winner (the
+    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
+    tangent = _as_tangent("tangent_x", tangent_x, saved)
+    plan, _ = _layout(saved.input_shape)
+    windows = math.prod(plan.out_plane)
+    offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
+    index = saved.index.reshape(plan.planes, windows)
+    position = np.take(offsets, index) + plan.origin  # each winner's flat position in its plane
+    if plan.inside is not None:  # a padding winner has tangent 0
+        inside = plan.inside[index, np.arange(windows)]
+        position[~inside] = 0
+    out = np.take_along_axis(tangent.reshape(plan.planes, math.prod(plan.plane_shape)), position,
+                             axis=1)
+    if plan.inside is not None:
+        out[~inside] = 0
+    return out.reshape(saved.output_shape)
