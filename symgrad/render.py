@@ -184,7 +184,8 @@ def _policy_lines(op: Op) -> list[str]:
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
     """What every NumPy module's template gets: provenance header, docstring, the op's names."""
     return {"header": header, "docstring": docstring, "op": op.name, "ties": op.ties,
-            "params": repr(op.params), "summary": op.spec.summary, "imports": []}
+            "params": repr(op.params), "summary": op.spec.summary, "imports": [],
+            "inputs_tuple": repr(tuple(op.spec.inputs))}
 
 
 def numpy_context(op: Op) -> dict:
@@ -395,6 +396,7 @@ def cuda_context(op: Op) -> dict:
     d = derive(op)
     kernel = lower_expression(d) if op.spec.kind == "expression" else lower(d)
     ctx = _cuda_base_context(op, d)
+    ctx["piecewise_linear"] = piecewise_linear(kernel)
     if op.spec.kind in SPECIAL_KINDS:
         ctx.update(_special_cuda_context(op, kernel))
         return ctx
@@ -408,6 +410,7 @@ def _cuda_base_context(op: Op, d: Derivation) -> dict:
         "op": op.name,
         "ties": op.ties,
         "params": repr(op.params),
+        "inputs_tuple": repr(tuple(op.spec.inputs)),
         "namespace": naming.cuda_namespace(op),
         "prefix": naming.module_name(op),
         "kernel_pattern": naming.cuda_kernel_pattern(op),

@@ -31,7 +31,7 @@ def example(name):
     return module
 
 
-@pytest.mark.parametrize("name", ["relu_vs_clamp", "max_of_sums", "w_matrix", "run_max_pool2d"])
+@pytest.mark.parametrize("name", ["relu_vs_clamp", "max_of_sums", "w_matrix", "run_max_pool2d", "train_torch"])
 def test_example_runs(name, tmp_path):
     args = [sys.executable, str(EXAMPLES / f"{name}.py")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
@@ -99,3 +99,8 @@ def test_w_matrix_is_the_jacobian():
     np.testing.assert_array_equal(ex.w_row("split")[0], torch_amax_jac.numpy())  # amax splits
     for ties in ("first", "last", "split"):
         assert ex.w_row(ties).sum() == 1.0
+
+
+def test_training_with_symgrad_ops_lowers_the_loss():
+    losses = example("train_torch").main(steps=40)
+    assert losses[-1] < 0.5 * losses[0]

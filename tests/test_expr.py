@@ -516,7 +516,10 @@ def test_cuda_kernels_on_the_cpu_match_the_numpy_module(expr, cupy_on_cpu, monke
                 grads_ref = ref.backward(g.astype(work), saved_ref)
                 out, saved = dev.forward(*xs)
                 grads = dev.backward(g, saved)
-                pairs = [(out, out_ref)] + list(zip(grads, grads_ref))
+                ts = [rng.integers(-3, 4, size=a.shape).astype(dtype) for a in xs]
+                tangent = dev.jvp(*ts, saved)
+                tangent_ref = ref.jvp(*[t.astype(work) for t in ts], saved_ref)
+                pairs = [(out, out_ref)] + list(zip(grads, grads_ref)) + [(tangent, tangent_ref)]
                 for k, (a, b) in enumerate(pairs):
                     b = b.astype(dtype)
                     assert a.shape == b.shape and a.dtype == b.dtype

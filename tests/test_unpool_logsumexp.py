@@ -394,6 +394,8 @@ def test_cuda_unpool_equals_numpy_bit_for_bit(fake_cupy, op, params, ties, shape
         g1, n1 = mn.backward(g, s1)
         g2, n2 = mc.backward(g, s2)
         assert n1 is None and n2 is None and _same_bits(g1, g2), (dtype, ties)
+        t = rng.choice(specials, size=shape).astype(dtype)
+        assert _same_bits(mn.jvp(t, None, s1), mc.jvp(t, None, s2)), (dtype, ties)
     with pytest.raises(ValueError, match="indices must be in"):
         mc.forward(x, idx + size)
     with pytest.raises(TypeError, match="indices must be an integer array"):
@@ -421,3 +423,6 @@ def test_cuda_logsumexp_equals_numpy_to_a_few_ulps(fake_cupy, t):
         (g1,) = mn.backward(g, s1)
         (g2,) = mc.backward(g, s2)
         np.testing.assert_allclose(g2.astype(np.float64), g1.astype(np.float64), rtol=tol, atol=tol)
+        tangent = rng.standard_normal(x.shape).astype(dtype)
+        np.testing.assert_allclose(mc.jvp(tangent, s2).astype(np.float64), mn.jvp(tangent, s1).astype(np.float64),
+                                   rtol=tol, atol=tol * np.abs(tangent).sum(axis=(0, 2)).max())

@@ -42,6 +42,8 @@
 //       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1))
 //   adaptive_max_pool2d_out7x7_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const long long* index, T* grad_x, I n, I c, I l0, I l1, I o0, I o1, I k0, I k1)
 //       n * c * l0 * l1 threads, one per input element
+//   adaptive_max_pool2d_out7x7_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const long long* index, T* out, I n, I c, I l0, I l1, I o0, I o1, I k0, I k1)
+//       n * c * o0 * o1 threads, one per output element: the tangent of its window's winner
 // PyTorch's adaptive windows: along an axis of length l with o outputs, window i covers
 // [floor(i*l/o), ceil((i+1)*l/o)); they may overlap and differ in size.
 // k0, k1: the window box, the largest window extent along each axis; a winner is saved as
@@ -265,6 +267,25 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const long long* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1, const I k0, const I k1) {
+  const Strides<I, CL> in(c, l0, l1);
+  const long long total = (long long)n * c * o0 * o1;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
+    const long long base = (long long)b * in.sb + (long long)ch * in.sc;
+    long long local = index[t];  // the winner's row-major index in the window box
+    const long long i1 = sg_window_start(p1, o1, l1) + local % k1;
+    local /= k1;
+    const long long i0 = sg_window_start(p0, o0, l0) + local;
+    out[t] = tangent_x[base + i0 * in.s0 + i1 * in.s1];
+  }
+}
+
 }  // namespace sg_adaptive_max_pool2d_out7x7_first
 
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nchw_i32(
@@ -275,6 +296,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f16_nchw_i3
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -282,6 +307,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -291,6 +320,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f16_nhwc_i3
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -298,6 +331,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f16_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -307,6 +344,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_bf16_nchw_i
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -314,6 +355,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nchw_i6
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -323,6 +368,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_bf16_nhwc_i
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -330,6 +379,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_bf16_nhwc_i6
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -339,6 +392,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f32_nchw_i3
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<float, long long, false>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -346,6 +403,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -355,6 +416,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f32_nhwc_i3
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<float, long long, true>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -362,6 +427,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f32_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -371,6 +440,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f64_nchw_i3
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<double, long long, false>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -378,6 +451,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
@@ -387,6 +464,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f64_nhwc_i3
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1, const int k0, const int k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::forward_kernel<double, long long, true>(x, out, index, n, c, l0, l1, o0, o1, k0, k1);
@@ -394,4 +475,8 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_first_forward_f64_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
   sg_adaptive_max_pool2d_out7x7_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1, k0, k1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1, const long long k0, const long long k1) {
+  sg_adaptive_max_pool2d_out7x7_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1, k0, k1);
 }

@@ -42,6 +42,8 @@
 //       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1))
 //   adaptive_max_pool2d_out7x7_split_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const T* x, const T* output, const long long* count, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
+//   adaptive_max_pool2d_out7x7_split_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const T* x, const T* output, const long long* count, T* out, I n, I c, I l0, I l1, I o0, I o1)
+//       n * c * o0 * o1 threads, one per output element: its window's weights applied to the tangent, summed in row-major order
 // PyTorch's adaptive windows: along an axis of length l with o outputs, window i covers
 // [floor(i*l/o), ceil((i+1)*l/o)); they may overlap and differ in size.
 //
@@ -277,6 +279,33 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const T* __restrict__ x, const T* __restrict__ output, const long long* __restrict__ count,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  const Strides<I, CL> in(c, l0, l1);
+  const long long total = (long long)n * c * o0 * o1;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
+    const long long base = (long long)b * in.sb + (long long)ch * in.sc;
+    const acc e = tr::load(output[t]);
+    acc sum = 0;
+    const long long e0 = sg_window_end(p0, o0, l0);
+    for (long long i0 = sg_window_start(p0, o0, l0); i0 < e0; ++i0) {
+      const long long e1 = sg_window_end(p1, o1, l1);
+      for (long long i1 = sg_window_start(p1, o1, l1); i1 < e1; ++i1) {
+        const long long at = base + i0 * in.s0 + i1 * in.s1;
+        sum += sg_weight(tr::load(tangent_x[at]), sg_hit(tr::load(x[at]), e), (acc)count[t]);
+      }
+    }
+    out[t] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_adaptive_max_pool2d_out7x7_split
 
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nchw_i32(
@@ -287,6 +316,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f16_nchw_i3
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_half, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_half, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<sg_half, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -294,6 +327,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_half, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_half, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -303,6 +340,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f16_nhwc_i3
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_half, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_half, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<sg_half, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -310,6 +351,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f16_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_half, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_half, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -319,6 +364,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_bf16_nchw_i
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_bfloat16, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_bfloat16, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<sg_bfloat16, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -326,6 +375,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nchw_i6
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_bfloat16, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -335,6 +388,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_bf16_nhwc_i
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_bfloat16, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_bfloat16, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<sg_bfloat16, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -342,6 +399,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_bf16_nhwc_i6
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<sg_bfloat16, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -351,6 +412,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f32_nchw_i3
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<float, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<float, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<float, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -358,6 +423,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<float, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<float, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -367,6 +436,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f32_nhwc_i3
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<float, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<float, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<float, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -374,6 +447,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f32_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<float, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<float, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -383,6 +460,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f64_nchw_i3
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<double, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<double, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<double, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -390,6 +471,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nchw_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<double, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<double, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -399,6 +484,10 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f64_nhwc_i3
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<double, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<double, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::forward_kernel<double, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -406,4 +495,8 @@ extern "C" __global__ void adaptive_max_pool2d_out7x7_split_forward_f64_nhwc_i64
 extern "C" __global__ void adaptive_max_pool2d_out7x7_split_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_adaptive_max_pool2d_out7x7_split::backward_kernel<double, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void adaptive_max_pool2d_out7x7_split_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_adaptive_max_pool2d_out7x7_split::jvp_kernel<double, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }

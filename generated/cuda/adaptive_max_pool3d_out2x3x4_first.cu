@@ -42,6 +42,8 @@
 //       n * c * o0 * o1 * o2 threads, one per output element (x: (n, c, l0, l1, l2), out: (n, c, o0, o1, o2))
 //   adaptive_max_pool3d_out2x3x4_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const long long* index, T* grad_x, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2, I k0, I k1, I k2)
 //       n * c * l0 * l1 * l2 threads, one per input element
+//   adaptive_max_pool3d_out2x3x4_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const long long* index, T* out, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2, I k0, I k1, I k2)
+//       n * c * o0 * o1 * o2 threads, one per output element: the tangent of its window's winner
 // PyTorch's adaptive windows: along an axis of length l with o outputs, window i covers
 // [floor(i*l/o), ceil((i+1)*l/o)); they may overlap and differ in size.
 // k0, k1, k2: the window box, the largest window extent along each axis; a winner is saved as
@@ -275,6 +277,27 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const long long* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I l2, const I o0, const I o1, const I o2, const I k0, const I k1, const I k2) {
+  const Strides<I, CL> in(c, l0, l1, l2);
+  const long long total = (long long)n * c * o0 * o1 * o2;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1, p2;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, o2, b, ch, p0, p1, p2);
+    const long long base = (long long)b * in.sb + (long long)ch * in.sc;
+    long long local = index[t];  // the winner's row-major index in the window box
+    const long long i2 = sg_window_start(p2, o2, l2) + local % k2;
+    local /= k2;
+    const long long i1 = sg_window_start(p1, o1, l1) + local % k1;
+    local /= k1;
+    const long long i0 = sg_window_start(p0, o0, l0) + local;
+    out[t] = tangent_x[base + i0 * in.s0 + i1 * in.s1 + i2 * in.s2];
+  }
+}
+
 }  // namespace sg_adaptive_max_pool3d_out2x3x4_first
 
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nchw_i32(
@@ -285,6 +308,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f16_nchw_
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -292,6 +319,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nchw_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -301,6 +332,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f16_nhwc_
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -308,6 +343,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f16_nhwc_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -317,6 +356,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_bf16_nchw
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -324,6 +367,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nchw_
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -333,6 +380,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_bf16_nhwc
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -340,6 +391,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_bf16_nhwc_
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -349,6 +404,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f32_nchw_
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<float, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -356,6 +415,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nchw_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -365,6 +428,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f32_nhwc_
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<float, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -372,6 +439,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f32_nhwc_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -381,6 +452,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f64_nchw_
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<double, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -388,6 +463,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nchw_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
@@ -397,6 +476,10 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f64_nhwc_
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2, const int k0, const int k1, const int k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, long long* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::forward_kernel<double, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
@@ -404,4 +487,8 @@ extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_forward_f64_nhwc_i
 extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
   sg_adaptive_max_pool3d_out2x3x4_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
+}
+extern "C" __global__ void adaptive_max_pool3d_out2x3x4_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2, const long long k0, const long long k1, const long long k2) {
+  sg_adaptive_max_pool3d_out2x3x4_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2, k0, k1, k2);
 }

@@ -39,6 +39,8 @@
 //       one pass: how many elements of each chunk attain the row's extremum (sum them per row)
 //   amax_split_backward_<DT>(const T* grad_output, const T* x, const T* output, const long long* count, T* grad_x, long long rows, long long n)
 //       rows * n threads, one per input element
+//   amax_split_jvp_<DT>(const T* tangent_x, const T* x, const T* output, const long long* count, T* out, long long rows, long long n)
+//       rows threads, one per row: the row's weights applied to the tangent, summed in row order
 //
 // Saved state: backward recomputes from x (as rows) and the output, both kept, which elements
 //   attain each row's extremum; forward also saves their number per row (the smallest unsigned
@@ -214,6 +216,23 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per row.
+template <typename T>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const T* __restrict__ x, const T* __restrict__ output, const long long* __restrict__ count,
+    T* __restrict__ out, const long long rows, const long long n) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
+    const acc extremum = tr::load(output[r]);
+    acc sum = 0;
+    for (long long k = 0; k < n; ++k) {
+      sum += sg_weight(tr::load(tangent_x[r * n + k]), sg_hit(tr::load(x[r * n + k]), extremum), (acc)count[r]);
+    }
+    out[r] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_amax_split
 
 extern "C" __global__ void amax_split_reduce_f16(
@@ -228,6 +247,10 @@ extern "C" __global__ void amax_split_backward_f16(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amax_split::backward_kernel<sg_half>(grad_output, x, output, count, grad_x, rows, n);
 }
+extern "C" __global__ void amax_split_jvp_f16(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const long long* __restrict__ count, sg_half* __restrict__ out, const long long rows, const long long n) {
+  sg_amax_split::jvp_kernel<sg_half>(tangent_x, x, output, count, out, rows, n);
+}
 extern "C" __global__ void amax_split_reduce_bf16(
     const sg_bfloat16* __restrict__ values, sg_bfloat16* __restrict__ part, const long long rows, const long long n, const long long chunk) {
   sg_amax_split::reduce_kernel<sg_bfloat16>(values, part, rows, n, chunk);
@@ -239,6 +262,10 @@ extern "C" __global__ void amax_split_count_bf16(
 extern "C" __global__ void amax_split_backward_bf16(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amax_split::backward_kernel<sg_bfloat16>(grad_output, x, output, count, grad_x, rows, n);
+}
+extern "C" __global__ void amax_split_jvp_bf16(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const long long* __restrict__ count, sg_bfloat16* __restrict__ out, const long long rows, const long long n) {
+  sg_amax_split::jvp_kernel<sg_bfloat16>(tangent_x, x, output, count, out, rows, n);
 }
 extern "C" __global__ void amax_split_reduce_f32(
     const float* __restrict__ values, float* __restrict__ part, const long long rows, const long long n, const long long chunk) {
@@ -252,6 +279,10 @@ extern "C" __global__ void amax_split_backward_f32(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amax_split::backward_kernel<float>(grad_output, x, output, count, grad_x, rows, n);
 }
+extern "C" __global__ void amax_split_jvp_f32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const long long* __restrict__ count, float* __restrict__ out, const long long rows, const long long n) {
+  sg_amax_split::jvp_kernel<float>(tangent_x, x, output, count, out, rows, n);
+}
 extern "C" __global__ void amax_split_reduce_f64(
     const double* __restrict__ values, double* __restrict__ part, const long long rows, const long long n, const long long chunk) {
   sg_amax_split::reduce_kernel<double>(values, part, rows, n, chunk);
@@ -263,4 +294,8 @@ extern "C" __global__ void amax_split_count_f64(
 extern "C" __global__ void amax_split_backward_f64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amax_split::backward_kernel<double>(grad_output, x, output, count, grad_x, rows, n);
+}
+extern "C" __global__ void amax_split_jvp_f64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const long long* __restrict__ count, double* __restrict__ out, const long long rows, const long long n) {
+  sg_amax_split::jvp_kernel<double>(tangent_x, x, output, count, out, rows, n);
 }

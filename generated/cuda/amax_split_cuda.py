@@ -35,6 +35,10 @@ import numpy as np
 OP = "amax"
 TIES = "split"
 PARAMS = {'dim': None, 'keepdim': False}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 DIM = None
 KEEPDIM = False
 SOURCE = Path(__file__).with_name("amax_split.cu")  # the kernels
@@ -108,11 +112,26 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
@@ -218,3 +237,17 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}", rows * n,
             (go, saved.x, saved.output, count, grad_rows, i(rows), i(n)))
     return (_unrows(cp, grad_rows, saved.input_shape, dims),)
+
+
+def jvp(tangent_x, saved: Saved):
+    """Return the output's tangent for a tangent of x: each slice's weights applied to the tangent, summed in row order (the transpose of backward)."""
+    cp = cupy()
+    tangent = _as_tangent(cp, "tangent_x", tangent_x, saved)
+    dims, kept, n, _ = _layout(saved.input_shape)
+    tr = _rows(cp, tangent, dims, kept, n)
+    rows = tr.shape[0]
+    out = cp.empty(rows, dtype=saved.dtype)
+    i = np.int64
+    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}", rows,
+            (tr, saved.x, saved.output, saved.count.astype(np.int64), out, i(rows), i(n)))
+    return out.reshape(saved.output_shape)

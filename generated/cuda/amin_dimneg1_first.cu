@@ -39,6 +39,8 @@
 //       the next passes, on the previous pass's results
 //   amin_dimneg1_first_backward_<DT>(const T* grad_output, const long long* index, T* grad_x, long long rows, long long n)
 //       rows * n threads, one per input element
+//   amin_dimneg1_first_jvp_<DT>(const T* tangent_x, const long long* index, T* out, long long rows, long long n)
+//       rows threads, one per row: the tangent of the row's winner
 //
 // Saved state: the winner's position in its row, in the smallest unsigned type holding n (the
 //   loader picks it at run time; the backward kernel takes it as long long).
@@ -194,6 +196,16 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per row.
+template <typename T>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const long long* __restrict__ index,
+    T* __restrict__ out, const long long rows, const long long n) {
+  for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
+    out[r] = tangent_x[r * n + index[r]];
+  }
+}
+
 }  // namespace sg_amin_dimneg1_first
 
 extern "C" __global__ void amin_dimneg1_first_reduce_f16(
@@ -208,6 +220,10 @@ extern "C" __global__ void amin_dimneg1_first_backward_f16(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ index, sg_half* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amin_dimneg1_first::backward_kernel<sg_half>(grad_output, index, grad_x, rows, n);
 }
+extern "C" __global__ void amin_dimneg1_first_jvp_f16(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ index, sg_half* __restrict__ out, const long long rows, const long long n) {
+  sg_amin_dimneg1_first::jvp_kernel<sg_half>(tangent_x, index, out, rows, n);
+}
 extern "C" __global__ void amin_dimneg1_first_reduce_bf16(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ part, long long* __restrict__ part_index, const long long rows, const long long n, const long long chunk) {
   sg_amin_dimneg1_first::reduce_kernel<sg_bfloat16>(x, 0, part, part_index, rows, n, chunk);
@@ -219,6 +235,10 @@ extern "C" __global__ void amin_dimneg1_first_reduce_indexed_bf16(
 extern "C" __global__ void amin_dimneg1_first_backward_bf16(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amin_dimneg1_first::backward_kernel<sg_bfloat16>(grad_output, index, grad_x, rows, n);
+}
+extern "C" __global__ void amin_dimneg1_first_jvp_bf16(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ index, sg_bfloat16* __restrict__ out, const long long rows, const long long n) {
+  sg_amin_dimneg1_first::jvp_kernel<sg_bfloat16>(tangent_x, index, out, rows, n);
 }
 extern "C" __global__ void amin_dimneg1_first_reduce_f32(
     const float* __restrict__ x, float* __restrict__ part, long long* __restrict__ part_index, const long long rows, const long long n, const long long chunk) {
@@ -232,6 +252,10 @@ extern "C" __global__ void amin_dimneg1_first_backward_f32(
     const float* __restrict__ grad_output, const long long* __restrict__ index, float* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amin_dimneg1_first::backward_kernel<float>(grad_output, index, grad_x, rows, n);
 }
+extern "C" __global__ void amin_dimneg1_first_jvp_f32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ index, float* __restrict__ out, const long long rows, const long long n) {
+  sg_amin_dimneg1_first::jvp_kernel<float>(tangent_x, index, out, rows, n);
+}
 extern "C" __global__ void amin_dimneg1_first_reduce_f64(
     const double* __restrict__ x, double* __restrict__ part, long long* __restrict__ part_index, const long long rows, const long long n, const long long chunk) {
   sg_amin_dimneg1_first::reduce_kernel<double>(x, 0, part, part_index, rows, n, chunk);
@@ -243,4 +267,8 @@ extern "C" __global__ void amin_dimneg1_first_reduce_indexed_f64(
 extern "C" __global__ void amin_dimneg1_first_backward_f64(
     const double* __restrict__ grad_output, const long long* __restrict__ index, double* __restrict__ grad_x, const long long rows, const long long n) {
   sg_amin_dimneg1_first::backward_kernel<double>(grad_output, index, grad_x, rows, n);
+}
+extern "C" __global__ void amin_dimneg1_first_jvp_f64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ index, double* __restrict__ out, const long long rows, const long long n) {
+  sg_amin_dimneg1_first::jvp_kernel<double>(tangent_x, index, out, rows, n);
 }

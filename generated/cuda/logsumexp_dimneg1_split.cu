@@ -37,6 +37,8 @@
 //       order, then the output
 //   logsumexp_dimneg1_split_backward_<DT>(const T* grad_output, const T* x, const T* output, T* grad_x, long long rows, long long n)
 //       rows * n threads, one per input element
+//   logsumexp_dimneg1_split_jvp_<DT>(const T* tangent_x, const T* x, const T* output, T* out, long long rows, long long n)
+//       rows threads, one per row: sum(softmax(x / t) * tangent) from left to right
 //
 // Saved state: x (as rows) and the output, both kept by reference.
 // Results equal the NumPy backend's up to the rounding of exp and log (the device's
@@ -205,6 +207,20 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per row adds its terms from left to right.
+template <typename T>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const T* __restrict__ x,
+    const T* __restrict__ output, T* __restrict__ out, const long long rows, const long long n) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
+    const acc y = tr::load(output[r]);
+    acc sum = 0;
+    for (long long k = 0; k < n; ++k) sum += sg_weight(tr::load(tangent_x[r * n + k]), tr::load(x[r * n + k]), y);
+    out[r] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_logsumexp_dimneg1_split
 
 extern "C" __global__ void logsumexp_dimneg1_split_forward_f16(
@@ -215,6 +231,10 @@ extern "C" __global__ void logsumexp_dimneg1_split_backward_f16(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ grad_x, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::backward_kernel<sg_half>(grad_output, x, output, grad_x, rows, n);
 }
+extern "C" __global__ void logsumexp_dimneg1_split_jvp_f16(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ out, const long long rows, const long long n) {
+  sg_logsumexp_dimneg1_split::jvp_kernel<sg_half>(tangent_x, x, output, out, rows, n);
+}
 extern "C" __global__ void logsumexp_dimneg1_split_forward_bf16(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ output, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::forward_kernel<sg_bfloat16>(x, output, rows, n);
@@ -222,6 +242,10 @@ extern "C" __global__ void logsumexp_dimneg1_split_forward_bf16(
 extern "C" __global__ void logsumexp_dimneg1_split_backward_bf16(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ grad_x, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::backward_kernel<sg_bfloat16>(grad_output, x, output, grad_x, rows, n);
+}
+extern "C" __global__ void logsumexp_dimneg1_split_jvp_bf16(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ out, const long long rows, const long long n) {
+  sg_logsumexp_dimneg1_split::jvp_kernel<sg_bfloat16>(tangent_x, x, output, out, rows, n);
 }
 extern "C" __global__ void logsumexp_dimneg1_split_forward_f32(
     const float* __restrict__ x, float* __restrict__ output, const long long rows, const long long n) {
@@ -231,6 +255,10 @@ extern "C" __global__ void logsumexp_dimneg1_split_backward_f32(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ grad_x, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::backward_kernel<float>(grad_output, x, output, grad_x, rows, n);
 }
+extern "C" __global__ void logsumexp_dimneg1_split_jvp_f32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ out, const long long rows, const long long n) {
+  sg_logsumexp_dimneg1_split::jvp_kernel<float>(tangent_x, x, output, out, rows, n);
+}
 extern "C" __global__ void logsumexp_dimneg1_split_forward_f64(
     const double* __restrict__ x, double* __restrict__ output, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::forward_kernel<double>(x, output, rows, n);
@@ -238,4 +266,8 @@ extern "C" __global__ void logsumexp_dimneg1_split_forward_f64(
 extern "C" __global__ void logsumexp_dimneg1_split_backward_f64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ grad_x, const long long rows, const long long n) {
   sg_logsumexp_dimneg1_split::backward_kernel<double>(grad_output, x, output, grad_x, rows, n);
+}
+extern "C" __global__ void logsumexp_dimneg1_split_jvp_f64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ out, const long long rows, const long long n) {
+  sg_logsumexp_dimneg1_split::jvp_kernel<double>(tangent_x, x, output, out, rows, n);
 }

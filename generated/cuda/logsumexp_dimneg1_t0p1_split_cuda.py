@@ -37,6 +37,10 @@ import numpy as np
 OP = "logsumexp"
 TIES = "split"
 PARAMS = {'dim': (-1,), 'keepdim': False, 'temperature': 0.1}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = False
 DIM = (-1,)
 KEEPDIM = False
 TEMPERATURE = 0.1
@@ -111,11 +115,26 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
@@ -196,3 +215,16 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}", rows * n,
             (go, saved.x, saved.output, grad_rows, np.int64(rows), np.int64(n)))
     return (_unrows(cp, grad_rows, saved.input_shape, dims),)
+
+
+def jvp(tangent_x, saved: Saved):
+    """Return the output's tangent for a tangent of x: sum(softmax(x / t) * tangent) along each
+    slice (the transpose of backward)."""
+    cp = cupy()
+    tangent = _as_tangent(cp, "tangent_x", tangent_x, saved)
+    dims, kept, n, _ = _layout(saved.input_shape)
+    tr = _rows(cp, tangent, dims, kept, n)
+    rows = tr.shape[0]
+    out = cp.empty(rows, dtype=saved.dtype)
+    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}", rows, (tr, saved.x, saved.output, out, np.int64(rows), np.int64(n)))
+    return out.reshape(saved.output_shape)

@@ -37,6 +37,8 @@
 //       n * c * o0 threads, one per output element (x: (n, c, l0), out: (n, c, o0), output sizes as PyTorch computes them)
 //   max_pool1d_k3_s2_p1_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I o0)
 //       n * c * l0 threads, one per input element
+//   max_pool1d_k3_s2_p1_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I o0)
+//       n * c * o0 threads, one per output element: the tangent of its window's winner
 //
 // Saved state: forward saves the winner's window-local index, one uint8 (1 byte) per output;
 //   backward reads only it and grad_output (x is not kept).
@@ -241,6 +243,23 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element reads the tangent of its window's winner.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const index_t* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I l0, const I o0) {
+  const Strides<I, CL> in(c, l0);
+  const long long total = (long long)n * c * o0;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0;
+    sg_coordinates<I, CL>((I)t, c, o0, b, ch, p0);
+    const I base = b * in.sb + ch * in.sc;
+    int local = (int)index[t];
+    const I i0 = p0 * S0 - P0 + (local % K0) * D0;
+    out[t] = tangent_x[base + i0 * in.s0];  // the winner is inside the input
+  }
+}
+
 }  // namespace sg_max_pool1d_k3_s2_p1_first
 
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nchw_i32(
@@ -251,6 +270,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f16_nchw_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, l0, o0);
@@ -258,6 +281,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nchw_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -267,6 +294,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f16_nhwc_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, l0, o0);
@@ -274,6 +305,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f16_nhwc_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -283,6 +318,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, l0, o0);
@@ -290,6 +329,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nchw_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -299,6 +342,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, l0, o0);
@@ -306,6 +353,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_bf16_nhwc_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -315,6 +366,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f32_nchw_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<float, long long, false>(x, out, index, n, c, l0, o0);
@@ -322,6 +377,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nchw_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -331,6 +390,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f32_nhwc_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<float, long long, true>(x, out, index, n, c, l0, o0);
@@ -338,6 +401,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f32_nhwc_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -347,6 +414,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f64_nchw_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<double, long long, false>(x, out, index, n, c, l0, o0);
@@ -354,6 +425,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nchw_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, l0, o0);
 }
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int o0) {
@@ -363,6 +438,10 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f64_nhwc_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, l0, o0);
 }
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, l0, o0);
+}
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::forward_kernel<double, long long, true>(x, out, index, n, c, l0, o0);
@@ -370,4 +449,8 @@ extern "C" __global__ void max_pool1d_k3_s2_p1_first_forward_f64_nhwc_i64(
 extern "C" __global__ void max_pool1d_k3_s2_p1_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long o0) {
   sg_max_pool1d_k3_s2_p1_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, l0, o0);
+}
+extern "C" __global__ void max_pool1d_k3_s2_p1_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long o0) {
+  sg_max_pool1d_k3_s2_p1_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, l0, o0);
 }

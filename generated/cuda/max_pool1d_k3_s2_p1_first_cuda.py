@@ -36,6 +36,10 @@ import numpy as np
 OP = "max_pool1d"
 TIES = "first"
 PARAMS = {'kernel_size': (3,), 'stride': (2,), 'padding': (1,), 'dilation': (1,), 'ceil_mode': False}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 KERNEL_SIZE = (3,)
 STRIDE = (2,)
 PADDING = (1,)
@@ -112,11 +116,26 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
@@ -243,3 +262,18 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}_{saved.layout}_{ix}", grad.size,
             (go, saved.index, grad, *sizes))
     return (grad if len(saved.input_shape) == SPATIAL + 2 else grad[0],)
+
+
+def jvp(tangent_x, saved: Saved):
+    """Return the output's tangent for a tangent of x, in the output's layout: the tangent of each window's winner (the transpose of backward)."""
+    cp = cupy()
+    tangent = _as_tangent(cp, "tangent_x", tangent_x, saved)
+    batched, outs = _sizes(saved.input_shape)
+    tb = tangent if tangent.ndim == SPATIAL + 2 else tangent[None]
+    tb = _to_layout(cp, tb, saved.layout)
+    out = _empty(cp, batched[:2] + outs, saved.dtype, saved.layout)
+    ix, i = _index_type(tb.size, out.size)
+    sizes = tuple(i(v) for v in batched + outs)
+    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}_{saved.layout}_{ix}", out.size,
+            (tb, saved.index, out, *sizes))
+    return out if len(saved.input_shape) == SPATIAL + 2 else out[0]

@@ -37,6 +37,8 @@
 //       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1), output sizes as PyTorch computes them)
 //   max_pool2d_k2x2_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
+//   max_pool2d_k2x2_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I l1, I o0, I o1)
+//       n * c * o0 * o1 threads, one per output element: the tangent of its window's winner
 //
 // Saved state: forward saves the winner's window-local index, one uint8 (1 byte) per output;
 //   backward reads only it and grad_output (x is not kept).
@@ -255,6 +257,25 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element reads the tangent of its window's winner.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const index_t* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
+  const Strides<I, CL> in(c, l0, l1);
+  const long long total = (long long)n * c * o0 * o1;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
+    const I base = b * in.sb + ch * in.sc;
+    int local = (int)index[t];
+    const I i1 = p1 * S1 - P1 + (local % K1) * D1;
+    local /= K1;
+    const I i0 = p0 * S0 - P0 + (local % K0) * D0;
+    out[t] = tangent_x[base + i0 * in.s0 + i1 * in.s1];  // the winner is inside the input
+  }
+}
+
 }  // namespace sg_max_pool2d_k2x2_first
 
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nchw_i32(
@@ -265,6 +286,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f16_nchw_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, l0, l1, o0, o1);
@@ -272,6 +297,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nchw_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -281,6 +310,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f16_nhwc_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, l0, l1, o0, o1);
@@ -288,6 +321,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f16_nhwc_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -297,6 +334,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, l0, l1, o0, o1);
@@ -304,6 +345,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nchw_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -313,6 +358,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, l0, l1, o0, o1);
@@ -320,6 +369,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_bf16_nhwc_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -329,6 +382,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f32_nchw_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<float, long long, false>(x, out, index, n, c, l0, l1, o0, o1);
@@ -336,6 +393,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nchw_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -345,6 +406,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f32_nhwc_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<float, long long, true>(x, out, index, n, c, l0, l1, o0, o1);
@@ -352,6 +417,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f32_nhwc_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -361,6 +430,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f64_nchw_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<double, long long, false>(x, out, index, n, c, l0, l1, o0, o1);
@@ -368,6 +441,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nchw_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -377,6 +454,10 @@ extern "C" __global__ void max_pool2d_k2x2_first_backward_f64_nhwc_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::forward_kernel<double, long long, true>(x, out, index, n, c, l0, l1, o0, o1);
@@ -384,4 +465,8 @@ extern "C" __global__ void max_pool2d_k2x2_first_forward_f64_nhwc_i64(
 extern "C" __global__ void max_pool2d_k2x2_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k2x2_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k2x2_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k2x2_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, l0, l1, o0, o1);
 }

@@ -39,6 +39,8 @@
 //       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1), output sizes as PyTorch computes them)
 //   max_pool2d_k3x3_s2x2_p1x1_all_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const T* x, const T* output, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
+//   max_pool2d_k3x3_s2x2_p1x1_all_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const T* x, const T* output, T* out, I n, I c, I l0, I l1, I o0, I o1)
+//       n * c * o0 * o1 threads, one per output element: its window's weights applied to the tangent, summed in window order
 //
 // Saved state: backward recomputes from x and the output (both kept by reference) which elements
 //   attain each window's extremum.
@@ -265,6 +267,37 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element reads the tangent of every element of its window, weighted as backward weights grad_output, in window-local order.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const T* __restrict__ x, const T* __restrict__ output,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  const Strides<I, CL> in(c, l0, l1);
+  const long long total = (long long)n * c * o0 * o1;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
+    const I base = b * in.sb + ch * in.sc;
+    const acc e = tr::load(output[t]);
+    acc sum = 0;
+    #pragma unroll
+    for (int k0 = 0; k0 < K0; ++k0) {
+      const I i0 = p0 * S0 - P0 + k0 * D0;
+      if (i0 < 0 || i0 >= l0) continue;
+      #pragma unroll
+      for (int k1 = 0; k1 < K1; ++k1) {
+        const I i1 = p1 * S1 - P1 + k1 * D1;
+        if (i1 < 0 || i1 >= l1) continue;
+        const I at = base + i0 * in.s0 + i1 * in.s1;
+        sum += sg_weight(tr::load(tangent_x[at]), sg_hit(tr::load(x[at]), e));
+      }
+    }
+    out[t] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_max_pool2d_k3x3_s2x2_p1x1_all
 
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nchw_i32(
@@ -275,6 +308,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f16_nchw_i32(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_half, int, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_half, int, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<sg_half, long long, false>(x, out, n, c, l0, l1, o0, o1);
@@ -282,6 +319,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_half, long long, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_half, long long, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -291,6 +332,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f16_nhwc_i32(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_half, int, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_half, int, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<sg_half, long long, true>(x, out, n, c, l0, l1, o0, o1);
@@ -298,6 +343,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f16_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_half, long long, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_half, long long, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -307,6 +356,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_bfloat16, int, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_bfloat16, int, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<sg_bfloat16, long long, false>(x, out, n, c, l0, l1, o0, o1);
@@ -314,6 +367,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_bfloat16, long long, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -323,6 +380,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_bfloat16, int, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_bfloat16, int, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<sg_bfloat16, long long, true>(x, out, n, c, l0, l1, o0, o1);
@@ -330,6 +391,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_bf16_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<sg_bfloat16, long long, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -339,6 +404,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f32_nchw_i32(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<float, int, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<float, int, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<float, long long, false>(x, out, n, c, l0, l1, o0, o1);
@@ -346,6 +415,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<float, long long, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<float, long long, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -355,6 +428,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f32_nhwc_i32(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<float, int, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<float, int, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<float, long long, true>(x, out, n, c, l0, l1, o0, o1);
@@ -362,6 +439,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f32_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<float, long long, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<float, long long, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -371,6 +452,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f64_nchw_i32(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<double, int, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<double, int, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<double, long long, false>(x, out, n, c, l0, l1, o0, o1);
@@ -378,6 +463,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<double, long long, false>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<double, long long, false>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -387,6 +476,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f64_nhwc_i32(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<double, int, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<double, int, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::forward_kernel<double, long long, true>(x, out, n, c, l0, l1, o0, o1);
@@ -394,4 +487,8 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_forward_f64_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_all::backward_kernel<double, long long, true>(grad_output, x, output, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_all_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_all::jvp_kernel<double, long long, true>(tangent_x, x, output, out, n, c, l0, l1, o0, o1);
 }

@@ -37,6 +37,8 @@
 //       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1), output sizes as PyTorch computes them)
 //   max_pool2d_k3x3_s2x2_p1x1_split_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const T* x, const T* output, const unsigned char* count, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
+//   max_pool2d_k3x3_s2x2_p1x1_split_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const T* x, const T* output, const unsigned char* count, T* out, I n, I c, I l0, I l1, I o0, I o1)
+//       n * c * o0 * o1 threads, one per output element: its window's weights applied to the tangent, summed in window order
 //
 // Saved state: backward recomputes from x and the output (both kept by reference) which elements
 //   attain each window's extremum; forward also saves their number, one uint8 per output.
@@ -278,6 +280,37 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element reads the tangent of every element of its window, weighted as backward weights grad_output, in window-local order.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const T* __restrict__ x, const T* __restrict__ output, const count_t* __restrict__ count,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  const Strides<I, CL> in(c, l0, l1);
+  const long long total = (long long)n * c * o0 * o1;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
+    const I base = b * in.sb + ch * in.sc;
+    const acc e = tr::load(output[t]);
+    acc sum = 0;
+    #pragma unroll
+    for (int k0 = 0; k0 < K0; ++k0) {
+      const I i0 = p0 * S0 - P0 + k0 * D0;
+      if (i0 < 0 || i0 >= l0) continue;
+      #pragma unroll
+      for (int k1 = 0; k1 < K1; ++k1) {
+        const I i1 = p1 * S1 - P1 + k1 * D1;
+        if (i1 < 0 || i1 >= l1) continue;
+        const I at = base + i0 * in.s0 + i1 * in.s1;
+        sum += sg_weight(tr::load(tangent_x[at]), sg_hit(tr::load(x[at]), e), (acc)count[t]);
+      }
+    }
+    out[t] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_max_pool2d_k3x3_s2x2_p1x1_split
 
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nchw_i32(
@@ -288,6 +321,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f16_nchw_i32
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_half, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_half, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<sg_half, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -295,6 +332,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_half, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_half, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -304,6 +345,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f16_nhwc_i32
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_half, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_half, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<sg_half, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -311,6 +356,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f16_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_half, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, const sg_half* __restrict__ output, const unsigned char* __restrict__ count, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_half, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -320,6 +369,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_bf16_nchw_i3
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_bfloat16, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_bfloat16, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<sg_bfloat16, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -327,6 +380,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nchw_i64
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_bfloat16, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -336,6 +393,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_bf16_nhwc_i3
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_bfloat16, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_bfloat16, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<sg_bfloat16, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -343,6 +404,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_bf16_nhwc_i64
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<sg_bfloat16, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, const sg_bfloat16* __restrict__ output, const unsigned char* __restrict__ count, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -352,6 +417,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f32_nchw_i32
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<float, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<float, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<float, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -359,6 +428,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<float, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<float, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -368,6 +441,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f32_nhwc_i32
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<float, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<float, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<float, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -375,6 +452,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f32_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<float, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, const float* __restrict__ output, const unsigned char* __restrict__ count, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<float, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -384,6 +465,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f64_nchw_i32
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<double, int, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<double, int, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<double, long long, false>(x, out, count, n, c, l0, l1, o0, o1);
@@ -391,6 +476,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nchw_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<double, long long, false>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<double, long long, false>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ count, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
@@ -400,6 +489,10 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f64_nhwc_i32
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<double, int, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
 }
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int o0, const int o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<double, int, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
+}
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ count, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::forward_kernel<double, long long, true>(x, out, count, n, c, l0, l1, o0, o1);
@@ -407,4 +500,8 @@ extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_forward_f64_nhwc_i64(
 extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
   sg_max_pool2d_k3x3_s2x2_p1x1_split::backward_kernel<double, long long, true>(grad_output, x, output, count, grad_x, n, c, l0, l1, o0, o1);
+}
+extern "C" __global__ void max_pool2d_k3x3_s2x2_p1x1_split_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, const double* __restrict__ output, const unsigned char* __restrict__ count, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long o0, const long long o1) {
+  sg_max_pool2d_k3x3_s2x2_p1x1_split::jvp_kernel<double, long long, true>(tangent_x, x, output, count, out, n, c, l0, l1, o0, o1);
 }

@@ -37,6 +37,8 @@
 //       n * c * o0 * o1 * o2 threads, one per output element (x: (n, c, l0, l1, l2), out: (n, c, o0, o1, o2), output sizes as PyTorch computes them)
 //   max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2)
 //       n * c * l0 * l1 * l2 threads, one per input element
+//   max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2)
+//       n * c * o0 * o1 * o2 threads, one per output element: the tangent of its window's winner
 //
 // Saved state: forward saves the winner's window-local index, one uint8 (1 byte) per output;
 //   backward reads only it and grad_output (x is not kept).
@@ -269,6 +271,27 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element reads the tangent of its window's winner.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const index_t* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I l2, const I o0, const I o1, const I o2) {
+  const Strides<I, CL> in(c, l0, l1, l2);
+  const long long total = (long long)n * c * o0 * o1 * o2;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, ch, p0, p1, p2;
+    sg_coordinates<I, CL>((I)t, c, o0, o1, o2, b, ch, p0, p1, p2);
+    const I base = b * in.sb + ch * in.sc;
+    int local = (int)index[t];
+    const I i2 = p2 * S2 - P2 + (local % K2) * D2;
+    local /= K2;
+    const I i1 = p1 * S1 - P1 + (local % K1) * D1;
+    local /= K1;
+    const I i0 = p0 * S0 - P0 + (local % K0) * D0;
+    out[t] = tangent_x[base + i0 * in.s0 + i1 * in.s1 + i2 * in.s2];  // the winner is inside the input
+  }
+}
+
 }  // namespace sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first
 
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nchw_i32(
@@ -279,6 +302,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f16_nc
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -286,6 +313,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nch
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -295,6 +326,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f16_nh
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -302,6 +337,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f16_nhw
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -311,6 +350,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_bf16_n
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -318,6 +361,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nc
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -327,6 +374,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_bf16_n
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -334,6 +385,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_bf16_nh
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -343,6 +398,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f32_nc
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<float, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -350,6 +409,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nch
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -359,6 +422,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f32_nh
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<float, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -366,6 +433,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f32_nhw
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -375,6 +446,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f64_nc
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<double, long long, false>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -382,6 +457,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nch
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
@@ -391,6 +470,10 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f64_nh
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
 }
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int l0, const int l1, const int l2, const int o0, const int o1, const int o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
+}
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::forward_kernel<double, long long, true>(x, out, index, n, c, l0, l1, l2, o0, o1, o2);
@@ -398,4 +481,8 @@ extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_forward_f64_nhw
 extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
   sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, l0, l1, l2, o0, o1, o2);
+}
+extern "C" __global__ void max_pool3d_k3x3x3_s2x2x2_p1x1x1_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long l0, const long long l1, const long long l2, const long long o0, const long long o1, const long long o2) {
+  sg_max_pool3d_k3x3x3_s2x2x2_p1x1x1_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, l0, l1, l2, o0, o1, o2);
 }

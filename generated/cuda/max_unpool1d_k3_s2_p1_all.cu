@@ -47,6 +47,10 @@
 //   max_unpool1d_k3_s2_p1_all_backward_<DT>(const T* grad_output, const long long* indices, const unsigned char* wins, T* grad_x, long long planes, long long n, long long size)
 //       planes * n threads, one per input element: a gather, grad_x[i] = grad_output[slot of i]
 //       for every element (wins is not read and may be null)
+//   max_unpool1d_k3_s2_p1_all_jvp_<DT>(const T* tangent_x, const long long* order, const long long* starts, T* out, long long slots)
+//       slots threads, one per output element (over all planes): the sum, from 0, of the tangents
+//       of the slot's writers in row-major order; its writers are order[starts[s]:starts[s + 1]]
+//       (the loader sorts the writers by slot, in any order within a slot)
 //
 // Saved state: the indices (int64, by reference).
 // Values are copied, never computed: forward and backward are exact (NaN, inf and -0.0 kept).
@@ -182,6 +186,28 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward.
+template <typename T>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const long long* __restrict__ order,
+    const long long* __restrict__ starts, T* __restrict__ out, const long long slots) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  for (long long s = sg_first_thread(); s < slots; s += sg_thread_count()) {
+    const long long lo = starts[s], hi = starts[s + 1];
+    acc sum = 0;
+    long long last = -1;
+    for (long long r = lo; r < hi; ++r) {  // the next writer in row-major order: no atomics
+      long long next = -1;
+      for (long long j = lo; j < hi; ++j) {
+        if (order[j] > last && (next < 0 || order[j] < next)) next = order[j];
+      }
+      sum += tr::load(tangent_x[next]);
+      last = next;
+    }
+    out[s] = tr::store(sum);
+  }
+}
+
 }  // namespace sg_max_unpool1d_k3_s2_p1_all
 
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_claim(
@@ -196,6 +222,10 @@ extern "C" __global__ void max_unpool1d_k3_s2_p1_all_backward_f16(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_half* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::backward_kernel<sg_half>(grad_output, indices, wins, grad_x, planes, n, size);
 }
+extern "C" __global__ void max_unpool1d_k3_s2_p1_all_jvp_f16(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ order, const long long* __restrict__ starts, sg_half* __restrict__ out, const long long slots) {
+  sg_max_unpool1d_k3_s2_p1_all::jvp_kernel<sg_half>(tangent_x, order, starts, out, slots);
+}
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_forward_bf16(
     const sg_bfloat16* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::forward_kernel<sg_bfloat16>(x, indices, owner, out, wins, planes, n, size);
@@ -203,6 +233,10 @@ extern "C" __global__ void max_unpool1d_k3_s2_p1_all_forward_bf16(
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_backward_bf16(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_bfloat16* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::backward_kernel<sg_bfloat16>(grad_output, indices, wins, grad_x, planes, n, size);
+}
+extern "C" __global__ void max_unpool1d_k3_s2_p1_all_jvp_bf16(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ order, const long long* __restrict__ starts, sg_bfloat16* __restrict__ out, const long long slots) {
+  sg_max_unpool1d_k3_s2_p1_all::jvp_kernel<sg_bfloat16>(tangent_x, order, starts, out, slots);
 }
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_forward_f32(
     const float* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, float* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
@@ -212,6 +246,10 @@ extern "C" __global__ void max_unpool1d_k3_s2_p1_all_backward_f32(
     const float* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, float* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::backward_kernel<float>(grad_output, indices, wins, grad_x, planes, n, size);
 }
+extern "C" __global__ void max_unpool1d_k3_s2_p1_all_jvp_f32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ order, const long long* __restrict__ starts, float* __restrict__ out, const long long slots) {
+  sg_max_unpool1d_k3_s2_p1_all::jvp_kernel<float>(tangent_x, order, starts, out, slots);
+}
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_forward_f64(
     const double* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, double* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::forward_kernel<double>(x, indices, owner, out, wins, planes, n, size);
@@ -219,4 +257,8 @@ extern "C" __global__ void max_unpool1d_k3_s2_p1_all_forward_f64(
 extern "C" __global__ void max_unpool1d_k3_s2_p1_all_backward_f64(
     const double* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, double* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool1d_k3_s2_p1_all::backward_kernel<double>(grad_output, indices, wins, grad_x, planes, n, size);
+}
+extern "C" __global__ void max_unpool1d_k3_s2_p1_all_jvp_f64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ order, const long long* __restrict__ starts, double* __restrict__ out, const long long slots) {
+  sg_max_unpool1d_k3_s2_p1_all::jvp_kernel<double>(tangent_x, order, starts, out, slots);
 }

@@ -46,6 +46,9 @@
 //   max_unpool2d_k2x2_first_backward_<DT>(const T* grad_output, const long long* indices, const unsigned char* wins, T* grad_x, long long planes, long long n, long long size)
 //       planes * n threads, one per input element: a gather, grad_x[i] = grad_output[slot of i]
 //       where wins[i], else 0
+//   max_unpool2d_k2x2_first_jvp_<DT>(const T* tangent_x, const long long* indices, const unsigned char* wins, T* out, long long planes, long long n, long long size)
+//       planes * n threads, one per input element: the writer that stays copies its tangent into
+//       out (zeroed): a scatter with one writer a slot
 //
 // Saved state: the indices (int64, by reference) and wins, one byte per input element.
 // Values are copied, never computed: forward and backward are exact (NaN, inf and -0.0 kept).
@@ -182,6 +185,16 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward.
+template <typename T>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const long long* __restrict__ indices,
+    const unsigned char* __restrict__ wins, T* __restrict__ out, const long long planes, const long long n,
+    const long long size) {
+  for (long long t = sg_first_thread(); t < planes * n; t += sg_thread_count()) {
+    if (wins[t]) out[(t / n) * size + indices[t]] = tangent_x[t];
+  }
+}
+
 }  // namespace sg_max_unpool2d_k2x2_first
 
 extern "C" __global__ void max_unpool2d_k2x2_first_claim(
@@ -196,6 +209,10 @@ extern "C" __global__ void max_unpool2d_k2x2_first_backward_f16(
     const sg_half* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_half* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::backward_kernel<sg_half>(grad_output, indices, wins, grad_x, planes, n, size);
 }
+extern "C" __global__ void max_unpool2d_k2x2_first_jvp_f16(
+    const sg_half* __restrict__ tangent_x, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_half* __restrict__ out, const long long planes, const long long n, const long long size) {
+  sg_max_unpool2d_k2x2_first::jvp_kernel<sg_half>(tangent_x, indices, wins, out, planes, n, size);
+}
 extern "C" __global__ void max_unpool2d_k2x2_first_forward_bf16(
     const sg_bfloat16* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::forward_kernel<sg_bfloat16>(x, indices, owner, out, wins, planes, n, size);
@@ -203,6 +220,10 @@ extern "C" __global__ void max_unpool2d_k2x2_first_forward_bf16(
 extern "C" __global__ void max_unpool2d_k2x2_first_backward_bf16(
     const sg_bfloat16* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_bfloat16* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::backward_kernel<sg_bfloat16>(grad_output, indices, wins, grad_x, planes, n, size);
+}
+extern "C" __global__ void max_unpool2d_k2x2_first_jvp_bf16(
+    const sg_bfloat16* __restrict__ tangent_x, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, sg_bfloat16* __restrict__ out, const long long planes, const long long n, const long long size) {
+  sg_max_unpool2d_k2x2_first::jvp_kernel<sg_bfloat16>(tangent_x, indices, wins, out, planes, n, size);
 }
 extern "C" __global__ void max_unpool2d_k2x2_first_forward_f32(
     const float* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, float* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
@@ -212,6 +233,10 @@ extern "C" __global__ void max_unpool2d_k2x2_first_backward_f32(
     const float* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, float* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::backward_kernel<float>(grad_output, indices, wins, grad_x, planes, n, size);
 }
+extern "C" __global__ void max_unpool2d_k2x2_first_jvp_f32(
+    const float* __restrict__ tangent_x, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, float* __restrict__ out, const long long planes, const long long n, const long long size) {
+  sg_max_unpool2d_k2x2_first::jvp_kernel<float>(tangent_x, indices, wins, out, planes, n, size);
+}
 extern "C" __global__ void max_unpool2d_k2x2_first_forward_f64(
     const double* __restrict__ x, const long long* __restrict__ indices, const unsigned long long* __restrict__ owner, double* __restrict__ out, unsigned char* __restrict__ wins, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::forward_kernel<double>(x, indices, owner, out, wins, planes, n, size);
@@ -219,4 +244,8 @@ extern "C" __global__ void max_unpool2d_k2x2_first_forward_f64(
 extern "C" __global__ void max_unpool2d_k2x2_first_backward_f64(
     const double* __restrict__ grad_output, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, double* __restrict__ grad_x, const long long planes, const long long n, const long long size) {
   sg_max_unpool2d_k2x2_first::backward_kernel<double>(grad_output, indices, wins, grad_x, planes, n, size);
+}
+extern "C" __global__ void max_unpool2d_k2x2_first_jvp_f64(
+    const double* __restrict__ tangent_x, const long long* __restrict__ indices, const unsigned char* __restrict__ wins, double* __restrict__ out, const long long planes, const long long n, const long long size) {
+  sg_max_unpool2d_k2x2_first::jvp_kernel<double>(tangent_x, indices, wins, out, planes, n, size);
 }

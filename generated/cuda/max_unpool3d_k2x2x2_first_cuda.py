@@ -41,6 +41,10 @@ import numpy as np
 OP = "max_unpool3d"
 TIES = "first"
 PARAMS = {'kernel_size': (2, 2, 2), 'stride': (2, 2, 2), 'padding': (0, 0, 0), 'output_size': None}
+INPUTS = ('input', 'indices')  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 KERNEL_SIZE = (2, 2, 2)
 STRIDE = (2, 2, 2)
 PADDING = (0, 0, 0)
@@ -116,11 +120,26 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
@@ -128,7 +147,6 @@ def _check_backward(cp, grad_output, saved):
     return grad_output.astype(saved.dtype, copy=False)
 
 
-INPUTS = ("input", "indices")
 SPATIAL = 3
 KEEP = "first"  # of several writes to one slot, this one stays (row-major order)
 EACH_WRITER = False  # backward: every writer of a slot gets its gradient
@@ -221,3 +239,19 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}", planes * n,
             (grad_output, saved.indices, wins, grad_x, i(planes), i(n), i(size)))
     return grad_x, None
+
+
+def jvp(tangent_input, tangent_indices, saved: Saved):
+    """Return the output's tangent for a tangent of the input (tangent_indices must be None: the
+    indices are integers): the tangent scattered as forward scatters the input, the writer that stayed in each slot carrying its tangent there (the transpose of backward)."""
+    if tangent_indices is not None:
+        raise ValueError(f"{OP}: tangent_indices must be None: the indices are integers")
+    cp = cupy()
+    tangent = cp.ascontiguousarray(_as_tangent(cp, "tangent_input", tangent_input, saved))
+    planes, n = saved.indices.shape
+    size = int(np.prod(saved.output_shape[len(saved.output_shape) - SPATIAL:], dtype=np.int64))
+    out = cp.zeros(saved.output_shape, dtype=saved.dtype)
+    i = np.int64
+    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}", planes * n,
+            (tangent, saved.indices, saved.wins, out, i(planes), i(n), i(size)))
+    return out

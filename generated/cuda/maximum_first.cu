@@ -38,6 +38,10 @@
 //       n threads, one per element; every array has n elements (broadcast the inputs first)
 //   maximum_first_backward_<DT>_<IX>(const T* grad_output, const T* a, const T* b, T* grad_a, T* grad_b, I n)
 //       n threads, one per element; the gradients have the broadcast shape: sum them over the broadcast dims
+//   maximum_first_jvp_<DT>_<IX>(const T* tangent_a, const T* tangent_b, const T* a, const T* b, T* out, int given, I n)
+//       n threads, one per element: the sum over inputs of dy/d<input> * tangent (each product as
+//       backward computes dy/d<input> * grad_output), for the inputs whose bit is set in given
+//       (bit k: input k); every array has n elements
 //
 // Saved state: none; backward recomputes every comparison from the inputs.
 //
@@ -182,6 +186,33 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode: the transpose of backward, term by term in input order.
+template <typename T, typename I>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_a, const T* __restrict__ tangent_b, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, const int given, const I n) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
+    const I i = (I)t;
+    acc total = 0;
+    bool any = false;
+    if (given & 1) {
+      acc g_a;
+      acc g_b;
+      sg_gradients(tr::load(tangent_a[i]), tr::load(a[i]), tr::load(b[i]), g_a, g_b);
+      total = any ? total + g_a : g_a;
+      any = true;
+    }
+    if (given & 2) {
+      acc g_a;
+      acc g_b;
+      sg_gradients(tr::load(tangent_b[i]), tr::load(a[i]), tr::load(b[i]), g_a, g_b);
+      total = any ? total + g_b : g_b;
+      any = true;
+    }
+    out[i] = tr::store(total);
+  }
+}
+
 }  // namespace sg_maximum_first
 
 extern "C" __global__ void maximum_first_forward_f16_i32(
@@ -192,6 +223,10 @@ extern "C" __global__ void maximum_first_backward_f16_i32(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ grad_a, sg_half* __restrict__ grad_b, const int n) {
   sg_maximum_first::backward_kernel<sg_half, int>(grad_output, a, b, grad_a, grad_b, n);
 }
+extern "C" __global__ void maximum_first_jvp_f16_i32(
+    const sg_half* __restrict__ tangent_a, const sg_half* __restrict__ tangent_b, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const int given, const int n) {
+  sg_maximum_first::jvp_kernel<sg_half, int>(tangent_a, tangent_b, a, b, out, given, n);
+}
 extern "C" __global__ void maximum_first_forward_f16_i64(
     const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const long long n) {
   sg_maximum_first::forward_kernel<sg_half, long long>(a, b, out, n);
@@ -199,6 +234,10 @@ extern "C" __global__ void maximum_first_forward_f16_i64(
 extern "C" __global__ void maximum_first_backward_f16_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ grad_a, sg_half* __restrict__ grad_b, const long long n) {
   sg_maximum_first::backward_kernel<sg_half, long long>(grad_output, a, b, grad_a, grad_b, n);
+}
+extern "C" __global__ void maximum_first_jvp_f16_i64(
+    const sg_half* __restrict__ tangent_a, const sg_half* __restrict__ tangent_b, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const int given, const long long n) {
+  sg_maximum_first::jvp_kernel<sg_half, long long>(tangent_a, tangent_b, a, b, out, given, n);
 }
 extern "C" __global__ void maximum_first_forward_bf16_i32(
     const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int n) {
@@ -208,6 +247,10 @@ extern "C" __global__ void maximum_first_backward_bf16_i32(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ grad_a, sg_bfloat16* __restrict__ grad_b, const int n) {
   sg_maximum_first::backward_kernel<sg_bfloat16, int>(grad_output, a, b, grad_a, grad_b, n);
 }
+extern "C" __global__ void maximum_first_jvp_bf16_i32(
+    const sg_bfloat16* __restrict__ tangent_a, const sg_bfloat16* __restrict__ tangent_b, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int given, const int n) {
+  sg_maximum_first::jvp_kernel<sg_bfloat16, int>(tangent_a, tangent_b, a, b, out, given, n);
+}
 extern "C" __global__ void maximum_first_forward_bf16_i64(
     const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const long long n) {
   sg_maximum_first::forward_kernel<sg_bfloat16, long long>(a, b, out, n);
@@ -215,6 +258,10 @@ extern "C" __global__ void maximum_first_forward_bf16_i64(
 extern "C" __global__ void maximum_first_backward_bf16_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ grad_a, sg_bfloat16* __restrict__ grad_b, const long long n) {
   sg_maximum_first::backward_kernel<sg_bfloat16, long long>(grad_output, a, b, grad_a, grad_b, n);
+}
+extern "C" __global__ void maximum_first_jvp_bf16_i64(
+    const sg_bfloat16* __restrict__ tangent_a, const sg_bfloat16* __restrict__ tangent_b, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int given, const long long n) {
+  sg_maximum_first::jvp_kernel<sg_bfloat16, long long>(tangent_a, tangent_b, a, b, out, given, n);
 }
 extern "C" __global__ void maximum_first_forward_f32_i32(
     const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int n) {
@@ -224,6 +271,10 @@ extern "C" __global__ void maximum_first_backward_f32_i32(
     const float* __restrict__ grad_output, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ grad_a, float* __restrict__ grad_b, const int n) {
   sg_maximum_first::backward_kernel<float, int>(grad_output, a, b, grad_a, grad_b, n);
 }
+extern "C" __global__ void maximum_first_jvp_f32_i32(
+    const float* __restrict__ tangent_a, const float* __restrict__ tangent_b, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int given, const int n) {
+  sg_maximum_first::jvp_kernel<float, int>(tangent_a, tangent_b, a, b, out, given, n);
+}
 extern "C" __global__ void maximum_first_forward_f32_i64(
     const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const long long n) {
   sg_maximum_first::forward_kernel<float, long long>(a, b, out, n);
@@ -231,6 +282,10 @@ extern "C" __global__ void maximum_first_forward_f32_i64(
 extern "C" __global__ void maximum_first_backward_f32_i64(
     const float* __restrict__ grad_output, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ grad_a, float* __restrict__ grad_b, const long long n) {
   sg_maximum_first::backward_kernel<float, long long>(grad_output, a, b, grad_a, grad_b, n);
+}
+extern "C" __global__ void maximum_first_jvp_f32_i64(
+    const float* __restrict__ tangent_a, const float* __restrict__ tangent_b, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int given, const long long n) {
+  sg_maximum_first::jvp_kernel<float, long long>(tangent_a, tangent_b, a, b, out, given, n);
 }
 extern "C" __global__ void maximum_first_forward_f64_i32(
     const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int n) {
@@ -240,6 +295,10 @@ extern "C" __global__ void maximum_first_backward_f64_i32(
     const double* __restrict__ grad_output, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ grad_a, double* __restrict__ grad_b, const int n) {
   sg_maximum_first::backward_kernel<double, int>(grad_output, a, b, grad_a, grad_b, n);
 }
+extern "C" __global__ void maximum_first_jvp_f64_i32(
+    const double* __restrict__ tangent_a, const double* __restrict__ tangent_b, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int given, const int n) {
+  sg_maximum_first::jvp_kernel<double, int>(tangent_a, tangent_b, a, b, out, given, n);
+}
 extern "C" __global__ void maximum_first_forward_f64_i64(
     const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const long long n) {
   sg_maximum_first::forward_kernel<double, long long>(a, b, out, n);
@@ -247,4 +306,8 @@ extern "C" __global__ void maximum_first_forward_f64_i64(
 extern "C" __global__ void maximum_first_backward_f64_i64(
     const double* __restrict__ grad_output, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ grad_a, double* __restrict__ grad_b, const long long n) {
   sg_maximum_first::backward_kernel<double, long long>(grad_output, a, b, grad_a, grad_b, n);
+}
+extern "C" __global__ void maximum_first_jvp_f64_i64(
+    const double* __restrict__ tangent_a, const double* __restrict__ tangent_b, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int given, const long long n) {
+  sg_maximum_first::jvp_kernel<double, long long>(tangent_a, tangent_b, a, b, out, given, n);
 }

@@ -37,6 +37,8 @@
 //       n * (c / 2) * s threads, one per output element (x: (n, c, s), s the product of the dims after c; out: (n, c / 2, s))
 //   maxout_pieces2_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I s)
 //       n * c * s threads, one per input element
+//   maxout_pieces2_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I s)
+//       n * (c / 2) * s threads, one per output element: the tangent of its window's winner
 //
 // Saved state: forward saves the winner's window-local index, one uint8 (1 byte) per output;
 //   backward reads only it and grad_output (x is not kept).
@@ -223,6 +225,20 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode, the transpose of backward: one thread per output element.
+template <typename T, typename I, bool CL>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
+    const index_t* __restrict__ index,
+    T* __restrict__ out, const I n, const I c, const I s) {
+  const I groups = c / PIECES;
+  const long long total = (long long)n * groups * s;
+  for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
+    I b, g, j;
+    sg_coordinates<I, CL>((I)t, groups, s, b, g, j);
+    out[t] = tangent_x[sg_offset<I, CL>(b, g * PIECES + (I)index[t], j, c, s)];
+  }
+}
+
 }  // namespace sg_maxout_pieces2_first
 
 extern "C" __global__ void maxout_pieces2_first_forward_f16_nchw_i32(
@@ -233,6 +249,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f16_nchw_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<sg_half, int, false>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f16_nchw_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_half, int, false>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f16_nchw_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<sg_half, long long, false>(x, out, index, n, c, s);
@@ -240,6 +260,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_f16_nchw_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f16_nchw_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<sg_half, long long, false>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f16_nchw_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_half, long long, false>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_f16_nhwc_i32(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -249,6 +273,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f16_nhwc_i32(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<sg_half, int, true>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f16_nhwc_i32(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_half, int, true>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f16_nhwc_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<sg_half, long long, true>(x, out, index, n, c, s);
@@ -256,6 +284,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_f16_nhwc_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f16_nhwc_i64(
     const sg_half* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_half* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<sg_half, long long, true>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f16_nhwc_i64(
+    const sg_half* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_half* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_half, long long, true>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -265,6 +297,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_bf16_nchw_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<sg_bfloat16, int, false>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_bf16_nchw_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_bfloat16, int, false>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<sg_bfloat16, long long, false>(x, out, index, n, c, s);
@@ -272,6 +308,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_bf16_nchw_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_bf16_nchw_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<sg_bfloat16, long long, false>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_bf16_nchw_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_bfloat16, long long, false>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -281,6 +321,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_bf16_nhwc_i32(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<sg_bfloat16, int, true>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_bf16_nhwc_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_bfloat16, int, true>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<sg_bfloat16, long long, true>(x, out, index, n, c, s);
@@ -288,6 +332,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_bf16_nhwc_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_bf16_nhwc_i64(
     const sg_bfloat16* __restrict__ grad_output, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<sg_bfloat16, long long, true>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_bf16_nhwc_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const unsigned char* __restrict__ index, sg_bfloat16* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<sg_bfloat16, long long, true>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_f32_nchw_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -297,6 +345,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f32_nchw_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<float, int, false>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f32_nchw_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<float, int, false>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f32_nchw_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<float, long long, false>(x, out, index, n, c, s);
@@ -304,6 +356,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_f32_nchw_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f32_nchw_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<float, long long, false>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f32_nchw_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<float, long long, false>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_f32_nhwc_i32(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -313,6 +369,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f32_nhwc_i32(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<float, int, true>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f32_nhwc_i32(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<float, int, true>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f32_nhwc_i64(
     const float* __restrict__ x, float* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<float, long long, true>(x, out, index, n, c, s);
@@ -320,6 +380,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_f32_nhwc_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f32_nhwc_i64(
     const float* __restrict__ grad_output, const unsigned char* __restrict__ index, float* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<float, long long, true>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f32_nhwc_i64(
+    const float* __restrict__ tangent_x, const unsigned char* __restrict__ index, float* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<float, long long, true>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_f64_nchw_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -329,6 +393,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f64_nchw_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<double, int, false>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f64_nchw_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<double, int, false>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f64_nchw_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<double, long long, false>(x, out, index, n, c, s);
@@ -336,6 +404,10 @@ extern "C" __global__ void maxout_pieces2_first_forward_f64_nchw_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f64_nchw_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<double, long long, false>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f64_nchw_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<double, long long, false>(tangent_x, index, out, n, c, s);
 }
 extern "C" __global__ void maxout_pieces2_first_forward_f64_nhwc_i32(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const int n, const int c, const int s) {
@@ -345,6 +417,10 @@ extern "C" __global__ void maxout_pieces2_first_backward_f64_nhwc_i32(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const int n, const int c, const int s) {
   sg_maxout_pieces2_first::backward_kernel<double, int, true>(grad_output, index, grad_x, n, c, s);
 }
+extern "C" __global__ void maxout_pieces2_first_jvp_f64_nhwc_i32(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const int n, const int c, const int s) {
+  sg_maxout_pieces2_first::jvp_kernel<double, int, true>(tangent_x, index, out, n, c, s);
+}
 extern "C" __global__ void maxout_pieces2_first_forward_f64_nhwc_i64(
     const double* __restrict__ x, double* __restrict__ out, unsigned char* __restrict__ index, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::forward_kernel<double, long long, true>(x, out, index, n, c, s);
@@ -352,4 +428,8 @@ extern "C" __global__ void maxout_pieces2_first_forward_f64_nhwc_i64(
 extern "C" __global__ void maxout_pieces2_first_backward_f64_nhwc_i64(
     const double* __restrict__ grad_output, const unsigned char* __restrict__ index, double* __restrict__ grad_x, const long long n, const long long c, const long long s) {
   sg_maxout_pieces2_first::backward_kernel<double, long long, true>(grad_output, index, grad_x, n, c, s);
+}
+extern "C" __global__ void maxout_pieces2_first_jvp_f64_nhwc_i64(
+    const double* __restrict__ tangent_x, const unsigned char* __restrict__ index, double* __restrict__ out, const long long n, const long long c, const long long s) {
+  sg_maxout_pieces2_first::jvp_kernel<double, long long, true>(tangent_x, index, out, n, c, s);
 }

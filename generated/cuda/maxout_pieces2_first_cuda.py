@@ -35,6 +35,10 @@ import numpy as np
 OP = "maxout"
 TIES = "first"
 PARAMS = {'pieces': 2}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 PIECES = 2
 SOURCE = Path(__file__).with_name("maxout_pieces2_first.cu")  # the kernels
 KERNEL = "maxout_pieces2_first_{role}"  # extern "C" kernel names
@@ -107,11 +111,26 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
@@ -210,3 +229,16 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}_{saved.layout}_{ix}", grad.size,
             (go, saved.index, grad, i(n), i(c), i(s)))
     return (grad.reshape(saved.input_shape),)
+
+
+def jvp(tangent_x, saved: Saved):
+    """Return the output's tangent for a tangent of x: the tangent of each window's winner (the transpose of backward)."""
+    cp = cupy()
+    tangent = _as_tangent(cp, "tangent_x", tangent_x, saved)
+    n, c, s = _flat(saved.input_shape)
+    t3 = _to_layout(cp, tangent.reshape(n, c, s), saved.layout)
+    out = _empty(cp, (n, c // PIECES, s), saved.dtype, saved.layout)
+    ix, i = _index_type(t3.size, out.size)
+    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}_{saved.layout}_{ix}", out.size,
+            (t3, saved.index, out, i(n), i(c), i(s)))
+    return out.reshape(saved.output_shape)

@@ -38,6 +38,10 @@ import numpy as np
 OP = "minimum"
 TIES = "split"
 PARAMS = {}
+INPUTS = ('a', 'b')  # forward's arguments, in order (jvp takes one tangent for each)
+# backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
+# then also the derivative of backward (double backward)
+PIECEWISE_LINEAR = True
 SOURCE = Path(__file__).with_name("minimum_split.cu")  # the kernels
 KERNEL = "minimum_split_{role}"  # extern "C" kernel names
 BLOCK = 256  # threads a block
@@ -109,19 +113,31 @@ def _as_input(cp, name: str, value):
     return value
 
 
-def _check_backward(cp, grad_output, saved):
-    """grad_output as a cupy array of the forward output's shape and dtype."""
+def _check_saved(saved) -> None:
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+
+
+def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
+    """A tangent of an input of this shape (default: the input's), as a cupy array in the working
+    dtype."""
+    _check_saved(saved)
+    tangent = _as_input(cp, name, value)
+    shape = tuple(saved.input_shape if shape is None else shape)
+    if tuple(tangent.shape) != shape:
+        raise ValueError(f"{OP}: {name} must have its input's shape {shape}, got {tuple(tangent.shape)}")
+    return tangent.astype(saved.dtype, copy=False)
+
+
+def _check_backward(cp, grad_output, saved):
+    """grad_output as a cupy array of the forward output's shape and dtype."""
+    _check_saved(saved)
     grad_output = _as_input(cp, "grad_output", grad_output)
     if tuple(grad_output.shape) != tuple(saved.output_shape):
         raise ValueError(f"{OP}: grad_output must have the forward output's shape "
                          f"{tuple(saved.output_shape)}, got {tuple(grad_output.shape)}")
     return grad_output.astype(saved.dtype, copy=False)
-
-
-INPUTS = ('a', 'b')
 
 
 class Saved(NamedTuple):
@@ -199,3 +215,27 @@ def backward(grad_output, saved: Saved) -> tuple:
     _launch(cp, f"backward_{_DTYPES[dtype.name]}_{ix}", grad_output.size, (grad_output, *operands, *grads, index(grad_output.size)))
     return tuple(_sum_to_shape(g, tuple(getattr(saved, name).shape)).astype(getattr(saved, name).dtype, copy=False)
                  for g, name in zip(grads, INPUTS))
+
+
+def jvp(tangent_a, tangent_b, saved: Saved):
+    """Return the output's tangent for a tangent of every input (None: a zero tangent): the sum over inputs of dy/d<input> * tangent, each
+    product computed as backward computes dy/d<input> * grad_output (the transpose of backward)."""
+    cp = cupy()
+    _check_saved(saved)
+    shape, dtype = saved.output_shape, saved.dtype
+    inputs = (saved.a.astype(dtype, copy=False), saved.b.astype(dtype, copy=False), )
+    tangents, given = [], 0
+    for k, (name, tangent, x) in enumerate(zip(INPUTS, (tangent_a, tangent_b, ), inputs)):
+        if tangent is None:
+            tangents.append(x)  # not read: its bit of `given` is clear
+            continue
+        if name not in ('a', 'b'):
+            raise ValueError(f"{OP}: tangent_{name} must be None: the module differentiates "
+                             f"only {', '.join(('a', 'b'))}")
+        tangents.append(_as_tangent(cp, f"tangent_{name}", tangent, saved, tuple(x.shape)))
+        given |= 1 << k
+    order, operands = _operands(cp, shape, (*tangents, *inputs))
+    out = _empty(cp, shape, dtype, order)
+    ix, index = _index_type(out.size)
+    _launch(cp, f"jvp_{_DTYPES[dtype.name]}_{ix}", out.size, (*operands, out, np.int32(given), index(out.size)))
+    return out

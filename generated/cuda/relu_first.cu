@@ -37,6 +37,10 @@
 //       n threads, one per element; every array has n elements
 //   relu_first_backward_<DT>_<IX>(const T* grad_output, const T* x, T* grad_x, I n)
 //       n threads, one per element
+//   relu_first_jvp_<DT>_<IX>(const T* tangent_x, const T* x, T* out, int given, I n)
+//       n threads, one per element: the sum over inputs of dy/d<input> * tangent (each product as
+//       backward computes dy/d<input> * grad_output), for the inputs whose bit is set in given
+//       (bit k: input k); every array has n elements
 //
 // Saved state: none; backward recomputes every comparison from the inputs.
 //
@@ -175,6 +179,25 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
+// Forward mode: the transpose of backward, term by term in input order.
+template <typename T, typename I>
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const T* __restrict__ x, T* __restrict__ out, const int given, const I n) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
+  for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
+    const I i = (I)t;
+    acc total = 0;
+    bool any = false;
+    if (given & 1) {
+      acc g_x;
+      sg_gradients(tr::load(tangent_x[i]), tr::load(x[i]), g_x);
+      total = any ? total + g_x : g_x;
+      any = true;
+    }
+    out[i] = tr::store(total);
+  }
+}
+
 }  // namespace sg_relu_first
 
 extern "C" __global__ void relu_first_forward_f16_i32(
@@ -185,6 +208,10 @@ extern "C" __global__ void relu_first_backward_f16_i32(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, sg_half* __restrict__ grad_x, const int n) {
   sg_relu_first::backward_kernel<sg_half, int>(grad_output, x, grad_x, n);
 }
+extern "C" __global__ void relu_first_jvp_f16_i32(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, sg_half* __restrict__ out, const int given, const int n) {
+  sg_relu_first::jvp_kernel<sg_half, int>(tangent_x, x, out, given, n);
+}
 extern "C" __global__ void relu_first_forward_f16_i64(
     const sg_half* __restrict__ x, sg_half* __restrict__ out, const long long n) {
   sg_relu_first::forward_kernel<sg_half, long long>(x, out, n);
@@ -192,6 +219,10 @@ extern "C" __global__ void relu_first_forward_f16_i64(
 extern "C" __global__ void relu_first_backward_f16_i64(
     const sg_half* __restrict__ grad_output, const sg_half* __restrict__ x, sg_half* __restrict__ grad_x, const long long n) {
   sg_relu_first::backward_kernel<sg_half, long long>(grad_output, x, grad_x, n);
+}
+extern "C" __global__ void relu_first_jvp_f16_i64(
+    const sg_half* __restrict__ tangent_x, const sg_half* __restrict__ x, sg_half* __restrict__ out, const int given, const long long n) {
+  sg_relu_first::jvp_kernel<sg_half, long long>(tangent_x, x, out, given, n);
 }
 extern "C" __global__ void relu_first_forward_bf16_i32(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const int n) {
@@ -201,6 +232,10 @@ extern "C" __global__ void relu_first_backward_bf16_i32(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ grad_x, const int n) {
   sg_relu_first::backward_kernel<sg_bfloat16, int>(grad_output, x, grad_x, n);
 }
+extern "C" __global__ void relu_first_jvp_bf16_i32(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const int given, const int n) {
+  sg_relu_first::jvp_kernel<sg_bfloat16, int>(tangent_x, x, out, given, n);
+}
 extern "C" __global__ void relu_first_forward_bf16_i64(
     const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const long long n) {
   sg_relu_first::forward_kernel<sg_bfloat16, long long>(x, out, n);
@@ -208,6 +243,10 @@ extern "C" __global__ void relu_first_forward_bf16_i64(
 extern "C" __global__ void relu_first_backward_bf16_i64(
     const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ grad_x, const long long n) {
   sg_relu_first::backward_kernel<sg_bfloat16, long long>(grad_output, x, grad_x, n);
+}
+extern "C" __global__ void relu_first_jvp_bf16_i64(
+    const sg_bfloat16* __restrict__ tangent_x, const sg_bfloat16* __restrict__ x, sg_bfloat16* __restrict__ out, const int given, const long long n) {
+  sg_relu_first::jvp_kernel<sg_bfloat16, long long>(tangent_x, x, out, given, n);
 }
 extern "C" __global__ void relu_first_forward_f32_i32(
     const float* __restrict__ x, float* __restrict__ out, const int n) {
@@ -217,6 +256,10 @@ extern "C" __global__ void relu_first_backward_f32_i32(
     const float* __restrict__ grad_output, const float* __restrict__ x, float* __restrict__ grad_x, const int n) {
   sg_relu_first::backward_kernel<float, int>(grad_output, x, grad_x, n);
 }
+extern "C" __global__ void relu_first_jvp_f32_i32(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, float* __restrict__ out, const int given, const int n) {
+  sg_relu_first::jvp_kernel<float, int>(tangent_x, x, out, given, n);
+}
 extern "C" __global__ void relu_first_forward_f32_i64(
     const float* __restrict__ x, float* __restrict__ out, const long long n) {
   sg_relu_first::forward_kernel<float, long long>(x, out, n);
@@ -224,6 +267,10 @@ extern "C" __global__ void relu_first_forward_f32_i64(
 extern "C" __global__ void relu_first_backward_f32_i64(
     const float* __restrict__ grad_output, const float* __restrict__ x, float* __restrict__ grad_x, const long long n) {
   sg_relu_first::backward_kernel<float, long long>(grad_output, x, grad_x, n);
+}
+extern "C" __global__ void relu_first_jvp_f32_i64(
+    const float* __restrict__ tangent_x, const float* __restrict__ x, float* __restrict__ out, const int given, const long long n) {
+  sg_relu_first::jvp_kernel<float, long long>(tangent_x, x, out, given, n);
 }
 extern "C" __global__ void relu_first_forward_f64_i32(
     const double* __restrict__ x, double* __restrict__ out, const int n) {
@@ -233,6 +280,10 @@ extern "C" __global__ void relu_first_backward_f64_i32(
     const double* __restrict__ grad_output, const double* __restrict__ x, double* __restrict__ grad_x, const int n) {
   sg_relu_first::backward_kernel<double, int>(grad_output, x, grad_x, n);
 }
+extern "C" __global__ void relu_first_jvp_f64_i32(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, double* __restrict__ out, const int given, const int n) {
+  sg_relu_first::jvp_kernel<double, int>(tangent_x, x, out, given, n);
+}
 extern "C" __global__ void relu_first_forward_f64_i64(
     const double* __restrict__ x, double* __restrict__ out, const long long n) {
   sg_relu_first::forward_kernel<double, long long>(x, out, n);
@@ -240,4 +291,8 @@ extern "C" __global__ void relu_first_forward_f64_i64(
 extern "C" __global__ void relu_first_backward_f64_i64(
     const double* __restrict__ grad_output, const double* __restrict__ x, double* __restrict__ grad_x, const long long n) {
   sg_relu_first::backward_kernel<double, long long>(grad_output, x, grad_x, n);
+}
+extern "C" __global__ void relu_first_jvp_f64_i64(
+    const double* __restrict__ tangent_x, const double* __restrict__ x, double* __restrict__ out, const int given, const long long n) {
+  sg_relu_first::jvp_kernel<double, long long>(tangent_x, x, out, given, n);
 }

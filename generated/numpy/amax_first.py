@@ -29,6 +29,7 @@ import numpy as np
 OP = "amax"
 TIES = "first"
 PARAMS = {'dim': None, 'keepdim': False}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True

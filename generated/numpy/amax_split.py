@@ -29,6 +29,7 @@ import numpy as np
 OP = "amax"
 TIES = "split"
 PARAMS = {'dim': None, 'keepdim': False}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True
@@ -195,9 +196,10 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     dims, kept, n, _ = _layout(saved.input_shape)
     rows = _rows(tangent, dims, kept, n)
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        weights = np.asarray(_weight(rows, *_hits(saved, dims, kept, n)), dtype=saved.dtype)
-    # summed in at least float32, as backward's counts are held
-    out = np.sum(weights, axis=-1, dtype=np.promote_types(saved.dtype, np.float32))
+        weights = _weight(rows, *_hits(saved, dims, kept, n))
+    # added up in row order (cumsum is sequential, as the CUDA kernel), in at least float32
+    acc = np.promote_types(saved.dtype, np.float32)
+    out = np.cumsum(weights, axis=-1, dtype=acc)[..., -1] if n else np.zeros(kept, dtype=acc)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 

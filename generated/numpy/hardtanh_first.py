@@ -33,10 +33,10 @@ import numpy as np
 OP = "hardtanh"
 TIES = "first"
 PARAMS = {'min_val': -1.0, 'max_val': 1.0}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True
-INPUTS = ('x',)
 BLOCK = 1 << 16  # elements per chunk of backward: the temporaries of a chunk stay in cache
 
 

@@ -30,6 +30,7 @@ import numpy as np
 OP = "logsumexp"
 TIES = "split"
 PARAMS = {'dim': (-1,), 'keepdim': False, 'temperature': 1.0}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = False
@@ -188,7 +189,6 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     dims, kept, n, _ = _layout(saved.input_shape)
     v = _rows(saved.x, dims, kept, n)
     y = saved.output.reshape(kept + (1,)).astype(v.dtype)
-    with np.errstate(over="ignore", invalid="ignore"):
-        terms = np.asarray(_weight(_rows(tangent, dims, kept, n), v, y), dtype=saved.dtype)
-        out = np.sum(terms, axis=-1, dtype=v.dtype)  # summed in at least float32
+    with np.errstate(over="ignore", invalid="ignore"):  # in at least float32, rounded once
+        out = np.sum(_weight(_rows(tangent, dims, kept, n), v, y), axis=-1)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)

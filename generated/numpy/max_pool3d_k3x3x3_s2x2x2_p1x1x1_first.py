@@ -31,6 +31,7 @@ import numpy as np
 OP = "max_pool3d"
 TIES = "first"
 PARAMS = {'kernel_size': (3, 3, 3), 'stride': (2, 2, 2), 'padding': (1, 1, 1), 'dilation': (1, 1, 1), 'ceil_mode': False}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True

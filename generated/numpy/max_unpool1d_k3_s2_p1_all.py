@@ -35,10 +35,10 @@ import numpy as np
 OP = "max_unpool1d"
 TIES = "all"
 PARAMS = {'kernel_size': (3,), 'stride': (2,), 'padding': (1,), 'output_size': None}
+INPUTS = ('input', 'indices')  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True
-INPUTS = ("input", "indices")
 KERNEL_SIZE = (3,)
 STRIDE = (2,)
 PADDING = (1,)
@@ -202,6 +202,7 @@ def jvp(tangent_input, tangent_indices, saved: Saved) -> np.ndarray:
     planes, n = saved.indices.shape
     size = int(np.prod(saved.output_shape[-SPATIAL:], dtype=np.int64))
     keys = saved.indices + np.arange(planes, dtype=np.int64)[:, None] * size
-    out = np.zeros(planes * size, dtype=saved.dtype)
-    np.add.at(out, keys.reshape(-1), tangent.reshape(-1))
+    out = np.zeros(planes * size, dtype=np.promote_types(saved.dtype, np.float32))
+    np.add.at(out, keys.reshape(-1), tangent.reshape(-1))  # in row-major order of the input
+    out = out.astype(saved.dtype)
     return out.reshape(saved.output_shape)

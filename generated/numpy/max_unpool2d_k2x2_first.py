@@ -34,10 +34,10 @@ import numpy as np
 OP = "max_unpool2d"
 TIES = "first"
 PARAMS = {'kernel_size': (2, 2), 'stride': (2, 2), 'padding': (0, 0), 'output_size': None}
+INPUTS = ('input', 'indices')  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True
-INPUTS = ("input", "indices")
 KERNEL_SIZE = (2, 2)
 STRIDE = (2, 2)
 PADDING = (0, 0)

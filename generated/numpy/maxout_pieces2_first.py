@@ -30,6 +30,7 @@ import numpy as np
 OP = "maxout"
 TIES = "first"
 PARAMS = {'pieces': 2}
+INPUTS = ('x',)  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True

@@ -32,10 +32,10 @@ import numpy as np
 OP = "minimum"
 TIES = "first"
 PARAMS = {}
+INPUTS = ('a', 'b')  # forward's arguments, in order (jvp takes one tangent for each)
 # backward is linear in grad_output and, between kinks and ties, constant in the inputs: jvp is
 # then also the derivative of backward (double backward)
 PIECEWISE_LINEAR = True
-INPUTS = ('a', 'b')
 BLOCK = 1 << 16  # elements per chunk of backward: the temporaries of a chunk stay in cache
 
 

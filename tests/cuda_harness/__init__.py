@@ -221,7 +221,8 @@ def fake_cupy(cache: Path) -> types.ModuleType:
     m.__doc__ = "CPU stand-in for CuPy (symgrad tests): NumPy arrays, kernels via the host harness"
     m.ndarray = np.ndarray
     for name in ("asarray", "empty", "zeros", "ascontiguousarray", "moveaxis", "broadcast_to",
-                 "result_type", "dtype", "float16", "float32", "float64", "int32", "int64", "uint8"):
+                 "result_type", "dtype", "float16", "float32", "float64", "int32", "int64", "uint8",
+                 "arange", "argsort", "searchsorted"):
         setattr(m, name, getattr(np, name))
     raw = type("RawModule", (_RawModule,), {"cache": cache})
     m.RawModule = raw

@@ -92,6 +92,13 @@ def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtyp
         m = mismatch(to_host(cp, a), b.astype(dtype))
         if m:
             problems.append(f"{tag}: gradient {k}: {m}")
+    # forward mode: small-integer tangents of every input, in the inputs' layout
+    ts = [np.random.default_rng(seed + 1 + k).integers(-3, 4, size=x.shape).astype(dtype) for k, x in enumerate(xs)]
+    jvp_ref = numpy_module.jvp(*[t.astype(ref) for t in ts], saved_ref)
+    jvp = cuda_module.jvp(*[to_device(cp, t, layout) for t in ts], saved)
+    m = mismatch(to_host(cp, jvp), jvp_ref.astype(dtype))
+    if m:
+        problems.append(f"{tag}: jvp: {m}")
     if "index" in saved_ref._fields and "index" in saved._fields:
         got_index = to_host(cp, saved.index)
         if got_index.dtype != saved_ref.index.dtype:

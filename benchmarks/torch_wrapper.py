@@ -1,0 +1,87 @@
+"""The cost of symgrad.torch's operator wrapping over calling the generated NumPy module directly.
+
+    python benchmarks/torch_wrapper.py             # about 30 s
+    python benchmarks/torch_wrapper.py --rounds 41
+
+Needs torch (pip install torch==2.13.0, the CPU build).  Prints a table and asserts nothing.
+
+max_pool2d, kernel 3, stride 2, padding 1, on an 8 x 64 x 56 x 56 float32 input: forward and
+backward through symgrad.torch (autograd: forward, then backward into x.grad) against the NumPy
+module's forward and backward on the same data (through zero-copy views), and PyTorch's own
+max_pool2d for scale.  Every time is the median of interleaved rounds (each round runs every
+contender once, in a rotating order) after warm-up rounds, all in this one process.  The
+overhead is symgrad.torch / NumPy module - 1 (the target: at most 10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's symgrad
+os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="symgrad-bench-"))
+
+try:
+    import torch
+except ImportError:
+    sys.exit("benchmarks/torch_wrapper.py needs PyTorch: pip install torch==2.13.0")
+
+import symgrad  # noqa: E402
+import symgrad.torch as st  # noqa: E402
+
+PARAMS = {"kernel_size": 3, "stride": 2, "padding": 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((8, 64, 56, 56)).astype(np.float32)
+    module = symgrad.load("max_pool2d", **PARAMS)
+    op = st.op("max_pool2d", **PARAMS)
+    g_np = np.ones(module.forward(x_np)[0].shape, dtype=np.float32)
+    x = torch.from_numpy(x_np.copy()).requires_grad_()
+    g = torch.from_numpy(g_np)
+
+    def numpy_module():
+        _, saved = module.forward(x_np)
+        module.backward(g_np, saved)
+
+    def symgrad_torch():
+        x.grad = None
+        op(x).backward(g)
+
+    def pytorch():
+        x.grad = None
+        torch.nn.functional.max_pool2d(x, **PARAMS).backward(g)
+
+    contenders = {"NumPy module": numpy_module, "symgrad.torch": symgrad_torch, "PyTorch (1 thread)": pytorch}
+    times = {name: [] for name in contenders}
+    names = list(contenders)
+    for r in range(args.warmup + args.rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t0 = time.perf_counter()
+            contenders[name]()
+            if r >= args.warmup:
+                times[name].append(time.perf_counter() - t0)
+    median = {name: float(np.median(t)) for name, t in times.items()}
+    print(f"max_pool2d k3 s2 p1, 8x64x56x56 float32, forward + backward, median of {args.rounds} rounds "
+          f"(torch {torch.__version__}, 1 thread)")
+    for name, t in median.items():
+        print(f"  {name:20s} {t * 1e3:8.2f} ms")
+    overhead = median["symgrad.torch"] / median["NumPy module"] - 1
+    print(f"  wrapper overhead: {overhead * 100:+.1f}% (symgrad.torch / NumPy module - 1; target <= 10%)")
+
+
+if __name__ == "__main__":
+    main()

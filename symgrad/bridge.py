@@ -1,0 +1,118 @@
+"""What the framework bridges (symgrad.torch, symgrad.jax) share: a generated module's saved
+state as a flat list of arrays, and back.
+
+A framework operator can pass only arrays between its forward, backward and jvp, while a module's
+``Saved`` also holds shapes, a dtype and references to its inputs and output.  A ``Layout``
+records, for one input signature (shapes and dtypes), where each field of ``Saved`` comes from:
+a saved array (returned by the forward operator), an input, the output, or a fixed Python value.
+The saved state's shapes and dtypes depend on the input shapes and dtypes only, so the layout
+of a signature is known before any data flows (``layout_for`` runs the module once on zeros),
+which is what the frameworks' tracing (torch.compile's fake tensors, jax.jit) needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from .ops import OPS
+
+
+class Field(NamedTuple):
+    """Where one field of Saved comes from: "array" (position among the saved arrays), "input"
+    (position among the inputs), "output", or "value" (a fixed Python value)."""
+
+    source: str
+    at: int = 0
+    value: object = None
+
+
+class Layout(NamedTuple):
+    """The forward's results for one input signature."""
+
+    fields: tuple  # one Field per field of Saved
+    arrays: tuple  # (shape, NumPy dtype) of every saved array, in order
+    output: tuple  # (shape, NumPy dtype) of the output
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """a, or a C-contiguous copy (0-d arrays stay 0-d, unlike np.ascontiguousarray)."""
+    return a if a.flags.c_contiguous else np.array(a, order="C")
+
+
+def split(inputs: list, output, saved) -> tuple[Layout, list]:
+    """The layout of a forward's result and the saved arrays to return: those that are neither an
+    input nor the output (which the operators pass by reference, never twice)."""
+    fields, arrays = [], []
+    for value in saved:
+        if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+            k = next((k for k, x in enumerate(inputs) if value is x), None)
+            if k is not None:
+                fields.append(Field("input", k))
+            elif value is output:
+                fields.append(Field("output"))
+            else:
+                fields.append(Field("array", len(arrays)))
+                arrays.append(contiguous(value) if isinstance(value, np.ndarray) else value)
+        else:
+            fields.append(Field("value", value=value))
+    layout = Layout(tuple(fields), tuple((tuple(a.shape), np.dtype(a.dtype)) for a in arrays),
+                    (tuple(output.shape), np.dtype(output.dtype)))
+    return layout, arrays
+
+
+def join(module, layout: Layout, inputs: list, output, arrays: list):
+    """The module's Saved value, rebuilt from the arrays and the layout."""
+    values = []
+    for field in layout.fields:
+        if field.source == "array":
+            values.append(arrays[field.at])
+        elif field.source == "input":
+            values.append(inputs[field.at])
+        elif field.source == "output":
+            values.append(output)
+        else:
+            values.append(field.value)
+    return module.Saved(*values)
+
+
+class Layouts:
+    """The layouts of one module, by input signature ((shape, dtype name) of every input)."""
+
+    def __init__(self, module, zeros=np.zeros):
+        self.module = module
+        self._zeros = zeros  # (shape, dtype) -> an array of the module's kind (NumPy or CuPy)
+        self._known: dict = {}
+        self._lock = threading.Lock()
+
+    def remember(self, signature: tuple, layout: Layout) -> None:
+        with self._lock:
+            self._known.setdefault(signature, layout)
+
+    def get(self, signature: tuple) -> Layout:
+        """The layout of a signature, found by running the module on zeros the first time."""
+        layout = self._known.get(signature)
+        if layout is None:
+            zeros = [self._zeros(shape, dtype=dtype) for shape, dtype in signature]
+            output, saved = self.module.forward(*zeros)
+            layout, _ = split(zeros, output, saved)
+            self.remember(signature, layout)
+        return layout
+
+
+def integer_inputs(module) -> tuple:
+    """Positions of the inputs that are integers (unpooling's indices)."""
+    if "expr" in module.PARAMS or OPS[module.OP].kind != "unpool":
+        return ()
+    return (module.INPUTS.index("indices"),)
+
+
+def differentiable(module) -> tuple:
+    """Positions of the inputs that the module's backward returns a gradient for (not the integer
+    indices of unpooling, not an expression's inputs outside wrt)."""
+    wrt = module.PARAMS.get("wrt") if "expr" in module.PARAMS else None
+    integers = integer_inputs(module)
+    return tuple(k for k, name in enumerate(module.INPUTS)
+                 if k not in integers and (wrt is None or name in wrt))

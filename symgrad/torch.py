@@ -1,0 +1,498 @@
+"""symgrad ops as PyTorch operators: autograd, double backward, torch.compile, DDP.
+
+``symgrad.torch.op(name, ties=None, convention=None, nan=None, order=None, **params)`` and
+``symgrad.torch.expr(text, ...)`` return functions of torch tensors backed by the generated
+modules (``symgrad.load`` / ``symgrad.load_expr``; the same arguments, checked the same way).
+Each module becomes three operators of the ``symgrad`` library, registered once per process
+with ``torch.library.custom_op``:
+
+* ``forward``: the inputs -> the output and the module's saved arrays (as tensors);
+* ``backward``: grad_output, the inputs, the output and the saved arrays -> the gradients;
+* ``jvp``: tangents of the inputs, the inputs, the output and the saved arrays -> the output's
+  tangent (the generated ``jvp``).
+
+Autograd is registered on ``forward`` (its derivative is ``backward``) and on ``backward``: that
+operator is linear in grad_output with the transpose ``jvp``, and for piecewise-linear modules
+(``PIECEWISE_LINEAR``: every op but logsumexp and expressions with smooth non-linear parts) its
+derivative with respect to the inputs is zero almost everywhere, so double backward is exact.
+For the other modules double backward raises a clear error.
+
+Every operator has a fake (meta) implementation with the real output shapes, dtypes and strides
+(found by running the NumPy module once on zeros of each new input shape), so the ops trace
+under ``torch.compile(fullgraph=True)`` with static shapes and pass ``torch.library.opcheck``.
+CPU tensors reach the NumPy module as zero-copy views (``Tensor.numpy()``, ``torch.from_numpy``);
+CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
+
+The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
+take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and ``order``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+try:
+    import torch
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    if exc.name != "torch":
+        raise
+    raise ModuleNotFoundError(
+        "symgrad.torch needs PyTorch, which is not installed; install it with "
+        "pip install 'symgrad[torch]'") from None
+
+from . import api, bridge
+
+__all__ = ["op", "expr", "wrap", "SymgradOp",
+           "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+           "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
+           "ReLU", "ReLU6", "Hardtanh", "LeakyReLU"]
+
+_FLOATS = (torch.float16, torch.float32, torch.float64)
+_LIBRARY = "symgrad"
+
+
+# ----------------------------------------------------------------------------- arrays
+
+def _signature(tensors) -> tuple:
+    """The inputs' (shape, NumPy dtype): the key of a bridge.Layout."""
+    return tuple((tuple(int(n) for n in t.shape), _numpy_dtype(t.dtype)) for t in tensors)
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    """A zero-copy NumPy view of a CPU tensor."""
+    return t.detach().numpy()
+
+
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A CPU tensor sharing a's memory (a copy only when a is strided or read-only)."""
+    a = bridge.contiguous(np.asarray(a))
+    if not a.flags.writeable:
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+# ----------------------------------------------------------------------------- one module
+
+class SymgradOp:
+    """A generated module as PyTorch operators; call it on tensors (one per entry of INPUTS).
+
+    Attributes: ``module`` (the NumPy module), ``op``/``params``/``ties`` (its OP, PARAMS and
+    TIES), ``name`` (the operators' base name in the ``symgrad`` library).
+    """
+
+    def __init__(self, module, cuda_loader=None):
+        self.module = module
+        self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
+        self.inputs = tuple(module.INPUTS)
+        self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
+        self._layouts = bridge.Layouts(module)  # CPU tensors: the NumPy module's saved state
+        self._cuda = None  # CUDA tensors: (the CUDA module, its layouts), on first use
+        self._integers = bridge.integer_inputs(module)
+        self._differentiable = bridge.differentiable(module)
+        stem = module.__name__.rpartition(".")[2]
+        self.name = stem.replace("-", "_")
+        self._register()
+
+    def __repr__(self) -> str:
+        return f"symgrad.torch op {self.name} ({self.op}, ties={self.ties!r}, params={self.params})"
+
+    # -- calling
+
+    def __call__(self, *tensors):
+        if len(tensors) != len(self.inputs):
+            raise TypeError(f"{self.op}: expected {len(self.inputs)} tensor(s) "
+                            f"({', '.join(self.inputs)}), got {len(tensors)}")
+        for k, (name, t) in enumerate(zip(self.inputs, tensors)):
+            self._check_tensor(k, name, t)
+        if torch.compiler.is_compiling():  # the registered operators, which tracing sees
+            output, *_ = self._ops[0](list(tensors))
+            return output
+        # eagerly, the same implementations through autograd.Function: no dispatcher round trips
+        return _Forward.apply(self, *tensors)
+
+    def _check_tensor(self, k: int, name: str, t) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{self.op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if k in self._integers:
+            if t.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"{self.op}: {name} must be an int64 or int32 tensor, got {t.dtype}")
+        elif t.dtype not in _FLOATS:
+            raise TypeError(f"{self.op}: {name} must be a float16, float32 or float64 tensor, "
+                            f"got {t.dtype}")
+
+    # -- the implementations
+
+    def _backend(self, tensors):
+        """(module, its layouts, to_array, from_array) for the device of these tensors."""
+        device = tensors[0].device
+        if device.type == "cpu":
+            return self.module, self._layouts, _to_numpy, _from_numpy
+        if device.type == "cuda":
+            import cupy  # the CUDA module needs it anyway; its absence is reported there
+            if self._cuda is None:
+                cuda = self._cuda_loader()
+                self._cuda = (cuda, bridge.Layouts(cuda, zeros=cupy.zeros))
+            cuda, layouts = self._cuda
+            return (cuda, layouts, lambda t: cupy.from_dlpack(t.detach().contiguous()),
+                    lambda a: torch.from_dlpack(cupy.ascontiguousarray(a)))
+        raise ValueError(f"{self.op}: tensors on {device} are not supported (CPU or CUDA)")
+
+    def _layout(self, tensors) -> bridge.Layout:
+        return self._backend(tensors)[1].get(_signature(tensors))
+
+    def _forward_impl(self, tensors: list) -> list:
+        module, layouts, to_array, from_array = self._backend(tensors)
+        arrays = [to_array(t) for t in tensors]
+        output, saved = module.forward(*arrays)
+        layout, extra = bridge.split(arrays, output, saved)
+        layouts.remember(_signature(tensors), layout)
+        out = from_array(output)
+        if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
+            out = out.clone()  # an operator's output never aliases its input
+        return [out] + [from_array(a) for a in extra]
+
+    def _saved(self, inputs, output, arrays):
+        """(module, from_array, its Saved value) for the operators' tensors."""
+        module, layouts, to_array, from_array = self._backend(inputs)
+        saved = bridge.join(module, layouts.get(_signature(inputs)), [to_array(t) for t in inputs],
+                            to_array(output), [to_array(a) for a in arrays])
+        return module, to_array, from_array, saved
+
+    def _backward_impl(self, grad_output, inputs: list, output, arrays: list) -> list:
+        module, to_array, from_array, saved = self._saved(inputs, output, arrays)
+        grads = module.backward(to_array(grad_output.contiguous()), saved)
+        return [from_array(g) for g in grads if g is not None]
+
+    def _jvp_impl(self, tangents: list, inputs: list, output, arrays: list):
+        module, to_array, from_array, saved = self._saved(inputs, output, arrays)
+        differentiable = iter(tangents)
+        ts = [to_array(next(differentiable).contiguous()) if k in self._differentiable else None
+              for k in range(len(self.inputs))]
+        return from_array(module.jvp(*ts, saved))
+
+    # -- registration
+
+    def _register(self) -> None:
+        ns = f"{_LIBRARY}::{self.name}"
+        me = self
+
+        @torch.library.custom_op(f"{ns}_forward", mutates_args=())
+        def forward(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return me._forward_impl(inputs)
+
+        @forward.register_fake
+        def _(inputs):
+            layout = me._layout(inputs)
+            like = inputs[0]
+            (shape, dtype) = layout.output
+            out = [like.new_empty(shape, dtype=_torch_dtype(dtype))]
+            return out + [like.new_empty(s, dtype=_torch_dtype(d)) for s, d in layout.arrays]
+
+        @torch.library.custom_op(f"{ns}_backward", mutates_args=())
+        def backward(grad_output: torch.Tensor, inputs: list[torch.Tensor], output: torch.Tensor,
+                     arrays: list[torch.Tensor]) -> list[torch.Tensor]:
+            return me._backward_impl(grad_output, inputs, output, arrays)
+
+        @backward.register_fake
+        def _(grad_output, inputs, output, arrays):
+            return [torch.empty_like(inputs[k], memory_format=torch.contiguous_format)
+                    for k in me._differentiable]
+
+        @torch.library.custom_op(f"{ns}_jvp", mutates_args=())
+        def jvp(tangents: list[torch.Tensor], inputs: list[torch.Tensor], output: torch.Tensor,
+                arrays: list[torch.Tensor]) -> torch.Tensor:
+            return me._jvp_impl(tangents, inputs, output, arrays)
+
+        @jvp.register_fake
+        def _(tangents, inputs, output, arrays):
+            return torch.empty_like(output, memory_format=torch.contiguous_format)
+
+        def setup_forward(ctx, inputs, output):
+            (tensors,) = inputs
+            out, *arrays = output
+            ctx.save_for_backward(*tensors, out, *arrays)
+            ctx.n_inputs = len(tensors)
+            ctx.mark_non_differentiable(*arrays)
+
+        def backward_of_forward(ctx, grads):
+            saved = ctx.saved_tensors
+            tensors, out, arrays = list(saved[:ctx.n_inputs]), saved[ctx.n_inputs], list(saved[ctx.n_inputs + 1:])
+            grad_output = grads[0]
+            if grad_output is None:
+                return (None,)
+            # the output is data here, not a path for gradients (a zero gradient sent back
+            # through it would be 0 * W, NaN where W holds NaN)
+            got = iter(backward(grad_output, tensors, out.detach(), arrays))
+            return ([next(got) if k in me._differentiable else None for k in range(len(tensors))],)
+
+        forward.register_autograd(backward_of_forward, setup_context=setup_forward)
+
+        def setup_backward(ctx, inputs, output):
+            grad_output, tensors, out, arrays = inputs
+            ctx.save_for_backward(*tensors, out, *arrays)
+            ctx.n_inputs = len(tensors)
+
+        def backward_of_backward(ctx, grads):
+            if not me.module.PIECEWISE_LINEAR:
+                raise NotImplementedError(
+                    f"{me.op}: double backward is supported for piecewise-linear ops only "
+                    f"(this module's backward depends smoothly on its inputs)")
+            saved = ctx.saved_tensors
+            tensors, out, arrays = list(saved[:ctx.n_inputs]), saved[ctx.n_inputs], list(saved[ctx.n_inputs + 1:])
+            tangents = [g if g is not None else torch.zeros_like(tensors[k])
+                        for g, k in zip(grads, me._differentiable)]
+            # backward is W^T g: its derivative in g is W (the jvp); in the inputs, 0 a.e.
+            return jvp(tangents, tensors, out, arrays), [None] * len(tensors), None, [None] * len(arrays)
+
+        backward.register_autograd(backward_of_backward, setup_context=setup_backward)
+        self._ops = (forward, backward, jvp)
+
+    def _forward(self, tensors: list):
+        return self._ops[0](tensors)
+
+    def jvp(self, tangents, tensors):
+        """The output's tangent for tangents of the inputs (forward mode, the module's jvp)."""
+        forward, _, jvp = self._ops
+        out, *arrays = forward(list(tensors))
+        ts = [tangents[k] for k in self._differentiable]
+        return jvp(ts, list(tensors), out, arrays)
+
+
+class _Forward(torch.autograd.Function):
+    """Eager autograd for SymgradOp: forward's implementation; backward is _Backward."""
+
+    @staticmethod
+    def forward(ctx, op: SymgradOp, *tensors):
+        out, *arrays = op._forward_impl(list(tensors))
+        ctx.op, ctx.n_inputs = op, len(tensors)
+        ctx.save_for_backward(*tensors, out, *arrays)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        op, saved = ctx.op, ctx.saved_tensors
+        tensors, out, arrays = saved[:ctx.n_inputs], saved[ctx.n_inputs], saved[ctx.n_inputs + 1:]
+        # the output is data here, not a path for gradients (a zero gradient sent back through
+        # it would be 0 * W, NaN where W holds NaN)
+        got = iter(_Backward.apply(op, grad_output, len(tensors), *tensors, out.detach(), *arrays))
+        return (None,) + tuple(next(got) if k in op._differentiable else None for k in range(len(tensors)))
+
+
+class _Backward(torch.autograd.Function):
+    """backward as a function of grad_output (and data): its derivative is the module's jvp."""
+
+    @staticmethod
+    def forward(ctx, op: SymgradOp, grad_output, n_inputs: int, *rest):
+        tensors, out, arrays = list(rest[:n_inputs]), rest[n_inputs], list(rest[n_inputs + 1:])
+        ctx.op, ctx.n_inputs = op, n_inputs
+        ctx.save_for_backward(*rest)
+        return tuple(op._backward_impl(grad_output, tensors, out, arrays))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, rest = ctx.op, ctx.saved_tensors
+        if not op.module.PIECEWISE_LINEAR:
+            raise NotImplementedError(
+                f"{op.op}: double backward is supported for piecewise-linear ops only "
+                f"(this module's backward depends smoothly on its inputs)")
+        tensors, out, arrays = list(rest[:ctx.n_inputs]), rest[ctx.n_inputs], list(rest[ctx.n_inputs + 1:])
+        tangents = [g if g is not None else torch.zeros_like(tensors[k])
+                    for g, k in zip(grads, op._differentiable)]
+        # backward is W^T g: its derivative in g is W (the jvp); in the inputs, 0 a.e.
+        return (None, op._jvp_impl(tangents, tensors, out, arrays), None) + (None,) * len(rest)
+
+
+_NUMPY_DTYPES: dict = {}
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    found = _NUMPY_DTYPES.get(dtype)
+    if found is None:
+        found = _NUMPY_DTYPES[dtype] = torch.empty((), dtype=dtype).numpy().dtype
+    return found
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+_OPS: dict = {}
+_OPS_LOCK = threading.Lock()
+
+
+def _wrap(module, cuda_loader) -> SymgradOp:
+    key = module.__name__
+    with _OPS_LOCK:
+        found = _OPS.get(key)
+        if found is None:
+            found = _OPS[key] = SymgradOp(module, cuda_loader)
+    return found
+
+
+def wrap(module, cuda_module=None) -> SymgradOp:
+    """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as torch
+    operators; ``cuda_module`` is the same op's CUDA module, for CUDA tensors."""
+    if not (hasattr(module, "forward") and hasattr(module, "jvp") and hasattr(module, "Saved")):
+        raise TypeError(f"symgrad.torch.wrap: expected a generated NumPy module (symgrad.load(...)), "
+                        f"got {type(module).__name__}")
+
+    def cuda():
+        if cuda_module is None:
+            raise ValueError(f"{module.OP}: CUDA tensors need the CUDA module: pass cuda_module="
+                             f"symgrad.load(..., backend='cuda') to symgrad.torch.wrap")
+        return cuda_module
+    return _wrap(module, cuda)
+
+
+def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
+       order: str | None = None, **params) -> SymgradOp:
+    """A symgrad op as a function of torch tensors, with autograd and double backward.
+
+    The arguments are symgrad.load's (any op of ``symgrad list``; the same checks and errors)."""
+    module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
+    return _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
+                                          nan=nan, order=order, **params))
+
+
+def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,
+         **kwargs) -> SymgradOp:
+    """An expression (symgrad.load_expr's arguments) as a function of torch tensors."""
+    module = api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, **kwargs)
+    return _wrap(module, lambda: api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name,
+                                               backend="cuda", **kwargs))
+
+
+# ----------------------------------------------------------------------------- nn modules
+
+def _settings(ties, convention, nan, order) -> dict:
+    return {"ties": ties, "convention": convention, "nan": nan, "order": order}
+
+
+def _no(flag: bool, what: str, cls: str, why: str = "") -> None:
+    if flag:
+        raise ValueError(f"{cls}: {what} is not supported by symgrad.torch{why}")
+
+
+class _Pool(torch.nn.Module):
+    _op = ""
+
+    def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
+                 ceil_mode=False, *, ties=None, convention=None, nan=None, order=None):
+        super().__init__()
+        _no(return_indices, "return_indices=True", type(self).__name__,
+            " (symgrad saves a window-local index, not PyTorch's flat one)")
+        self.fn = op(self._op, kernel_size=kernel_size, stride=stride, padding=padding,
+                     dilation=dilation, ceil_mode=ceil_mode, **_settings(ties, convention, nan, order))
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return f"{self.fn.params}, ties={self.fn.ties!r}"
+
+
+class MaxPool1d(_Pool):
+    _op = "max_pool1d"
+
+
+class MaxPool2d(_Pool):
+    _op = "max_pool2d"
+
+
+class MaxPool3d(_Pool):
+    _op = "max_pool3d"
+
+
+class _AdaptivePool(torch.nn.Module):
+    _op = ""
+
+    def __init__(self, output_size, return_indices=False, *, ties=None, convention=None, nan=None,
+                 order=None):
+        super().__init__()
+        _no(return_indices, "return_indices=True", type(self).__name__,
+            " (symgrad saves a window-local index, not PyTorch's flat one)")
+        self.fn = op(self._op, output_size=output_size, **_settings(ties, convention, nan, order))
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return f"{self.fn.params}, ties={self.fn.ties!r}"
+
+
+class AdaptiveMaxPool1d(_AdaptivePool):
+    _op = "adaptive_max_pool1d"
+
+
+class AdaptiveMaxPool2d(_AdaptivePool):
+    _op = "adaptive_max_pool2d"
+
+
+class AdaptiveMaxPool3d(_AdaptivePool):
+    _op = "adaptive_max_pool3d"
+
+
+class _Unpool(torch.nn.Module):
+    _op = ""
+
+    def __init__(self, kernel_size, stride=None, padding=0, *, ties=None, convention=None,
+                 nan=None, order=None):
+        super().__init__()
+        self._args = dict(kernel_size=kernel_size, stride=stride, padding=padding,
+                          **_settings(ties, convention, nan, order))
+        self.fn = op(self._op, **self._args)
+
+    def forward(self, input, indices, output_size=None):
+        fn = self.fn if output_size is None else op(self._op, output_size=tuple(output_size), **self._args)
+        return fn(input, indices)
+
+
+class MaxUnpool1d(_Unpool):
+    _op = "max_unpool1d"
+
+
+class MaxUnpool2d(_Unpool):
+    _op = "max_unpool2d"
+
+
+class MaxUnpool3d(_Unpool):
+    _op = "max_unpool3d"
+
+
+class _Activation(torch.nn.Module):
+    def __init__(self, name: str, params: dict, inplace: bool, settings: dict):
+        super().__init__()
+        _no(inplace, "inplace=True", type(self).__name__)
+        self.fn = op(name, **params, **settings)
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return f"{self.fn.params}, ties={self.fn.ties!r}"
+
+
+class ReLU(_Activation):
+    def __init__(self, inplace=False, *, ties=None, convention=None, nan=None, order=None):
+        super().__init__("relu", {}, inplace, _settings(ties, convention, nan, order))
+
+
+class ReLU6(_Activation):
+    def __init__(self, inplace=False, *, ties=None, convention=None, nan=None, order=None):
+        super().__init__("relu6", {}, inplace, _settings(ties, convention, nan, order))
+
+
+class Hardtanh(_Activation):
+    def __init__(self, min_val=-1.0, max_val=1.0, inplace=False, *, ties=None, convention=None,
+                 nan=None, order=None):
+        super().__init__("hardtanh", {"min_val": min_val, "max_val": max_val}, inplace,
+                         _settings(ties, convention, nan, order))
+
+
+class LeakyReLU(_Activation):
+    def __init__(self, negative_slope=0.01, inplace=False, *, ties=None, convention=None,
+                 nan=None, order=None):
+        super().__init__("leaky_relu", {"negative_slope": negative_slope}, inplace,
+                         _settings(ties, convention, nan, order))

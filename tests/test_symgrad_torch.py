@@ -1,0 +1,283 @@
+"""symgrad.torch: PyTorch operators with autograd and double backward.
+
+Oracles: PyTorch 2.13's own ops under convention="torch" (forward, grad and gradgrad, float64,
+tie-heavy inputs with NaN, +-inf and +-0), torch.library.opcheck, and eager mode for
+torch.compile.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad
+from symgrad import api, catalog
+
+if os.environ.get("CI"):
+    import torch
+else:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
+
+import symgrad.torch as st  # noqa: E402
+
+from cuda_harness.check import _extra_shapes  # noqa: E402
+
+F = torch.nn.functional
+SPECIALS = [-np.inf, -6.0, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 6.0, 7.0, np.inf, np.nan]
+
+
+def _maxout(t):
+    n, c = t.shape[:2]
+    return t.view(n, c // 2, 2, *t.shape[2:]).max(2).values
+
+
+# (id, op, params, torch function, input shapes, values: "specials" | "ints" | "finite")
+CASES = [
+    ("relu", "relu", {}, F.relu, [(40,)], "specials"),
+    ("clamp", "clamp", {"min": -1.0, "max": 2.0}, lambda t: torch.clamp(t, -1.0, 2.0), [(40,)], "specials"),
+    ("clamp-min", "clamp", {"min": 0}, lambda t: torch.clamp(t, min=0), [(40,)], "specials"),
+    # PyTorch's vectorized hardtanh/relu6 backward gives NaN lanes a 0 (tests/test_conventions.py)
+    ("hardtanh", "hardtanh", {}, F.hardtanh, [(40,)], "finite"),
+    ("relu6", "relu6", {}, F.relu6, [(40,)], "finite"),
+    ("leaky_relu", "leaky_relu", {}, F.leaky_relu, [(40,)], "specials"),
+    ("abs", "abs", {}, torch.abs, [(40,)], "specials"),
+    ("maximum", "maximum", {}, torch.maximum, [(6, 5), (6, 5)], "specials"),
+    ("minimum-broadcast", "minimum", {}, torch.minimum, [(6, 5), (5,)], "specials"),
+    ("amax", "amax", {"dim": 1}, lambda t: torch.amax(t, 1), [(3, 4, 2)], "ints"),
+    ("amin", "amin", {"dim": -1}, lambda t: torch.amin(t, -1), [(3, 5)], "ints"),
+    ("max_pool1d", "max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1},
+     lambda t: F.max_pool1d(t, 3, 2, 1), [(2, 3, 9)], "ints"),
+    ("max_pool2d", "max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1},
+     lambda t: F.max_pool2d(t, 3, 2, 1), [(2, 2, 7, 7)], "ints"),
+    ("max_pool2d-overlap", "max_pool2d", {"kernel_size": 2, "stride": 1},
+     lambda t: F.max_pool2d(t, 2, 1), [(1, 2, 5, 5)], "ints"),
+    ("max_pool3d", "max_pool3d", {"kernel_size": 2}, lambda t: F.max_pool3d(t, 2), [(1, 2, 4, 4, 4)], "ints"),
+    ("adaptive_max_pool1d", "adaptive_max_pool1d", {"output_size": 3},
+     lambda t: F.adaptive_max_pool1d(t, 3), [(2, 3, 8)], "ints"),
+    ("adaptive_max_pool2d", "adaptive_max_pool2d", {"output_size": (3, 2)},
+     lambda t: F.adaptive_max_pool2d(t, (3, 2)), [(2, 2, 7, 5)], "ints"),
+    ("adaptive_max_pool3d", "adaptive_max_pool3d", {"output_size": 2},
+     lambda t: F.adaptive_max_pool3d(t, 2), [(1, 2, 3, 5, 4)], "ints"),
+    ("maxout", "maxout", {"pieces": 2}, _maxout, [(2, 6, 3)], "ints"),
+]
+
+
+def _values(rng, shape, kind):
+    if kind == "ints":
+        x = rng.integers(0, 3, size=shape).astype(np.float64)
+        where = rng.random(shape) < 0.15
+        x[where] = rng.choice([np.nan, np.inf, -np.inf, -0.0], size=int(where.sum()))
+        return x
+    values = [v for v in SPECIALS if kind == "specials" or np.isfinite(v)]
+    return rng.choice(values, size=shape)
+
+
+def _grads(rng, shape):
+    """Multiples of 12: every split among up to 4 tied elements is exact, so sums of any order
+    agree (bit equality then tests the policy, not an accumulation order)."""
+    return rng.integers(-3, 4, size=shape).astype(np.float64) * 12
+
+
+def _run(fn, inputs, g, v):
+    """Forward, grad, and the gradgrad of <grad, v> with respect to grad_output and the inputs."""
+    ts = [torch.tensor(x, requires_grad=x.dtype.kind == "f") for x in inputs]
+    floats = [t for t in ts if t.requires_grad]
+    y = fn(*ts)
+    go = torch.tensor(g, requires_grad=True)
+    grads = torch.autograd.grad(y, floats, go, create_graph=True)
+    s = sum((gr * torch.tensor(vi)).sum() for gr, vi in zip(grads, v))
+    second = torch.autograd.grad(s, [go] + floats, allow_unused=True)
+    second = [np.zeros(t.shape) if d is None else d.detach().numpy(force=True) for d, t in zip(second, [go] + floats)]
+    return [y.detach().numpy()] + [gr.detach().numpy() for gr in grads] + second
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_torch_convention_equals_pytorch(case):
+    _, name, params, torch_fn, shapes, kind = case
+    rng = np.random.default_rng(0)
+    ours = st.op(name, convention="torch", **params)
+    for _ in range(4):
+        inputs = [_values(rng, s, kind) for s in shapes]
+        y = torch_fn(*[torch.tensor(x) for x in inputs]).numpy()
+        g = _grads(rng, y.shape)
+        v = [_grads(rng, x.shape) for x in inputs]
+        got, want = _run(ours, inputs, g, v), _run(torch_fn, inputs, g, v)
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert a.shape == b.shape, (k, a.shape, b.shape)
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}: result {k}")  # NaN == NaN, 0.0 == -0.0
+
+
+@pytest.mark.parametrize("d", [1, 2])
+def test_max_unpool_equals_pytorch(d):
+    rng = np.random.default_rng(1)
+    shape = (2, 2) + (6,) * d
+    x = rng.integers(0, 3, size=shape).astype(np.float64)
+    pool = getattr(F, f"max_pool{d}d")
+    # overlapping windows (k3 s1): one element can win several windows: duplicate indices
+    pooled, indices = pool(torch.tensor(x), 3, 1, return_indices=True)
+    unpool = lambda p, i: getattr(F, f"max_unpool{d}d")(p, i, 3, 1)  # noqa: E731
+    ours = st.op(f"max_unpool{d}d", convention="torch", kernel_size=3, stride=1)
+    inputs = [pooled.numpy(), indices.numpy()]
+    g = _grads(rng, unpool(pooled, indices).shape)
+    v = [_grads(rng, pooled.shape)]
+    for a, b in zip(_run(ours, inputs, g, v), _run(unpool, inputs, g, v)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_logsumexp_first_order_and_no_double_backward():
+    rng = np.random.default_rng(2)
+    x = torch.tensor(rng.standard_normal((3, 5)), requires_grad=True)
+    ours = st.op("logsumexp", convention="torch", dim=-1)
+    y = ours(x)
+    np.testing.assert_allclose(y.detach().numpy(), torch.logsumexp(x, -1).detach().numpy(), rtol=1e-15)
+    (g,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), torch.softmax(x, -1).detach().numpy(), rtol=1e-14)
+    with pytest.raises(NotImplementedError, match="double backward is supported for piecewise-linear"):
+        torch.autograd.grad(g.sum(), x)
+
+
+def test_expression_op_gradients_and_double_backward():
+    f = st.expr("Max(x, 2*y, 0) - Min(x, y)", inputs=["x", "y"], ties="split")
+    rng = np.random.default_rng(3)
+    x, y = (torch.tensor(rng.integers(-2, 3, size=(4, 5)).astype(np.float64), requires_grad=True)
+            for _ in range(2))
+    out = f(x, y)
+    ref = torch.maximum(torch.maximum(x, 2 * y), torch.zeros(())) - torch.minimum(x, y)
+    np.testing.assert_array_equal(out.detach().numpy(), ref.detach().numpy())
+    module = symgrad.load_expr("Max(x, 2*y, 0) - Min(x, y)", inputs=["x", "y"], ties="split")
+    _, saved = module.forward(x.detach().numpy(), y.detach().numpy())
+    g = torch.ones_like(out, requires_grad=True)
+    gx, gy = torch.autograd.grad(out, (x, y), g, create_graph=True)
+    want = module.backward(np.ones((4, 5)), saved)
+    np.testing.assert_array_equal(gx.detach().numpy(), want[0])
+    np.testing.assert_array_equal(gy.detach().numpy(), want[1])
+    vx, vy = torch.ones(4, 5, dtype=torch.float64), 2 * torch.ones(4, 5, dtype=torch.float64)
+    (gg,) = torch.autograd.grad((gx * vx + gy * vy).sum(), g)
+    np.testing.assert_array_equal(gg.numpy(), module.jvp(vx.numpy(), vy.numpy(), saved))
+
+
+def _catalog_inputs(entry, rng):
+    kind = entry.spec.kind
+    if kind == "unpool":
+        d = entry.spec.spatial
+        k, stride, padding = (entry.params[n][0] for n in ("kernel_size", "stride", "padding"))
+        # an input length that unpooling restores: (out - 1) * stride - 2 * padding + k
+        length = next(n for n in range(4, 12) if ((n + 2 * padding - k) // stride) * stride - 2 * padding + k == n)
+        x = torch.tensor(rng.integers(0, 3, size=(1, 2) + (length,) * d).astype(np.float64))
+        pooled, indices = getattr(F, f"max_pool{d}d")(x, k, stride, padding, return_indices=True)
+        return [pooled, indices]
+    if kind == "logsumexp":
+        return [torch.tensor(rng.standard_normal((3, 4, 5)))]
+    return [torch.tensor(rng.integers(0, 3, size=s).astype(np.float64)) for s in _extra_shapes(entry)]
+
+
+@pytest.mark.parametrize("entry", catalog.entries(), ids=lambda e: f"{e.name}-{e.ties}-{e.params}")
+def test_opcheck_every_catalog_op(entry):
+    rng = np.random.default_rng(4)
+    f = st.wrap(api._load(entry, "numpy"))
+    inputs = _catalog_inputs(entry, rng)
+    forward, backward, jvp = f._ops
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor")
+    torch.library.opcheck(forward, ([t.requires_grad_(t.dtype.is_floating_point) for t in inputs],),
+                          test_utils=checks)
+    with torch.no_grad():
+        out, *arrays = forward([t.detach() for t in inputs])
+    plain = [t.detach() for t in inputs]
+    g = torch.ones_like(out)
+    torch.library.opcheck(backward, (g, plain, out, arrays), test_utils=checks)
+    tangents = [torch.ones_like(plain[k]) for k in f._differentiable]
+    torch.library.opcheck(jvp, (tangents, plain, out, arrays), test_utils=checks)
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch.manual_seed(0)
+    pool = st.MaxPool2d(3, 2, 1, ties="split")
+    relu = st.ReLU()
+    mix = st.expr("Max(x, 0.5*x)", inputs=["x"])
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1).double()
+
+    def model(x):
+        return mix(relu(pool(conv(x)))).square().sum()
+
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64).round()  # ties in the pooling windows
+    compiled = torch.compile(model, fullgraph=True, backend="inductor")
+    eager_loss = model(x)
+    eager = torch.autograd.grad(eager_loss, list(conv.parameters()))
+    compiled_loss = compiled(x)
+    got = torch.autograd.grad(compiled_loss, list(conv.parameters()))
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-12, atol=1e-12)  # inductor may reorder the sum
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_nn_modules_match_torch_nn():
+    rng = np.random.default_rng(5)
+    x = torch.tensor(rng.standard_normal((2, 3, 9, 9)))
+    pairs = [
+        (st.MaxPool2d(3, stride=2, padding=1), torch.nn.MaxPool2d(3, stride=2, padding=1)),
+        (st.MaxPool2d(2, ceil_mode=True), torch.nn.MaxPool2d(2, ceil_mode=True)),
+        (st.AdaptiveMaxPool2d((4, 3)), torch.nn.AdaptiveMaxPool2d((4, 3))),
+        (st.ReLU(), torch.nn.ReLU()), (st.ReLU6(), torch.nn.ReLU6()),
+        (st.Hardtanh(-0.5, 0.5), torch.nn.Hardtanh(-0.5, 0.5)),
+        (st.LeakyReLU(0.2), torch.nn.LeakyReLU(0.2)),
+    ]
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=0)
+    x1 = torch.tensor(rng.standard_normal((2, 3, 9)))
+    torch.testing.assert_close(st.MaxPool1d(3)(x1), torch.nn.MaxPool1d(3)(x1), rtol=0, atol=0)
+    torch.testing.assert_close(st.AdaptiveMaxPool1d(4)(x1), torch.nn.AdaptiveMaxPool1d(4)(x1), rtol=0, atol=0)
+    x3 = torch.tensor(rng.standard_normal((1, 2, 4, 4, 4)))
+    torch.testing.assert_close(st.MaxPool3d(2)(x3), torch.nn.MaxPool3d(2)(x3), rtol=0, atol=0)
+    torch.testing.assert_close(st.AdaptiveMaxPool3d(2)(x3), torch.nn.AdaptiveMaxPool3d(2)(x3), rtol=0, atol=0)
+    pooled, indices = F.max_pool2d(x[..., :8, :8], 2, return_indices=True)
+    torch.testing.assert_close(st.MaxUnpool2d(2)(pooled, indices), torch.nn.MaxUnpool2d(2)(pooled, indices))
+    pooled, indices = F.max_pool2d(x, 2, return_indices=True)  # 9 x 9: output_size says so
+    torch.testing.assert_close(st.MaxUnpool2d(2)(pooled, indices, output_size=(9, 9)),
+                               torch.nn.MaxUnpool2d(2)(pooled, indices, output_size=(9, 9)))
+
+
+def test_policy_reaches_the_gradient():
+    x = torch.tensor([[[1.0, 1.0, 0.0, 0.0]]], requires_grad=True)
+    for ties, want in (("first", [1, 0, 1, 0]), ("last", [0, 1, 0, 1]), ("split", [0.5, 0.5, 0.5, 0.5])):
+        (g,) = torch.autograd.grad(st.MaxPool1d(2, ties=ties)(x).sum(), x)
+        assert g[0, 0].tolist() == want, ties
+
+
+def test_float32_and_float16_keep_their_dtype():
+    f = st.op("max_pool2d", kernel_size=2)
+    for dtype in (torch.float32, torch.float16):
+        x = torch.randn(1, 2, 4, 4, dtype=dtype, requires_grad=True)
+        y = f(x)
+        (g,) = torch.autograd.grad(y.sum(), x)
+        assert y.dtype == dtype and g.dtype == dtype and g.shape == x.shape
+
+
+def test_errors():
+    f = st.op("relu")
+    with pytest.raises(TypeError, match="x must be a float16, float32 or float64 tensor, got torch.bfloat16"):
+        f(torch.ones(3, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="x must be a float16, float32 or float64 tensor, got torch.int64"):
+        f(torch.ones(3, dtype=torch.int64))
+    with pytest.raises(TypeError, match=r"expected 1 tensor\(s\) \(x\), got 2"):
+        f(torch.ones(3), torch.ones(3))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        f(np.ones(3))
+    with pytest.raises(ValueError, match="kernel_size"):
+        st.op("max_pool2d", kernel_size=0)
+    with pytest.raises(ValueError, match="inplace=True is not supported"):
+        st.ReLU(inplace=True)
+    with pytest.raises(ValueError, match="return_indices=True is not supported"):
+        st.MaxPool2d(2, return_indices=True)
+    with pytest.raises(TypeError, match="expected a generated NumPy module"):
+        st.wrap(object())
+
+
+def test_import_symgrad_does_not_import_torch_and_a_missing_torch_is_explained():
+    code = ("import sys; import symgrad; assert 'torch' not in sys.modules; sys.modules['torch'] = None\n"
+            "try:\n    import symgrad.torch\nexcept ModuleNotFoundError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'symgrad[torch]'" in out.stdout
