@@ -1,0 +1,253 @@
+"""symgrad ops as JAX functions: jit, grad, vmap and grad-of-grad, on the CPU.
+
+``symgrad.jax.op(name, ties=None, convention=None, nan=None, order=None, **params)`` and
+``symgrad.jax.expr(text, ...)`` return functions of JAX arrays backed by the generated NumPy
+modules (``symgrad.load`` / ``symgrad.load_expr``; the same arguments, checked the same way).
+
+How: a ``jax.custom_jvp`` function whose primal runs the module's forward in a
+``jax.pure_callback`` (returning the output and the saved arrays), and whose tangent is
+``jax.custom_derivatives.linear_call(jvp, backward, residuals, tangents)``: the module's ``jvp``,
+declared linear in the tangents with the module's ``backward`` as its transpose.  Reverse mode is
+JAX's transposition of that linear call, so ``jax.grad`` runs the generated backward (a gather),
+never a transposed jvp.  The two linear maps are themselves ``custom_jvp`` functions: each is
+linear in its tangent argument (its derivative there is itself), and for piecewise-linear modules
+(``PIECEWISE_LINEAR``) constant in the residuals almost everywhere, which makes grad-of-grad and
+higher orders exact; for logsumexp and expressions with smooth non-linear parts differentiating
+them raises a clear error.  The shapes of the callbacks' results come from the input shapes (the
+module is run once on zeros of each new signature, ``symgrad.bridge``).  Callbacks are vmapped
+sequentially (``vmap_method="sequential"``: a module's leading axes have meanings, e.g. N and C
+of a pooling, so a batch axis cannot be handed to it).  float16, float32 and float64 (float64 with
+``jax_enable_x64``); bfloat16 is refused with a TypeError.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+try:
+    import jax
+    import jax.numpy as jnp
+    from jax.custom_derivatives import linear_call
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    if exc.name not in ("jax", "jaxlib"):
+        raise
+    raise ModuleNotFoundError(
+        "symgrad.jax needs JAX, which is not installed; install it with "
+        "pip install 'symgrad[jax]'") from None
+
+from . import api, bridge
+
+__all__ = ["op", "expr", "wrap"]
+
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _as_jax_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype JAX holds an array of this dtype in (64-bit integers are 32-bit without x64)."""
+    return jnp.zeros((), dtype=dtype).dtype if dtype.kind in "iu" and dtype.itemsize == 8 else dtype
+
+
+class _Op:
+    """One generated module as a JAX function of its inputs (see the module docstring)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
+        self.inputs = tuple(module.INPUTS)
+        self.layouts = bridge.Layouts(module)
+        self.integers = bridge.integer_inputs(module)
+        self.differentiable = bridge.differentiable(module)
+        self.fn = self._build()
+        self.__doc__ = (f"{self.op} (ties={self.ties!r}, params={self.params}) as a JAX function "
+                        f"of {', '.join(self.inputs)}: custom_jvp with the generated jvp, reverse "
+                        f"mode by transposition (the generated backward).")
+
+    def __repr__(self) -> str:
+        return f"symgrad.jax op {self.op} (ties={self.ties!r}, params={self.params})"
+
+    def __call__(self, *args):
+        if len(args) != len(self.inputs):
+            raise TypeError(f"{self.op}: expected {len(self.inputs)} array(s) "
+                            f"({', '.join(self.inputs)}), got {len(args)}")
+        xs = []
+        for k, (name, x) in enumerate(zip(self.inputs, args)):
+            x = jnp.asarray(x)
+            if k in self.integers:
+                if not jnp.issubdtype(x.dtype, jnp.integer):
+                    raise TypeError(f"{self.op}: {name} must be an integer array, got {x.dtype}")
+            elif np.dtype(x.dtype) not in _FLOATS:
+                raise TypeError(f"{self.op}: {name} must be a float16, float32 or float64 array, "
+                                f"got {x.dtype}")
+            xs.append(x)
+        return self.fn(*xs)
+
+    # -- the callbacks (NumPy on the host)
+
+    def _signature(self, xs) -> tuple:
+        return tuple((tuple(x.shape), np.dtype(x.dtype)) for x in xs)
+
+    def _forward_shapes(self, xs):
+        layout = self.layouts.get(self._signature(xs))
+        out = jax.ShapeDtypeStruct(*layout.output)
+        arrays = [jax.ShapeDtypeStruct(shape, _as_jax_dtype(dtype)) for shape, dtype in layout.arrays]
+        return layout, (out, *arrays)
+
+    def _saved(self, xs, output, arrays):
+        layout = self.layouts.get(self._signature(xs))
+        arrays = [np.asarray(a).astype(dtype, copy=False) for a, (_, dtype) in zip(arrays, layout.arrays)]
+        return bridge.join(self.module, layout, [np.asarray(x) for x in xs], np.asarray(output), arrays)
+
+    def _call_forward(self, xs):
+        _, shapes = self._forward_shapes(xs)
+
+        def host(*xs):
+            xs = [np.asarray(x) for x in xs]
+            output, saved = self.module.forward(*xs)
+            _, arrays = bridge.split(xs, output, saved)
+            return (np.asarray(output),) + tuple(np.asarray(a).astype(s.dtype, copy=False)
+                                                 for a, s in zip(arrays, shapes[1:]))
+
+        out, *arrays = jax.pure_callback(host, shapes, *xs, vmap_method="sequential")
+        return out, arrays
+
+    def _host_jvp(self, xs, output, arrays, tangents):
+        saved = self._saved(list(xs), output, list(arrays))
+        it = iter(tangents)
+        ts = [np.asarray(next(it)) if k in self.differentiable else None for k in range(len(xs))]
+        return np.asarray(self.module.jvp(*ts, saved))
+
+    def _host_backward(self, xs, output, arrays, g):
+        saved = self._saved(list(xs), output, list(arrays))
+        grads = self.module.backward(np.asarray(g), saved)
+        return tuple(np.asarray(grads[k]) for k in self.differentiable)
+
+    # -- the JAX functions
+
+    def _refuse_higher_order(self):
+        """The identity, whose derivative is a clear error: W depends smoothly on the residuals."""
+        op = self.op
+
+        @jax.custom_jvp
+        def refuse(residuals):
+            return residuals
+
+        @refuse.defjvp
+        def _(primals, tangents):
+            raise NotImplementedError(
+                f"{op}: derivatives beyond the first are supported for piecewise-linear ops only "
+                f"(this module's backward depends smoothly on its inputs)")
+        return refuse
+
+    def _build(self):
+        me, n = self, len(self.inputs)
+
+        def unpack(residuals):
+            return list(residuals[:n]), residuals[n], list(residuals[n + 1:])
+
+        def apply_jvp(residuals, tangents):
+            """W t: the module's jvp, linear in the tangents."""
+            xs, out, arrays = unpack(residuals)
+            m = len(arrays)
+
+            def host(*a):
+                return me._host_jvp(a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m:])
+            return jax.pure_callback(host, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                                     *xs, out, *arrays, *tangents, vmap_method="sequential")
+
+        def apply_backward(residuals, g):
+            """W^T g: the module's backward, linear in g."""
+            xs, out, arrays = unpack(residuals)
+            m = len(arrays)
+
+            def host(*a):
+                return me._host_backward(a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m])
+            shapes = tuple(jax.ShapeDtypeStruct(xs[k].shape, xs[k].dtype) for k in me.differentiable)
+            return jax.pure_callback(host, shapes, *xs, out, *arrays, g, vmap_method="sequential")
+
+        # The linear maps' residuals (the inputs, the output, the saved arrays): for a
+        # piecewise-linear module W is constant in them almost everywhere, so their derivative
+        # is stopped (exact at every order); otherwise differentiating through them is refused.
+        fixed = jax.lax.stop_gradient if me.module.PIECEWISE_LINEAR else self._refuse_higher_order()
+
+        def linear(residuals, tangents):
+            """W t, with the module's backward as the transpose (reverse mode)."""
+            return linear_call(apply_jvp, apply_backward, fixed(residuals), tuple(tangents))
+
+        @jax.custom_jvp
+        def forward(*xs):
+            """(output, saved arrays): the module's forward."""
+            out, arrays = me._call_forward(xs)
+            return out, tuple(arrays)
+
+        @forward.defjvp
+        def _(primals, tangents):
+            out, arrays = forward(*primals)
+            out_dot = linear((*primals, out, *arrays), [tangents[k] for k in me.differentiable])
+            # the saved arrays are integers (indices, counts, masks): no tangent
+            return (out, arrays), (out_dot, tuple(np.zeros(a.shape, jax.dtypes.float0) for a in arrays))
+
+        def fn(*xs):
+            return forward(*xs)[0]
+
+        return fn
+
+
+def _batch_linear_call() -> None:
+    """Give JAX's linear_call a batching rule where it has none (JAX 0.10 has none): the batch
+    is mapped sequentially with lax.map, each element one linear_call, which stays linear and
+    transposable.  Without it vmap would work on an op but not on its gradients."""
+    try:
+        from jax._src.custom_derivatives import linear_call_p
+        from jax._src.interpreters import batching
+    except ImportError:  # another JAX layout: vmap of gradients is then not available
+        return
+    if linear_call_p in batching.fancy_primitive_batchers:
+        return
+
+    def rule(vals, dims, **params):
+        size = next(v.shape[d] for v, d in zip(vals, dims) if d is not None)
+        vals = [v if d is None else jnp.moveaxis(v, d, 0) for v, d in zip(vals, dims)]
+        batched = [k for k, d in enumerate(dims) if d is not None]
+
+        def one(sliced):
+            args = list(vals)
+            for k, v in zip(batched, sliced):
+                args[k] = v
+            return linear_call_p.bind(*args, **params)
+
+        outs = jax.lax.map(one, [vals[k] for k in batched])
+        return outs, [0] * len(outs)
+
+    batching.primitive_batchers[linear_call_p] = rule
+
+
+_batch_linear_call()
+
+_OPS: dict = {}
+_OPS_LOCK = threading.Lock()
+
+
+def wrap(module) -> _Op:
+    """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as a JAX function."""
+    if not (hasattr(module, "forward") and hasattr(module, "jvp") and hasattr(module, "Saved")):
+        raise TypeError(f"symgrad.jax.wrap: expected a generated NumPy module (symgrad.load(...)), "
+                        f"got {type(module).__name__}")
+    with _OPS_LOCK:
+        found = _OPS.get(module.__name__)
+        if found is None:
+            found = _OPS[module.__name__] = _Op(module)
+    return found
+
+
+def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
+       order: str | None = None, **params) -> _Op:
+    """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors)."""
+    return wrap(api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params))
+
+
+def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,
+         **kwargs) -> _Op:
+    """An expression (symgrad.load_expr's arguments) as a JAX function."""
+    return wrap(api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, **kwargs))
