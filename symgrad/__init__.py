@@ -4,7 +4,8 @@ __version__ = "0.1.0"
 
 from .api import derive, generate, list_ops, load  # noqa: E402
 from .api import derive_expr, generate_expr, load_expr  # noqa: E402
+from .check import check  # noqa: E402
 from .policy import DEFAULT_POLICY, POLICIES  # noqa: E402
 
 __all__ = ["load", "derive", "generate", "list_ops", "load_expr", "derive_expr", "generate_expr",
-           "POLICIES", "DEFAULT_POLICY", "__version__"]
+           "check", "POLICIES", "DEFAULT_POLICY", "__version__"]

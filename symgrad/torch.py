@@ -87,6 +87,7 @@ class SymgradOp:
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
         self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
+        self._recipe = None  # ("op" | "expr", args, kwargs): how op()/expr() made it, for pickle
         self._layouts = bridge.Layouts(module)  # CPU tensors: the NumPy module's saved state
         self._cuda = None  # CUDA tensors: (the CUDA module, its layouts), on first use
         self._integers = bridge.integer_inputs(module)
@@ -97,6 +98,14 @@ class SymgradOp:
 
     def __repr__(self) -> str:
         return f"symgrad.torch op {self.name} ({self.op}, ties={self.ties!r}, params={self.params})"
+
+    def __reduce__(self):
+        """Pickled as the call that made it (so models holding symgrad ops can be saved whole)."""
+        if self._recipe is None:
+            raise TypeError(f"{self.op}: an op made by symgrad.torch.wrap cannot be pickled; make "
+                            f"it with symgrad.torch.op or symgrad.torch.expr")
+        maker, args, kwargs = self._recipe
+        return _remake, (maker, args, kwargs)
 
     # -- calling
 
@@ -346,22 +355,34 @@ def wrap(module, cuda_module=None) -> SymgradOp:
     return _wrap(module, cuda)
 
 
+def _remake(maker: str, args: tuple, kwargs: dict) -> SymgradOp:
+    return {"op": op, "expr": expr}[maker](*args, **kwargs)
+
+
+def _made(found: SymgradOp, maker: str, args: tuple, kwargs: dict) -> SymgradOp:
+    if found._recipe is None:
+        found._recipe = (maker, args, kwargs)
+    return found
+
+
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
        order: str | None = None, **params) -> SymgradOp:
     """A symgrad op as a function of torch tensors, with autograd and double backward.
 
     The arguments are symgrad.load's (any op of ``symgrad list``; the same checks and errors)."""
     module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
-    return _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
-                                          nan=nan, order=order, **params))
+    found = _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
+                                           nan=nan, order=order, **params))
+    return _made(found, "op", (name,), dict(ties=ties, convention=convention, nan=nan, order=order, **params))
 
 
 def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,
          **kwargs) -> SymgradOp:
     """An expression (symgrad.load_expr's arguments) as a function of torch tensors."""
     module = api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, **kwargs)
-    return _wrap(module, lambda: api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name,
-                                               backend="cuda", **kwargs))
+    found = _wrap(module, lambda: api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name,
+                                                backend="cuda", **kwargs))
+    return _made(found, "expr", (text,), dict(inputs=inputs, wrt=wrt, ties=ties, name=name, **kwargs))
 
 
 # ----------------------------------------------------------------------------- nn modules

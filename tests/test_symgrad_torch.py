@@ -281,3 +281,15 @@ def test_import_symgrad_does_not_import_torch_and_a_missing_torch_is_explained()
             "try:\n    import symgrad.torch\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'symgrad[torch]'" in out.stdout
+
+
+def test_models_holding_symgrad_ops_pickle_whole(tmp_path):
+    model = torch.nn.Sequential(st.MaxPool2d(2, ties="split"), st.ReLU(), torch.nn.Flatten())
+    torch.save(model, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    x = torch.tensor([[[[1.0, 1.0], [0.0, -1.0]]]], requires_grad=True)
+    (g,) = torch.autograd.grad(loaded(x).sum(), x)
+    assert g.flatten().tolist() == [0.5, 0.5, 0.0, 0.0]
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        import pickle
+        pickle.dumps(st.wrap(symgrad.load("hardtanh", min_val=-3.0, max_val=3.0, ties="last")))

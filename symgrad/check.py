@@ -1,0 +1,488 @@
+"""A gradient checker that works at ties and kinks.
+
+``symgrad.check(fn, *inputs, ties=None)`` checks the gradient that ``fn``'s backward gives at
+``inputs`` (small inputs: it makes a few forward calls per input element), exactly where finite
+differences alone cannot: at elements tied for a window's extremum and at the kinks of
+elementwise ops.  It does not read the gradient code under test; it finds the structure by
+probing the forward:
+
+1. One-sided finite differences of every output in every input element (steps of 2**-12, exact
+   on the small dyadic values tests use) give D+ and D-.  An output is smooth in an element when
+   they agree (to 2**-7, relative: a smooth function's curvature moves them apart by O(2**-12));
+   where they differ the element sits at a tie or a kink.
+2. A tie: two or more elements of one output's window at a kink together.  The claimed policy's
+   winner (first/last in the window's order: the inputs' order, then row-major order, as symgrad
+   and the frameworks scan windows) is perturbed by 2**-5 in the direction that makes it the
+   strict winner, and the gradient there (finite differences again, now off the tie) is what
+   backward must give; split averages that over every tied element made the winner in turn; all
+   sums it (and is reported as not a subgradient: its mass exceeds the upstream gradient).
+3. A kink of one element (relu at 0, abs at 0, clamp at a bound): the policy picks among the
+   op's tied pieces in the order of its definition (``symgrad.ops``; the argument order setting
+   applies): first/last must equal the one-sided derivative on the side where that piece wins,
+   split their average, all their sum.  Without an op definition (a user function), first/last
+   must equal one of the two one-sided derivatives.
+4. Mass: the gradients of a tied window's elements add up to the window's derivative along
+   moving all its elements together (the upstream gradient), except under all.
+5. Unpooling: writers of one slot (repeated indices) tie; only the writer that stays moves the
+   output, so the policy's writer is found from the indices.
+
+Elements and outputs touching NaN or an infinity are not checkable and are counted as skipped.
+
+``fn`` is one of: a generated module (``symgrad.load``), a ``symgrad.torch`` op or any function
+of torch tensors with autograd, a ``symgrad.jax`` op or any differentiable JAX function, a pair
+``(forward, vjp)`` of NumPy functions (``forward(*xs) -> y``, ``vjp(g, *xs) -> gradients``), or an
+object with the generated modules' ``forward(*xs) -> (y, saved)`` and ``backward(g, saved)``.
+``op=`` (and ``params``) name the symgrad op a user function computes, for its kinks' pieces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .policy import POLICIES
+
+H = 2.0 ** -12  # finite-difference step
+DELTA = 2.0 ** -5  # how far a tied element is moved to make it the strict winner
+KINK = 2.0 ** -7  # one-sided derivatives further apart than this (relative) are a kink
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One gradient entry that differs from what the policy says."""
+
+    input: str  # the input's name
+    index: tuple  # the element of that input
+    output: tuple  # the output element whose gradient it is
+    expected: float
+    got: float
+    kind: str  # "smooth", "tie", "kink", "mass", "unpool"
+    detail: str
+
+    def __str__(self) -> str:
+        return (f"{self.input}{list(self.index)} <- output{list(self.output)}: expected "
+                f"{self.expected!r}, got {self.got!r} ({self.kind}: {self.detail})")
+
+
+@dataclass
+class Report:
+    """What check found: ``ok``, the failures, and counts of what was checked."""
+
+    ties: str
+    ok: bool = True
+    failures: list = field(default_factory=list)
+    outputs: int = 0  # output elements checked
+    tied_windows: int = 0
+    kinks: int = 0
+    skipped: int = 0  # output elements touching NaN or an infinity
+    not_subgradient: int = 0  # tied windows whose gradient mass exceeds the upstream gradient ('all')
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = (f"symgrad.check ({self.ties}): {'ok' if self.ok else f'{len(self.failures)} failure(s)'}; "
+                f"{self.outputs} outputs, {self.tied_windows} tied windows, {self.kinks} kinks, "
+                f"{self.skipped} skipped (NaN/inf)")
+        if self.not_subgradient:
+            head += f"; {self.not_subgradient} tied windows not a subgradient (policy 'all')"
+        return "\n".join([head] + [f"  {f}" for f in self.failures[:20]])
+
+    def _fail(self, failure: Failure) -> None:
+        self.ok = False
+        self.failures.append(failure)
+
+
+# ----------------------------------------------------------------------------- adapting fn
+
+class _Target:
+    """fn as forward(xs) -> y and vjp(xs, g) -> gradients, on float64 NumPy arrays."""
+
+    def __init__(self, fn, inputs):
+        self.names = tuple(getattr(fn, "INPUTS", None) or getattr(fn, "inputs", None) or
+                           [f"input{k}" for k in range(len(inputs))])
+        kind = _kind(fn, inputs)
+        self.op = getattr(fn, "OP", None) or getattr(fn, "op", None)
+        self.params = getattr(fn, "PARAMS", None) or getattr(fn, "params", None) or {}
+        self.ties = getattr(fn, "TIES", None) or getattr(fn, "ties", None)
+        self.module = fn if kind == "module" else getattr(fn, "module", None)
+        self.forward, self.vjp = {"module": _module_calls, "torch": _torch_calls,
+                                  "jax": _jax_calls, "pair": _pair_calls}[kind](fn)
+
+
+def _kind(fn, inputs) -> str:
+    if isinstance(fn, tuple) and len(fn) == 2 and all(callable(f) for f in fn):
+        return "pair"
+    if hasattr(fn, "forward") and hasattr(fn, "backward") and not callable(fn):
+        return "module"
+    roots = {type(x).__module__.partition(".")[0] for x in inputs}
+    if "torch" in roots or type(fn).__module__ == "symgrad.torch":
+        return "torch"
+    if "jax" in roots or "jaxlib" in roots or type(fn).__module__ == "symgrad.jax":
+        return "jax"
+    raise TypeError("symgrad.check: fn must be a generated module, a (forward, vjp) pair of NumPy "
+                    "functions, or a torch/JAX function given torch/JAX inputs; got "
+                    f"{type(fn).__name__} with inputs of type {', '.join(sorted(roots))}")
+
+
+def _module_calls(m):
+    def forward(xs):
+        return np.asarray(m.forward(*xs)[0], dtype=np.float64)
+
+    def vjp(xs, g):
+        _, saved = m.forward(*xs)
+        return list(m.backward(g, saved))
+    return forward, vjp
+
+
+def _pair_calls(pair):
+    fwd, vjp = pair
+    return (lambda xs: np.asarray(fwd(*xs), dtype=np.float64),
+            lambda xs, g: list(vjp(g, *xs)))
+
+
+def _torch_calls(fn):
+    import torch
+
+    def tensors(xs, grad=False):
+        return [torch.tensor(x, requires_grad=grad and x.dtype.kind == "f") for x in xs]
+
+    def forward(xs):
+        with torch.no_grad():
+            return fn(*tensors(xs)).numpy().astype(np.float64)
+
+    def vjp(xs, g):
+        ts = tensors(xs, grad=True)
+        floats = [t for t in ts if t.requires_grad]
+        grads = iter(torch.autograd.grad(fn(*ts), floats, torch.tensor(g), allow_unused=True))
+        out = []
+        for t in ts:
+            if not t.requires_grad:
+                out.append(None)
+                continue
+            d = next(grads)
+            out.append(np.zeros(t.shape) if d is None else d.numpy())
+        return out
+    return forward, vjp
+
+
+def _jax_calls(fn):
+    import jax
+    import jax.numpy as jnp
+
+    def forward(xs):
+        return np.asarray(fn(*[jnp.asarray(x) for x in xs]), dtype=np.float64)
+
+    def vjp(xs, g):
+        floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f"]
+
+        def of_floats(*fs):
+            args = list(xs)
+            for k, f in zip(floats, fs):
+                args[k] = f
+            return fn(*[jnp.asarray(a) for a in args])
+        _, pull = jax.vjp(of_floats, *[jnp.asarray(xs[k]) for k in floats])
+        grads = iter(pull(jnp.asarray(g)))
+        return [np.asarray(next(grads)) if k in floats else None for k in range(len(xs))]
+    return forward, vjp
+
+
+def _as_arrays(inputs) -> list:
+    out = []
+    for x in inputs:
+        if type(x).__module__.partition(".")[0] == "torch":
+            x = x.detach().cpu().numpy()
+        x = np.asarray(x)
+        out.append(x.astype(np.float64) if x.dtype.kind == "f" else x)
+    return out
+
+
+# ----------------------------------------------------------------------------- the checker
+
+def check(fn, *inputs, ties: str | None = None, op: str | None = None, params: dict | None = None,
+          order: str | None = None, rtol: float = 1e-6, atol: float = 1e-9) -> Report:
+    """Check fn's gradient at these inputs, ties and kinks included, against the tie policy
+    ``ties`` (default: the one fn carries, as generated modules and symgrad ops do).  Returns a
+    Report; ``bool(report)`` is whether every checked entry matched."""
+    if not inputs:
+        raise ValueError("symgrad.check: give the inputs to check the gradient at")
+    xs = _as_arrays(inputs)
+    target = _Target(fn, inputs)
+    ties = ties or target.ties
+    if ties not in POLICIES:
+        raise ValueError(f"symgrad.check: ties must be one of {', '.join(POLICIES)} (or carried by fn), "
+                         f"got {ties!r}")
+    report = Report(ties)
+    pieces = _Pieces.of(op or target.op, params if params is not None else target.params,
+                        order or getattr(target.module, "ORDER", None), ties)
+    y0 = target.forward(xs)
+    floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f"]
+    elements = [(k, i) for k in floats for i in np.ndindex(xs[k].shape)]
+    # W: row o is the gradient that backward gives for upstream gradient e_o
+    m = y0.size
+    W = np.zeros((m, len(elements)))
+    for o in range(m):
+        g = np.zeros(y0.shape)
+        g.reshape(-1)[o] = 1.0
+        grads = target.vjp([x.copy() for x in xs], g.astype(_dtype(y0, xs)))
+        W[o] = [np.asarray(grads[k], dtype=np.float64)[i] for k, i in elements]
+    Dp, Dm = _one_sided(target, xs, elements, y0)
+    writers = _unpool_writers(target, xs, y0)
+    for o in range(m):
+        _check_output(report, target, xs, elements, y0, o, W[o], Dp[o], Dm[o], ties, pieces,
+                      writers.get(o), rtol, atol)
+    return report
+
+
+def _dtype(y0, xs):
+    floats = [x.dtype for x in xs if x.dtype.kind == "f"]
+    return floats[0] if floats else np.float64
+
+
+def _moved(xs, k, i, by):
+    out = [x.copy() for x in xs]
+    out[k][i] = out[k][i] + by
+    return out
+
+
+def _one_sided(target, xs, elements, y0):
+    """D+ and D-: (outputs, elements) one-sided differences."""
+    m = y0.size
+    Dp, Dm = np.zeros((m, len(elements))), np.zeros((m, len(elements)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        for e, (k, i) in enumerate(elements):
+            Dp[:, e] = ((target.forward(_moved(xs, k, i, H)) - y0) / H).reshape(-1)
+            Dm[:, e] = ((y0 - target.forward(_moved(xs, k, i, -H))) / H).reshape(-1)
+    return Dp, Dm
+
+
+def _central(target, xs, k, i, o):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return float((target.forward(_moved(xs, k, i, H)).reshape(-1)[o]
+                      - target.forward(_moved(xs, k, i, -H)).reshape(-1)[o]) / (2 * H))
+
+
+def _kink(dp: float, dm: float) -> bool:
+    """The one-sided derivatives differ by more than a smooth function's curvature over H can
+    make them (a kink changes the slope by O(1); curvature by O(H))."""
+    return abs(dp - dm) > KINK * max(1.0, abs(dp), abs(dm))
+
+
+def _close(a, b, rtol, atol) -> bool:
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, slot_writers, rtol, atol):
+    out_index = np.unravel_index(o, y0.shape)
+    deps = [e for e in range(len(elements)) if dp[e] != 0 or dm[e] != 0 or w[e] != 0]
+    values = [xs[elements[e][0]][elements[e][1]] for e in deps]
+    if not np.isfinite(y0.reshape(-1)[o]) or not np.all(np.isfinite(values)) or \
+            not (np.all(np.isfinite(dp[deps])) and np.all(np.isfinite(dm[deps]))):
+        report.skipped += 1
+        return
+    report.outputs += 1
+    name = lambda e: target.names[elements[e][0]]  # noqa: E731
+
+    def fail(e, expected, kind, detail):
+        report._fail(Failure(name(e), tuple(int(v) for v in elements[e][1]), tuple(int(v) for v in out_index),
+                             float(expected), float(w[e]), kind, detail))
+
+    if slot_writers is not None and len(slot_writers) > 1:
+        _check_unpool_slot(report, elements, w, o, slot_writers, ties, fail, rtol, atol)
+        return
+    kinks = [e for e in deps if _kink(dp[e], dm[e])]
+    tied = kinks if len(kinks) >= 2 else []
+    for e in deps:
+        if e in tied:
+            continue
+        if e in kinks:
+            report.kinks += 1
+            expected, why = pieces.at_kink(xs, elements[e], out_index, dp[e], dm[e], w[e])
+        else:
+            expected, why = (dp[e] + dm[e]) / 2, "smooth: central differences"
+        if expected is not None and not _close(w[e], expected, rtol, atol):
+            fail(e, expected, "kink" if e in kinks else "smooth", why)
+    if tied:
+        _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fail, rtol, atol)
+
+
+def _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fail, rtol, atol):
+    """Elements tied for one output: perturb the policy's winner(s) into strict winners."""
+    report.tied_windows += 1
+    order = sorted(tied, key=lambda e: (elements[e][0], elements[e][1]))  # the window's scan order
+
+    def strict(e):
+        """The output's derivatives in the tied elements with e made the strict winner."""
+        side = 1.0 if abs(dp[e]) >= abs(dm[e]) else -1.0  # the side where e moves the output
+        moved = _moved(xs, *elements[e], side * DELTA)
+        return {t: _central(target, moved, *elements[t], o) for t in tied}
+
+    if ties in ("first", "last"):
+        winner = order[0] if ties == "first" else order[-1]
+        expected = strict(winner)
+        why = f"tie of {len(tied)}: the {ties} ({_where(elements[winner])}) made the strict winner"
+    else:
+        rows = [strict(e) for e in tied]
+        expected = {t: sum(r[t] for r in rows) / (len(rows) if ties == "split" else 1) for t in tied}
+        why = (f"tie of {len(tied)}: the mean over each tied element made the strict winner" if ties == "split"
+               else f"tie of {len(tied)}: the sum over each tied element made the strict winner")
+    for t in tied:
+        if not _close(w[t], expected[t], rtol, atol):
+            fail(t, expected[t], "tie", why)
+    # mass: moving the window's elements together moves the output by the upstream gradient
+    along = _along(target, xs, elements, deps, o)
+    mass = float(sum(w[e] for e in deps))
+    if ties == "all":
+        if mass > along + atol:
+            report.not_subgradient += 1
+    elif not _close(mass, along, rtol, atol):
+        report._fail(Failure(target.names[elements[tied[0]][0]], tuple(int(v) for v in elements[tied[0]][1]),
+                             tuple(int(v) for v in np.unravel_index(o, target.forward(xs).shape)),
+                             along, mass, "mass",
+                             f"the window's gradients add up to {mass!r}, its upstream gradient is {along!r}"))
+
+
+def _along(target, xs, elements, deps, o) -> float:
+    """The derivative of output o along moving all of deps together (central differences)."""
+    def moved(by):
+        out = [x.copy() for x in xs]
+        for e in deps:
+            k, i = elements[e]
+            out[k][i] += by
+        return target.forward(out).reshape(-1)[o]
+    return float((moved(H) - moved(-H)) / (2 * H))
+
+
+def _where(element) -> str:
+    k, i = element
+    return f"input {k} at {list(int(v) for v in i)}"
+
+
+# ----------------------------------------------------------------------------- unpooling
+
+def _unpool_writers(target, xs, y0) -> dict:
+    """{output position: [elements]} of the writers of each slot, for unpooling ops (from the
+    indices: only the writer that stays moves the output, so probing cannot see the others)."""
+    from .ops import OPS
+    if target.op not in OPS or OPS[target.op].kind != "unpool":
+        return {}
+    x, idx = xs[0], xs[1]
+    spatial = OPS[target.op].spatial
+    planes = int(np.prod(x.shape[:-spatial]))
+    n, size = int(np.prod(x.shape[-spatial:])), int(np.prod(y0.shape[-spatial:]))
+    flat = idx.reshape(planes, n)
+    writers: dict = {}
+    for p in range(planes):
+        for j in range(n):
+            o = p * size + int(flat[p, j])
+            writers.setdefault(o, []).append(p * n + j)  # element number among x's elements
+    return writers
+
+
+def _check_unpool_slot(report, elements, w, o, writers, ties, fail, rtol, atol):
+    """Writers of one slot tie: first/last keep the first/last write (row-major) and give it the
+    slot's gradient; all gives every writer the slot's gradient (not a subgradient)."""
+    report.tied_windows += 1
+    expected = {e: 0.0 for e in writers}
+    if ties == "first":
+        expected[writers[0]] = 1.0
+    elif ties == "last":
+        expected[writers[-1]] = 1.0
+    else:
+        expected = {e: 1.0 for e in writers}
+        report.not_subgradient += 1
+    for e, want in expected.items():
+        if not _close(w[e], want, rtol, atol):
+            fail(e, want, "unpool", f"{len(writers)} writers of one slot, policy {ties}")
+
+
+# ----------------------------------------------------------------------------- kinks
+
+class _Pieces:
+    """An elementwise op's pieces, from its definition (symgrad.ops), to say which one-sided
+    derivative the policy's piece has at a kink."""
+
+    def __init__(self, op, ties):
+        self.op, self.ties = op, ties
+
+    @classmethod
+    def of(cls, name, params, order, ties):
+        from .ops import OPS, resolve
+        if name not in OPS or OPS[name].kind != "elementwise":
+            return cls(None, ties)
+        try:
+            return cls(resolve(name, ties, order=order, **{k: v for k, v in (params or {}).items()}), ties)
+        except (TypeError, ValueError):
+            return cls(None, ties)
+
+    def at_kink(self, xs, element, out_index, dp, dm, got):
+        """(expected gradient, why) at a kink of one element; expected None: anything allowed."""
+        if self.ties == "split":
+            return (dp + dm) / 2, "kink: the mean of the one-sided derivatives"
+        if self.ties == "all":
+            return dp + dm, "kink: the sum of the one-sided derivatives"
+        side = self._side(xs, element[0], out_index)
+        if side is None:
+            if _close(got, dp, 1e-9, 1e-12) or _close(got, dm, 1e-9, 1e-12):
+                return None, ""
+            return dp, f"kink: {self.ties} must be one of the one-sided derivatives {dm!r}, {dp!r}"
+        return (dp, f"kink: the {self.ties} piece wins above it") if side > 0 else \
+            (dm, f"kink: the {self.ties} piece wins below it")
+
+    def _side(self, xs, k, out_index):
+        """+1 when the policy's piece of the tied node wins above the kink (input k moving up),
+        -1 below, None when the op's definition is not known."""
+        if self.op is None:
+            return None
+        import sympy as sp
+
+        from .indicators import MaxOf, MinOf
+        spec = self.op.spec
+        symbols = [sp.Symbol(n, real=True) for n in spec.inputs]
+        expr = spec.forward(self.op.params, symbols)
+        if self.op.order == "reversed":
+            expr = expr.replace(lambda e: isinstance(e, (MaxOf, MinOf)), lambda e: e.func(*reversed(e.args)))
+        shape = np.broadcast_shapes(*[x.shape for x in xs])
+        env = {s: float(np.broadcast_to(x, shape)[out_index]) for s, x in zip(symbols, xs)}
+        node = _tied_node(expr, env)
+        if node is None:
+            return None
+        vals = [_value(a, env) for a in node.args]
+        ext = max(vals) if isinstance(node, MaxOf) else min(vals)
+        tied = [a for a, v in zip(node.args, vals) if v == ext]
+        chosen = tied[0] if self.ties == "first" else tied[-1]
+        # the chosen piece wins on the side where it beats the other tied pieces
+        up = {**env, symbols[k]: env[symbols[k]] + DELTA}
+        c = _value(chosen, up)
+        rest = [_value(a, up) for a in tied if a is not chosen]
+        beats = all(c > r for r in rest) if isinstance(node, MaxOf) else all(c < r for r in rest)
+        return 1 if beats else -1
+
+
+def _tied_node(expr, env):
+    """The innermost max/min node of expr whose arguments tie at env (the kink's node)."""
+    from .indicators import MaxOf, MinOf
+    found = None
+    for node in _preorder(expr):
+        if isinstance(node, (MaxOf, MinOf)):
+            vals = [_value(a, env) for a in node.args]
+            ext = max(vals) if isinstance(node, MaxOf) else min(vals)
+            if sum(v == ext for v in vals) >= 2:
+                found = node
+    return found
+
+
+def _value(expr, env) -> float:
+    """The value of an op definition's expression (max/min nodes as max/min)."""
+    from .indicators import MaxOf, MinOf
+    if isinstance(expr, (MaxOf, MinOf)):
+        vals = [_value(a, env) for a in expr.args]
+        return max(vals) if isinstance(expr, MaxOf) else min(vals)
+    return float(expr.xreplace(env))
+
+
+def _preorder(expr):
+    yield expr
+    for a in expr.args:
+        yield from _preorder(a)
