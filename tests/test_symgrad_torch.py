@@ -181,14 +181,17 @@ def test_opcheck_every_catalog_op(entry):
     f = st.wrap(api._load(entry, "numpy"))
     inputs = _catalog_inputs(entry, rng)
     forward, backward, jvp = f._ops
-    checks = ("test_schema", "test_autograd_registration", "test_faketensor")
-    torch.library.opcheck(forward, ([t.requires_grad_(t.dtype.is_floating_point) for t in inputs],),
-                          test_utils=checks)
+    # every check opcheck has (schema, autograd registration, fake tensors, AOT dispatch with
+    # dynamic shapes) on the forward operator; the others are reached only from autograd
+    torch.library.opcheck(forward, ([t.requires_grad_(t.dtype.is_floating_point) for t in inputs],))
+    checks = ("test_schema", "test_autograd_registration", "test_faketensor")  # no autograd: jvp
     with torch.no_grad():
         out, *arrays = forward([t.detach() for t in inputs])
     plain = [t.detach() for t in inputs]
     g = torch.ones_like(out)
-    torch.library.opcheck(backward, (g, plain, out, arrays), test_utils=checks)
+    # double backward (through the backward operator's autograd) exists for piecewise-linear ops
+    torch.library.opcheck(backward, (g.requires_grad_(), plain, out, arrays),
+                          test_utils=checks + ("test_aot_dispatch_dynamic",) if f.module.PIECEWISE_LINEAR else checks)
     tangents = [torch.ones_like(plain[k]) for k in f._differentiable]
     torch.library.opcheck(jvp, (tangents, plain, out, arrays), test_utils=checks)
 
