@@ -480,8 +480,10 @@ class _Unpool(torch.nn.Module):
         self.fn = op(self._op, **self._args)
 
     def forward(self, input, indices, output_size=None):
-        fn = self.fn if output_size is None else op(self._op, output_size=tuple(output_size), **self._args)
-        return fn(input, indices)
+        if output_size is None:
+            return self.fn(input, indices)
+        spatial = self.fn.module.SPATIAL  # torch.nn accepts (N, C, *spatial) too: the spatial part
+        return op(self._op, output_size=tuple(output_size)[-spatial:], **self._args)(input, indices)
 
 
 class MaxUnpool1d(_Unpool):

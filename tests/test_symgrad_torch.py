@@ -244,8 +244,9 @@ def test_nn_modules_match_torch_nn():
     pooled, indices = F.max_pool2d(x[..., :8, :8], 2, return_indices=True)
     torch.testing.assert_close(st.MaxUnpool2d(2)(pooled, indices), torch.nn.MaxUnpool2d(2)(pooled, indices))
     pooled, indices = F.max_pool2d(x, 2, return_indices=True)  # 9 x 9: output_size says so
-    torch.testing.assert_close(st.MaxUnpool2d(2)(pooled, indices, output_size=(9, 9)),
-                               torch.nn.MaxUnpool2d(2)(pooled, indices, output_size=(9, 9)))
+    for size in ((9, 9), x.shape):  # torch.nn also takes the full (N, C, H, W) size
+        torch.testing.assert_close(st.MaxUnpool2d(2)(pooled, indices, output_size=size),
+                                   torch.nn.MaxUnpool2d(2)(pooled, indices, output_size=size))
 
 
 def test_policy_reaches_the_gradient():
