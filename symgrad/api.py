@@ -172,13 +172,29 @@ def _load(spec, backend: str) -> ModuleType:
             got = [_cache.read_entry(folder / n, key) for n in names]  # None unless intact
             if any(g is None for g in got):
                 files = render(spec, backend)
-                for n in names:  # the module last
-                    _cache.write_entry(folder / n, files[n])
+                folder = _write_entry(folder, names, files)
                 got = [files[n] for n in names]
             sources = got
         module = _import(folder / names[-1], key, sources[-1])
         _LOADED[key] = module
         return module
+
+
+def _write_entry(folder: Path, names: list, files: dict) -> Path:
+    """Write an entry into the cache; where the cache cannot be written (a file in its place,
+    read-only, full, or someone else's file in the way), into a private temporary directory
+    instead.  Returns the folder the files are in.  The module is imported from the source just
+    rendered either way, never read back."""
+    try:
+        for n in names:  # the module last
+            _cache.write_entry(folder / n, files[n])
+        return folder
+    except OSError:
+        import tempfile
+        private = Path(tempfile.mkdtemp(prefix="symgrad-"))  # mode 0700, this process's own
+        for n in names:
+            _cache.write_entry(private / n, files[n])
+        return private
 
 
 # ----------------------------------------------------------------------------- expressions

@@ -60,8 +60,28 @@ def read_keyed(path: Path, key: str) -> str | None:
     return source if key_line(source) == key else None
 
 
+def trusted(path: Path) -> bool:
+    """Written by this user: the file and its directory belong to us and nobody else can write
+    them, and the file is a regular file (not a link, FIFO or device).  The hash beside a module
+    guards against damage; this guards against another user of a shared cache directory."""
+    import stat
+    if not hasattr(os, "getuid"):
+        return True  # no POSIX ownership (Windows): the cache is in the user's profile
+    try:
+        for p in (path, path.parent):
+            st = os.lstat(p)
+            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
+                    or (p is path and not stat.S_ISREG(st.st_mode)):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def read_entry(path: Path, key: str) -> str | None:
-    """The source of an intact entry (hash and key match), else None."""
+    """The source of an intact entry (hash and key match, written by this user), else None."""
+    if not (trusted(path) and trusted(hash_path(path))):
+        return None
     try:
         data = path.read_bytes()
         recorded = hash_path(path).read_text(encoding="ascii").split()

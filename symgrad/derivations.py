@@ -100,26 +100,9 @@ def _reconstructor(cls, base, state):
     return copyreg._reconstructor(cls, base, state)
 
 
-def _trusted(path: Path) -> bool:
-    """Written by this user: the file and its directory belong to us, and neither is writable by
-    anyone else (another user's file in a shared cache is never unpickled)."""
-    import os
-    import stat
-    if not hasattr(os, "getuid"):
-        return True  # no POSIX ownership (Windows): the cache is in the user's profile
-    try:
-        for p in (path, path.parent):
-            st = os.lstat(p)
-            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
-                    or (p is path and not stat.S_ISREG(st.st_mode)):
-                return False
-    except OSError:
-        return False
-    return True
-
-
 def _read(path: Path, op: Op) -> Derivation | None:
-    if not _trusted(path):
+    from .cache import trusted
+    if not trusted(path):  # another user's file is never unpickled
         return None
     try:
         with open(path, "rb") as f:

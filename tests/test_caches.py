@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,3 +152,36 @@ def test_cache_clear_never_follows_links_and_keeps_files_without_provenance(cach
     cache_mod.clear(cache)
     assert (project / "train.py").read_text() == "print('my work')\n" and (project / "kernel.cu").exists()
     assert (foreign / "notes.py").exists() and (foreign / "notes.py.sha256").exists()
+
+
+def test_a_module_planted_where_others_can_write_is_not_run(cache, monkeypatch, tmp_path):
+    """A module with a matching hash in a cache entry that others can write is not trusted: the
+    hash guards against damage, not against another user of a shared cache."""
+    from symgrad import cache as cache_mod
+    monkeypatch.setattr(api, "_LOADED", {})
+    module = symgrad.load("relu", ties="split")  # generated into the private cache
+    path = Path(module.__file__)
+    marker = tmp_path / "ran"
+    planted = path.read_text() + f"\nopen({str(marker)!r}, 'w').close()\n"
+    path.write_text(planted)
+    cache_mod.hash_path(path).write_text(f"{cache_mod.digest(planted.encode())}  {path.name}\n")
+    path.parent.chmod(0o777)
+    try:
+        monkeypatch.setattr(api, "_LOADED", {})
+        again = symgrad.load("relu", ties="split")
+        assert not marker.exists()
+        y, saved = again.forward(np.array([-1.0, 0.0, 2.0]))
+        assert again.backward(np.ones(3), saved)[0].tolist() == [0.0, 0.5, 1.0]
+    finally:
+        path.parent.chmod(0o755)
+
+
+def test_load_works_where_the_cache_cannot_be_written(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache would be\n")
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(api, "_LOADED", {})
+    module = symgrad.load("relu", ties="split", convention=None)
+    assert not str(module.__file__).startswith(str(blocker))
+    y, _ = module.forward(np.array([-1.0, 2.0]))
+    assert y.tolist() == [0.0, 2.0]
