@@ -170,3 +170,24 @@ def test_a_missing_jax_is_explained():
             "try:\n    import symgrad.jax\nexcept ModuleNotFoundError as e:\n    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'symgrad[jax]'" in out.stdout
+
+
+def test_grad_with_respect_to_one_input_of_two():
+    """A constant input has no tangent: only the differentiated inputs are linear arguments."""
+    f = sj.op("maximum", ties="split")
+    a, b = jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(jax.grad(lambda u: f(u, b).sum())(a), [0.0, 0.5, 1.0])
+    np.testing.assert_array_equal(jax.jit(jax.grad(lambda v: f(a, v).sum()))(b), [1.0, 0.5, 0.0])
+    np.testing.assert_array_equal(jax.jvp(lambda v: f(a, v), (b,), (jnp.ones(3),))[1], [1.0, 0.5, 0.0])
+    # grad-of-grad with the other input constant: d/du of 2 f(u, b) w(u) with the split weight w
+    # (0, 1/2, 1) constant almost everywhere is 2 w^2
+    np.testing.assert_array_equal(jax.grad(lambda u: jax.grad(lambda w: (f(w, b) ** 2).sum())(u).sum())(a),
+                                  [0.0, 0.5, 2.0])
+
+
+def test_an_input_outside_wrt_is_refused_when_differentiated():
+    f = sj.expr("Max(x, 2*y)", inputs=["x", "y"], wrt=["x"])
+    x, y = jnp.asarray([1.0, 3.0]), jnp.asarray([1.0, 1.0])
+    np.testing.assert_array_equal(jax.grad(lambda u: f(u, y).sum())(x), [0.0, 1.0])
+    with pytest.raises(ValueError, match=r"y is not differentiated \(wrt=\['x'\]\)"):
+        jax.grad(lambda v: f(x, v).sum())(y)
