@@ -36,22 +36,64 @@ def _pool(k, s, pads):
     return f
 
 
-# (id, op, params, JAX function, input shapes, values)
+def _adaptive(shape, out):
+    """PyTorch's adaptive windows, each reduced by jnp.max (JAX has no adaptive max pooling)."""
+    bounds = [[((i * n) // o, -(-((i + 1) * n) // o)) for i in range(o)] for n, o in zip(shape, out)]
+
+    def f(x):
+        return jnp.stack([jnp.stack([jnp.max(x[..., h0:h1, w0:w1], axis=(-2, -1)) for w0, w1 in bounds[1]], -1)
+                          for h0, h1 in bounds[0]], -2)
+    return f
+
+
+# Results whose sign of zero differs from JAX's, as issue 15 lists them (compared with +0 == -0):
+# JAX's relu/relu6/abs of -0.0, maximum/minimum (and clip) of +-0, amax([0., -0.]) and JAX's max
+# pooling forward over +-0, JAX's gradients where g * 0 is -0.0 (the first-order gradient and its
+# derivative with respect to g, W v).
+_MINMAX_ZEROS = {"y", "grad0", "grad1", "d_g"}
+_REDUCE_ZEROS = {"y", "grad0"}
+
+# (id, op, params, JAX function, input shapes, values, reference, results with issue 15's signed
+# zeros).  reference: "jit" (JAX's own op under jit), or "eager" for jnp.max / jnp.min, whose VJP
+# XLA changes under jit (the NaN, 0/0, of a slice holding NaN becomes 0); the preset follows the
+# eager VJP.
 CASES = [
-    ("relu", "relu", {}, jax.nn.relu, [(40,)], "specials"),
-    ("relu6", "relu6", {}, jax.nn.relu6, [(40,)], "specials"),
-    ("leaky_relu", "leaky_relu", {"negative_slope": 0.5}, lambda x: jax.nn.leaky_relu(x, 0.5), [(40,)], "specials"),
-    ("hardtanh", "hardtanh", {}, jax.nn.hard_tanh, [(40,)], "specials"),
-    ("clamp", "clamp", {"min": -1.0, "max": 2.0}, lambda x: jnp.clip(x, -1.0, 2.0), [(40,)], "specials"),
-    ("abs", "abs", {}, jnp.abs, [(40,)], "specials"),
-    ("maximum", "maximum", {}, jnp.maximum, [(6, 5), (6, 5)], "specials"),
-    ("minimum-broadcast", "minimum", {}, jnp.minimum, [(6, 5), (5,)], "specials"),
-    ("amax", "amax", {"dim": 1}, lambda x: jnp.max(x, axis=1), [(3, 4, 2)], "ints"),
-    ("amin", "amin", {"dim": -1}, lambda x: jnp.min(x, axis=-1), [(3, 5)], "ints"),
-    ("max_pool1d", "max_pool1d", {"kernel_size": 2}, _pool((2,), (2,), [(0, 0)]), [(2, 3, 8)], "ints"),
+    ("relu", "relu", {}, jax.nn.relu, [(40,)], "specials", "jit", {"y"}),
+    ("relu6", "relu6", {}, jax.nn.relu6, [(40,)], "specials", "jit", {"y"}),
+    ("leaky_relu", "leaky_relu", {}, jax.nn.leaky_relu, [(40,)], "specials", "jit", set()),
+    ("leaky_relu-0.5", "leaky_relu", {"negative_slope": 0.5}, lambda x: jax.nn.leaky_relu(x, 0.5), [(40,)],
+     "specials", "jit", set()),
+    ("leaky_relu-neg", "leaky_relu", {"negative_slope": -0.5}, lambda x: jax.nn.leaky_relu(x, -0.5), [(40,)],
+     "specials", "jit", set()),
+    ("leaky_relu-2", "leaky_relu", {"negative_slope": 2.0}, lambda x: jax.nn.leaky_relu(x, 2.0), [(40,)],
+     "specials", "jit", set()),
+    ("hardtanh", "hardtanh", {}, jax.nn.hard_tanh, [(40,)], "specials", "jit", set()),
+    ("clamp", "clamp", {"min": -1.0, "max": 2.0}, lambda x: jnp.clip(x, -1.0, 2.0), [(40,)], "specials", "jit",
+     _MINMAX_ZEROS),
+    ("clamp-min", "clamp", {"min": 0.0}, lambda x: jnp.clip(x, 0.0, None), [(40,)], "specials", "jit", _MINMAX_ZEROS),
+    ("clamp-max", "clamp", {"max": 0.0}, lambda x: jnp.clip(x, None, 0.0), [(40,)], "specials", "jit", _MINMAX_ZEROS),
+    ("abs", "abs", {}, jnp.abs, [(40,)], "specials", "jit", {"y"}),
+    ("maximum", "maximum", {}, jnp.maximum, [(6, 5), (6, 5)], "specials", "jit", _MINMAX_ZEROS),
+    ("maximum-broadcast", "maximum", {}, jnp.maximum, [(1, 5), (6, 1)], "specials", "jit", _MINMAX_ZEROS),
+    ("minimum-broadcast", "minimum", {}, jnp.minimum, [(6, 5), (5,)], "specials", "jit", _MINMAX_ZEROS),
+    ("amax", "amax", {"dim": 1}, lambda x: jnp.max(x, axis=1), [(3, 4, 2)], "ints", "eager", _REDUCE_ZEROS),
+    ("amax-dims-keepdim", "amax", {"dim": (0, 2), "keepdim": True},
+     lambda x: jnp.max(x, axis=(0, 2), keepdims=True), [(3, 4, 2)], "ints", "eager", _REDUCE_ZEROS),
+    ("amax-all", "amax", {}, jnp.max, [(3, 4)], "ints", "eager", _REDUCE_ZEROS),
+    ("amin", "amin", {"dim": -1}, lambda x: jnp.min(x, axis=-1), [(3, 5)], "ints", "eager", _REDUCE_ZEROS),
+    ("max_pool1d", "max_pool1d", {"kernel_size": 2}, _pool((2,), (2,), [(0, 0)]), [(2, 3, 8)], "ints", "jit", {"y"}),
+    ("max_pool1d-padded", "max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1},
+     _pool((3,), (2,), [(1, 1)]), [(2, 3, 9)], "ints", "jit", {"y"}),
     ("max_pool2d", "max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1},
-     _pool((3, 3), (2, 2), [(1, 1), (1, 1)]), [(2, 2, 7, 7)], "ints"),
-    ("maxout", "maxout", {"pieces": 2}, lambda x: jnp.max(x.reshape(2, 3, 2, 3), axis=2), [(2, 6, 3)], "ints"),
+     _pool((3, 3), (2, 2), [(1, 1), (1, 1)]), [(2, 2, 7, 7)], "ints", "jit", {"y"}),
+    ("max_pool2d-unbatched", "max_pool2d", {"kernel_size": 2, "stride": 1},
+     _pool((2, 2), (1, 1), [(0, 0), (0, 0)]), [(3, 5, 5)], "ints", "jit", {"y"}),
+    ("max_pool3d", "max_pool3d", {"kernel_size": 2}, _pool((2, 2, 2), (2, 2, 2), [(0, 0)] * 3), [(1, 2, 4, 4, 4)],
+     "ints", "jit", {"y"}),
+    ("adaptive_max_pool2d", "adaptive_max_pool2d", {"output_size": (3, 4)}, _adaptive((7, 5), (3, 4)),
+     [(2, 2, 7, 5)], "ints", "eager", _REDUCE_ZEROS),
+    ("maxout", "maxout", {"pieces": 2}, lambda x: jnp.max(x.reshape(2, 3, 2, 3), axis=2), [(2, 6, 3)], "ints",
+     "eager", _REDUCE_ZEROS),
 ]
 
 
@@ -69,8 +111,13 @@ def _grads(rng, shape):
     return rng.integers(-3, 4, size=shape).astype(np.float64) * 12
 
 
+def _labels(n):
+    """Names of _results' entries for n inputs."""
+    return ["y", *(f"grad{k}" for k in range(n)), "d_g", *(f"d{k}" for k in range(n))]
+
+
 def _results(fn, xs, g, v, jit=True):
-    """Forward, grad, and the grad of <grad, v> with respect to g and the inputs (under jit)."""
+    """Forward, grad, and the grad of <grad, v> with respect to g (W v) and the inputs."""
     xs = tuple(jnp.asarray(x) for x in xs)
     compile = jax.jit if jit else (lambda f: f)  # noqa: E731
 
@@ -86,9 +133,24 @@ def _results(fn, xs, g, v, jit=True):
     return [np.asarray(a) for a in (y, *first, d_g, *d_xs)]
 
 
+def _transpose_of_first_order(jax_fn, x, v):
+    """W v built from JAX's own first-order VJP, W^T: (W v)_j = <VJP(e_j), v>."""
+    y, pullback = jax.vjp(jax_fn, jnp.asarray(x))
+    eye = jnp.eye(y.size, dtype=y.dtype).reshape((y.size,) + y.shape)
+    rows = np.asarray(jax.vmap(lambda e: pullback(e)[0])(eye))
+    return np.tensordot(rows, v, axes=v.ndim).reshape(y.shape)
+
+
+def _signed_zeros(a, b) -> int:
+    """How many entries are zeros of opposite signs."""
+    return int(((a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))).sum())
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_jax_convention_equals_jax(case):
-    _, name, params, jax_fn, shapes, kind = case
+    """Ours under jit equals JAX's op bit for bit (NaN == NaN), forward, grad and grad-of-grad; a
+    sign of zero may differ only where issue 15 lists it."""
+    _, name, params, jax_fn, shapes, kind, reference, signed_zeros = case
     rng = np.random.default_rng(0)
     ours = sj.op(name, convention="jax", **params)
     for _ in range(3):
@@ -96,11 +158,23 @@ def test_jax_convention_equals_jax(case):
         y = np.asarray(jax_fn(*xs))
         g = _grads(rng, y.shape)
         v = [_grads(rng, x.shape) for x in xs]
-        # ours under jit; JAX's eagerly: XLA's jit of jnp.max's VJP turns the NaN (0/0) of a
-        # slice holding NaN into 0, which the eager VJP (the preset's reference) does not
-        for k, (a, b) in enumerate(zip(_results(ours, xs, g, v), _results(jax_fn, xs, g, v, jit=False))):
-            assert a.shape == b.shape, (k, a.shape, b.shape)
-            np.testing.assert_array_equal(a, b, err_msg=f"{name}: result {k}")  # NaN == NaN, 0.0 == -0.0
+        want = _results(jax_fn, xs, g, v, jit=reference == "jit")
+        got = _results(ours, xs, g, v)
+        if name.startswith("max_pool"):
+            # JAX contradicts itself here: its grad-of-grad (select_and_gather_add) is not the
+            # transpose of its own VJP (select_and_scatter_add) in some windows holding NaN (NaN
+            # then padding); there the oracle is that transpose, which the generated jvp is by
+            # contract
+            d_g = _labels(1).index("d_g")
+            transposed = _transpose_of_first_order(jax_fn, xs[0], v[0])
+            contradicted = ~((want[d_g] == transposed) | (np.isnan(want[d_g]) & np.isnan(transposed)))
+            holds_nan = np.asarray(jax_fn(np.isnan(xs[0]).astype(np.float64))) > 0
+            assert not (contradicted & ~holds_nan).any()
+            want[d_g] = np.where(contradicted, transposed, want[d_g])
+        for label, a, b in zip(_labels(len(xs)), got, want):
+            assert a.shape == b.shape, (label, a.shape, b.shape)
+            np.testing.assert_array_equal(a, b, err_msg=f"{name}: {label}")  # NaN == NaN, 0.0 == -0.0
+            assert label in signed_zeros or _signed_zeros(a, b) == 0, f"{name}: {label}: sign of zero"
 
 
 def test_logsumexp_first_order_and_no_higher():
