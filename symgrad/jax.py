@@ -9,15 +9,24 @@ How: a ``jax.custom_jvp`` function whose primal runs the module's forward in a
 ``jax.custom_derivatives.linear_call(jvp, backward, residuals, tangents)``: the module's ``jvp``,
 declared linear in the tangents with the module's ``backward`` as its transpose.  Reverse mode is
 JAX's transposition of that linear call, so ``jax.grad`` runs the generated backward (a gather),
-never a transposed jvp.  The two linear maps are themselves ``custom_jvp`` functions: each is
-linear in its tangent argument (its derivative there is itself), and for piecewise-linear modules
-(``PIECEWISE_LINEAR``) constant in the residuals almost everywhere, which makes grad-of-grad and
-higher orders exact; for logsumexp and expressions with smooth non-linear parts differentiating
-them raises a clear error.  The shapes of the callbacks' results come from the input shapes (the
-module is run once on zeros of each new signature, ``symgrad.bridge``).  Callbacks are vmapped
-sequentially (``vmap_method="sequential"``: a module's leading axes have meanings, e.g. N and C
-of a pooling, so a batch axis cannot be handed to it).  float16, float32 and float64 (float64 with
-``jax_enable_x64``); bfloat16 is refused with a TypeError.
+never a transposed jvp; no fallback to ``custom_vjp`` is needed.  linear_call differentiates
+itself in its linear arguments (its derivative is itself, and the transpose of the transpose is
+the jvp again); its residuals (the inputs, the output, the saved arrays) go through
+``lax.stop_gradient`` for piecewise-linear modules (``PIECEWISE_LINEAR``: W is constant in them
+almost everywhere), which makes grad-of-grad and higher orders exact; for logsumexp and
+expressions with smooth non-linear parts a derivative with respect to the residuals is refused
+with a NotImplementedError (first order only).  Only the inputs that are differentiated are
+linear arguments (the jvp rule sees the others' tangents as symbolic zeros and passes None for
+them), as JAX transposes a linear_call only when all of them are unknown; an expression's input
+outside ``wrt`` that gets a tangent is a ValueError, never a silent zero.
+
+The shapes of the callbacks' results come from the input shapes (the module is run once on zeros
+of each new signature, ``symgrad.bridge``), so one jitted function serves any shape.  Callbacks
+are vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have meanings,
+e.g. N and C of a pooling, so a batch axis cannot be handed to it); JAX 0.10 has no batching rule
+for linear_call, so importing this module registers one (sequential, ``lax.map``) where JAX has
+none.  float16, float32 and float64 (float64 with ``jax_enable_x64``); bfloat16 is refused with a
+TypeError.  CPU only: the callbacks run NumPy on the host.
 """
 
 from __future__ import annotations
@@ -217,11 +226,10 @@ def _batch_linear_call() -> None:
         from jax._src.interpreters import batching
     except ImportError:  # another JAX layout: vmap of gradients is then not available
         return
-    if linear_call_p in batching.fancy_primitive_batchers:
+    if linear_call_p in batching.fancy_primitive_batchers:  # where primitive_batchers registers too
         return
 
     def rule(vals, dims, **params):
-        size = next(v.shape[d] for v, d in zip(vals, dims) if d is not None)
         vals = [v if d is None else jnp.moveaxis(v, d, 0) for v, d in zip(vals, dims)]
         batched = [k for k, d in enumerate(dims) if d is not None]
 

@@ -278,8 +278,10 @@ def test_unpool_equals_scatter_with_set():
     np.testing.assert_array_equal(jax.jit(f)(p, idx), scatter(p))
     ours = jax.jit(jax.grad(lambda q: (f(q, idx) * g).sum()))(p)
     np.testing.assert_array_equal(ours, jax.grad(lambda q: (scatter(q) * g).sum())(p))
-    np.testing.assert_array_equal(jax.grad(lambda q: (jax.grad(lambda r: (f(r, idx) ** 2).sum())(q) * g[..., :2, :2]).sum())(p),
-                                  jax.grad(lambda q: (jax.grad(lambda r: (scatter(r) ** 2).sum())(q) * g[..., :2, :2]).sum())(p))
+
+    def grad_of_grad(fn):
+        return jax.grad(lambda q: (jax.grad(lambda r: (fn(r) ** 2).sum())(q) * g[..., :2, :2]).sum())(p)
+    np.testing.assert_array_equal(grad_of_grad(lambda r: f(r, idx)), grad_of_grad(scatter))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32])
@@ -289,11 +291,12 @@ def test_float16_and_float32_keep_their_dtype_and_equal_jax(dtype):
     x = jnp.asarray(rng.integers(0, 3, size=(2, 2, 4, 4)), dtype=dtype)
     g = jnp.asarray(rng.integers(-3, 4, size=(2, 2, 2, 2)), dtype=dtype)
     ref = _pool((2, 2), (2, 2), [(0, 0), (0, 0)])
-    results = [jax.jit(f)(x), jax.grad(lambda z: (f(z) * g).sum())(x),
-               jax.jvp(f, (x,), (x,))[1], jax.grad(lambda z: (jax.grad(lambda w: (f(w) ** 2 * g).sum())(z) * x).sum())(x)]
-    wants = [ref(x), jax.grad(lambda z: (ref(z) * g).sum())(x),
-             jax.jvp(ref, (x,), (x,))[1], jax.grad(lambda z: (jax.grad(lambda w: (ref(w) ** 2 * g).sum())(z) * x).sum())(x)]
-    for got, want in zip(results, wants):
+
+    def results(fn):
+        """Forward, grad, jvp and grad-of-grad."""
+        return [fn(x), jax.grad(lambda z: (fn(z) * g).sum())(x), jax.jvp(fn, (x,), (x,))[1],
+                jax.grad(lambda z: (jax.grad(lambda w: (fn(w) ** 2 * g).sum())(z) * x).sum())(x)]
+    for got, want in zip(results(jax.jit(f)), results(ref)):
         assert got.dtype == dtype
         np.testing.assert_array_equal(got, want)
 
