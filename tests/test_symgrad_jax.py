@@ -24,6 +24,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
 import symgrad.jax as sj  # noqa: E402
+from conftest import tie_free, tie_heavy  # noqa: E402
 
 SPECIALS = [-np.inf, -6.0, -2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 6.0, 7.0, np.inf, np.nan]
 
@@ -99,7 +100,7 @@ CASES = [
 
 def _values(rng, shape, kind):
     if kind == "ints":
-        x = rng.integers(0, 3, size=shape).astype(np.float64)
+        x = tie_heavy(rng, shape)
         where = rng.random(shape) < 0.15
         x[where] = rng.choice([np.nan, np.inf, -np.inf, -0.0], size=int(where.sum()))
         return x
@@ -205,7 +206,7 @@ def test_vmap_equals_a_loop():
     """vmap of the op, its grad, its jvp and its grad-of-grad, and grad of a vmap, equal a loop."""
     rng = np.random.default_rng(2)
     f = sj.op("max_pool2d", kernel_size=2, ties="split")
-    xs = jnp.asarray(rng.integers(0, 3, size=(4, 2, 6, 6)).astype(np.float64))
+    xs = jnp.asarray(tie_heavy(rng, (4, 2, 6, 6)))
     w = jnp.asarray(rng.standard_normal((2, 3, 3)))
 
     def loss(x):
@@ -242,7 +243,7 @@ def test_jit_retraces_for_a_new_shape():
 def test_jvp_and_grad_match_finite_differences_off_ties():
     rng = np.random.default_rng(3)
     f = sj.expr("Max(x, 2*y, 0) - Min(x, y)", inputs=["x", "y"])
-    x, y = (jnp.asarray(rng.permutation(20).reshape(4, 5) * 0.1 + 0.03 * k) for k in range(2))
+    x, y = (jnp.asarray(tie_free(rng, (4, 5), gap=0.1) + 0.03 * k) for k in range(2))
     tx, ty = (jnp.asarray(rng.standard_normal((4, 5))) for _ in range(2))
     eps = 1e-6
     fd = (f(x + eps * tx, y + eps * ty) - f(x - eps * tx, y - eps * ty)) / (2 * eps)
@@ -253,7 +254,7 @@ def test_jvp_and_grad_match_finite_differences_off_ties():
 
 def test_jvp_and_grad_of_catalog_ops_match_finite_differences_off_ties():
     rng = np.random.default_rng(4)
-    x = jnp.asarray(rng.permutation(2 * 3 * 7 * 7).reshape(2, 3, 7, 7) * 0.01)
+    x = jnp.asarray(tie_free(rng, (2, 3, 7, 7), gap=0.01))
     t = jnp.asarray(rng.standard_normal(x.shape))
     for f in (sj.op("max_pool2d", kernel_size=3, stride=2, padding=1), sj.op("logsumexp", dim=(2, 3)),
               sj.op("adaptive_max_pool2d", output_size=(3, 2), ties="split")):
@@ -288,7 +289,7 @@ def test_unpool_equals_scatter_with_set():
 def test_float16_and_float32_keep_their_dtype_and_equal_jax(dtype):
     f = sj.op("max_pool2d", kernel_size=2, convention="jax")
     rng = np.random.default_rng(6)
-    x = jnp.asarray(rng.integers(0, 3, size=(2, 2, 4, 4)), dtype=dtype)
+    x = jnp.asarray(tie_heavy(rng, (2, 2, 4, 4)), dtype=dtype)
     g = jnp.asarray(rng.integers(-3, 4, size=(2, 2, 2, 2)), dtype=dtype)
     ref = _pool((2, 2), (2, 2), [(0, 0), (0, 0)])
 
