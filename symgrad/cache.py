@@ -95,8 +95,11 @@ def entries(root: Path | None = None) -> list[Path]:
     except OSError:
         return []
     for b in backends:
+        if b.is_symlink():  # a link out of the cache is never walked into
+            continue
         try:
-            found += sorted(p for p in b.iterdir() if p.is_dir() and _KEY_DIR.fullmatch(p.name))
+            found += sorted(p for p in b.iterdir()
+                            if p.is_dir() and not p.is_symlink() and _KEY_DIR.fullmatch(p.name))
         except OSError:
             continue
     return found
@@ -131,16 +134,34 @@ def _derivation_files(root: Path) -> list[Path]:
         return []
 
 
+_HASH_LINE = re.compile(rb"[0-9a-f]{64}  \S+\n?")
+
+
 def _ours(p: Path) -> bool:
+    """A file symgrad wrote: a regular file (never a link) that is a module or kernel with
+    symgrad's provenance header, a hash file in sha256sum format, or a temporary file of an
+    atomic write."""
+    from .render import has_provenance
+    if p.is_symlink() or not p.is_file():
+        return False
     n = p.name
-    return (n.endswith((".py", ".cu", ".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX))
-            or (n.startswith(".") and n.endswith(".tmp")))
+    if n.endswith((".py", ".cu")):
+        return has_provenance(p)
+    if n.endswith((".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX)):
+        try:
+            with open(p, "rb") as f:
+                return bool(_HASH_LINE.fullmatch(f.read(200)))
+        except OSError:
+            return False
+    return n.startswith(".") and n.endswith(".tmp")
 
 
 def clear(root: Path | None = None) -> int:
-    """Remove every entry; return how many.  Only symgrad's files are removed: a directory that
-    holds anything else is left in place (with that content), so a cache location set by mistake
-    to a directory of other files loses nothing but symgrad's entries."""
+    """Remove every entry; return how many.  Only symgrad's files are removed (``_ours``: a module
+    needs symgrad's provenance header, nothing is reached through a symbolic link): a directory
+    that holds anything else is left in place (with that content), so a cache location set by
+    mistake to a directory of other files, or an entry that links elsewhere, loses nothing but
+    symgrad's own files."""
     root = cache_dir() if root is None else root
     removed = 0
     parents = set()
@@ -148,7 +169,7 @@ def clear(root: Path | None = None) -> int:
         for p in d.iterdir():
             if p.name == "__pycache__" and p.is_dir() and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
-            elif p.is_file() and _ours(p):
+            elif _ours(p):
                 p.unlink(missing_ok=True)
         try:
             d.rmdir()

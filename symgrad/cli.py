@@ -6,6 +6,7 @@ Every error is one line on stderr and exit status 2; a stale --check exits 1 wit
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -418,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, TypeError) as exc:
         print(f"symgrad: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader closed the pipe (`symgrad derive ... | head`): not an error; stdout goes to
+        # /dev/null so that the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as exc:
         print(f"symgrad: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2

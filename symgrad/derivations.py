@@ -3,9 +3,11 @@
 A derivation depends on the op, its normalized parameters, the tie policy and order (the key also
 names the NaN rule, convention and padding mode), on symgrad's own derivation code (``derive.py``,
 ``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key of an entry hashes all of them, so editing one of those files or upgrading SymPy never serves a
-stale derivation.  Entries are pickles (the cache directory is the user's own), written
-atomically; an entry that cannot be read is derived again and replaced, and a cache directory that
-cannot be written only costs the time of deriving again.
+stale derivation.  Entries are pickles, written atomically, and read only when the file and its
+directory belong to the user and are writable by nobody else, through an unpickler that finds
+classes of SymPy and symgrad only (no function: a planted pickle cannot run code); an entry that
+cannot be read is derived again and replaced, and a cache directory that cannot be written only
+costs the time of deriving again.
 """
 
 from __future__ import annotations
@@ -71,10 +73,57 @@ def derive(op: Op, display: bool = True) -> Derivation:
         return _MEMO.setdefault(k, d)
 
 
+class _Unpickler(pickle.Unpickler):
+    """Unpickles classes of SymPy, symgrad and a few builtin containers and nothing else: no
+    function is ever found, so a planted pickle cannot call os.system, exit or anything else
+    (it fails to load, and the derivation is derived again and replaced)."""
+
+    _BUILTINS = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "complex", "bool",
+                 "str", "bytes", "slice", "range", "NoneType"}
+
+    def find_class(self, module: str, name: str):
+        root = module.partition(".")[0]
+        if root in ("sympy", "symgrad", "mpmath") or (module == "builtins" and name in self._BUILTINS):
+            found = super().find_class(module, name)
+            if isinstance(found, type):
+                return found
+        if module == "copyreg" and name == "_reconstructor":
+            return _reconstructor
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a derivation")
+
+
+def _reconstructor(cls, base, state):
+    """copyreg._reconstructor for the classes _Unpickler allows only."""
+    if not (isinstance(cls, type) and isinstance(base, type)):
+        raise pickle.UnpicklingError("copyreg._reconstructor of something other than classes")
+    import copyreg
+    return copyreg._reconstructor(cls, base, state)
+
+
+def _trusted(path: Path) -> bool:
+    """Written by this user: the file and its directory belong to us, and neither is writable by
+    anyone else (another user's file in a shared cache is never unpickled)."""
+    import os
+    import stat
+    if not hasattr(os, "getuid"):
+        return True  # no POSIX ownership (Windows): the cache is in the user's profile
+    try:
+        for p in (path, path.parent):
+            st = os.lstat(p)
+            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
+                    or (p is path and not stat.S_ISREG(st.st_mode)):
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def _read(path: Path, op: Op) -> Derivation | None:
+    if not _trusted(path):
+        return None
     try:
         with open(path, "rb") as f:
-            d = pickle.load(f)
+            d = _Unpickler(f).load()
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - a damaged or foreign entry is derived again and replaced

@@ -14,8 +14,10 @@ with ``torch.library.custom_op``:
 Autograd is registered on ``forward`` (its derivative is ``backward``) and on ``backward``: that
 operator is linear in grad_output with the transpose ``jvp``, and for piecewise-linear modules
 (``PIECEWISE_LINEAR``: every op but logsumexp and expressions with smooth non-linear parts) its
-derivative with respect to the inputs is zero almost everywhere, so double backward is exact.
-For the other modules double backward raises a clear error.
+derivative with respect to the inputs is zero almost everywhere, so double backward is exact;
+for logsumexp that derivative is composed of the module's own backward and jvp
+(``SymgradOp._second_order``).  For expressions with smooth non-linear parts double backward
+raises a clear error.
 
 Every operator has a fake (meta) implementation with the real output shapes, dtypes and strides
 (found by running the NumPy module once on zeros of each new input shape), so the ops trace
@@ -240,23 +242,37 @@ class SymgradOp:
 
         def setup_backward(ctx, inputs, output):
             grad_output, tensors, out, arrays = inputs
-            ctx.save_for_backward(*tensors, out, *arrays)
+            ctx.save_for_backward(grad_output, *tensors, out, *arrays)
             ctx.n_inputs = len(tensors)
 
         def backward_of_backward(ctx, grads):
-            if not me.module.PIECEWISE_LINEAR:
-                raise NotImplementedError(
-                    f"{me.op}: double backward is supported for piecewise-linear ops only "
-                    f"(this module's backward depends smoothly on its inputs)")
-            saved = ctx.saved_tensors
+            g, *saved = ctx.saved_tensors
             tensors, out, arrays = list(saved[:ctx.n_inputs]), saved[ctx.n_inputs], list(saved[ctx.n_inputs + 1:])
-            tangents = [g if g is not None else torch.zeros_like(tensors[k])
-                        for g, k in zip(grads, me._differentiable)]
-            # backward is W^T g: its derivative in g is W (the jvp); in the inputs, 0 a.e.
-            return jvp(tangents, tensors, out, arrays), [None] * len(tensors), None, [None] * len(arrays)
+            tangents = [v if v is not None else torch.zeros_like(tensors[k])
+                        for v, k in zip(grads, me._differentiable)]
+            # backward is W^T g: its derivative in g is W (the jvp)
+            in_inputs = me._second_order(lambda h: backward(h, tensors, out, arrays),
+                                         lambda vs: jvp(vs, tensors, out, arrays), g, tangents, len(tensors))
+            return jvp(tangents, tensors, out, arrays), in_inputs, None, [None] * len(arrays)
 
         backward.register_autograd(backward_of_backward, setup_context=setup_backward)
         self._ops = (forward, backward, jvp)
+
+    def _second_order(self, backward, jvp, g, tangents: list, n_inputs: int) -> list:
+        """The derivative of <backward(g), tangents> in the inputs, from the module's own backward
+        and jvp (applied by ``backward(h)`` and ``jvp(vs)``).  Piecewise-linear modules: 0 almost
+        everywhere.  logsumexp (y = t log sum exp(x / t); backward g * s, s = softmax(x / t), jvp
+        sum(s * v)): (backward(g) * v - backward(g * jvp(v))) / t.  Others: refused."""
+        if self.module.PIECEWISE_LINEAR:
+            return [None] * n_inputs
+        if self.op != "logsumexp" or "expr" in self.params:
+            raise NotImplementedError(
+                f"{self.op}: double backward is supported for piecewise-linear ops and logsumexp "
+                f"only (this expression's backward depends smoothly on its inputs)")
+        (v,) = tangents
+        (a,) = backward(g)
+        (b,) = backward(g * jvp([v]))
+        return [(a * v - b) / self.params["temperature"]]
 
     def _forward(self, tensors: list):
         return self._ops[0](tensors)
@@ -296,21 +312,19 @@ class _Backward(torch.autograd.Function):
     def forward(ctx, op: SymgradOp, grad_output, n_inputs: int, *rest):
         tensors, out, arrays = list(rest[:n_inputs]), rest[n_inputs], list(rest[n_inputs + 1:])
         ctx.op, ctx.n_inputs = op, n_inputs
-        ctx.save_for_backward(*rest)
+        ctx.save_for_backward(grad_output, *rest)
         return tuple(op._backward_impl(grad_output, tensors, out, arrays))
 
     @staticmethod
     def backward(ctx, *grads):
-        op, rest = ctx.op, ctx.saved_tensors
-        if not op.module.PIECEWISE_LINEAR:
-            raise NotImplementedError(
-                f"{op.op}: double backward is supported for piecewise-linear ops only "
-                f"(this module's backward depends smoothly on its inputs)")
+        op, (g, *rest) = ctx.op, ctx.saved_tensors
         tensors, out, arrays = list(rest[:ctx.n_inputs]), rest[ctx.n_inputs], list(rest[ctx.n_inputs + 1:])
-        tangents = [g if g is not None else torch.zeros_like(tensors[k])
-                    for g, k in zip(grads, op._differentiable)]
-        # backward is W^T g: its derivative in g is W (the jvp); in the inputs, 0 a.e.
-        return (None, op._jvp_impl(tangents, tensors, out, arrays), None) + (None,) * len(rest)
+        tangents = [v if v is not None else torch.zeros_like(tensors[k])
+                    for v, k in zip(grads, op._differentiable)]
+        # backward is W^T g: its derivative in g is W (the jvp)
+        in_inputs = op._second_order(lambda h: op._backward_impl(h, tensors, out, arrays),
+                                     lambda vs: op._jvp_impl(vs, tensors, out, arrays), g, tangents, len(tensors))
+        return (None, op._jvp_impl(tangents, tensors, out, arrays), None, *in_inputs) + (None,) * (len(rest) - len(tensors))
 
 
 _NUMPY_DTYPES: dict = {}
@@ -466,8 +480,10 @@ class _Unpool(torch.nn.Module):
         self.fn = op(self._op, **self._args)
 
     def forward(self, input, indices, output_size=None):
-        fn = self.fn if output_size is None else op(self._op, output_size=tuple(output_size), **self._args)
-        return fn(input, indices)
+        if output_size is None:
+            return self.fn(input, indices)
+        spatial = self.fn.module.SPATIAL  # torch.nn accepts (N, C, *spatial) too: the spatial part
+        return op(self._op, output_size=tuple(output_size)[-spatial:], **self._args)(input, indices)
 
 
 class MaxUnpool1d(_Unpool):

@@ -71,7 +71,8 @@ def inputs(rng, shape, kind: str, dtype) -> np.ndarray:
         x = rng.integers(0, 3, size=shape).astype(np.float64)
         where = rng.random(shape) < 0.25
         x[where] = rng.choice(SPECIALS, size=int(where.sum()))
-    return x.astype(dtype)
+    with np.errstate(over="ignore"):  # the largest float64 becomes inf in float16/float32, meant so
+        return x.astype(dtype)
 
 
 def torch_adaptive(d, x, out, g):

@@ -366,3 +366,14 @@ def test_conventions_check_detects_a_stale_readme(cli, tmp_path):
 def test_bad_settings_are_one_line(cli, argv, needle):
     line = assert_one_line_error(cli(*argv))
     assert needle in line
+
+
+def test_a_closed_pipe_is_not_an_error():
+    """`symgrad derive ... | head -1`: the reader goes away; symgrad exits 0 and says nothing."""
+    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "derive", "max_pool3d", "--kernel-size", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # more than a pipe buffer is still to come
+    _, err = proc.communicate(timeout=300)
+    assert first.startswith(b"op: max_pool3d")
+    assert proc.returncode == 0 and err == b"", err

@@ -57,6 +57,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         _train(model, x[part], y[part])
         if rank == 0:
             torch.save(model.module.state_dict(), out)
+        dist.barrier()  # neither process tears the group down while the other still uses it
     finally:
         dist.destroy_process_group()
 

@@ -74,7 +74,8 @@ def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtyp
     numpy_module = symgrad.load(op, ties=ties, **params)
     cuda_module = module or symgrad.load(op, backend="cuda", ties=ties, **params)
     ref = np.float32 if dtype == np.float16 else dtype
-    xs = [x.astype(dtype) for x in inputs]
+    with np.errstate(over="ignore"):  # the largest float64 becomes inf in float32/float16, meant so
+        xs = [x.astype(dtype) for x in inputs]
     y_ref, saved_ref = numpy_module.forward(*[x.astype(ref) for x in xs])
     g = np.random.default_rng(seed).integers(-3, 4, size=y_ref.shape).astype(dtype)
     grads_ref = numpy_module.backward(g.astype(ref), saved_ref)
