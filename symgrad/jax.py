@@ -9,27 +9,37 @@ How: a ``jax.custom_jvp`` function whose primal runs the module's forward in a
 ``jax.custom_derivatives.linear_call(jvp, backward, residuals, tangents)``: the module's ``jvp``,
 declared linear in the tangents with the module's ``backward`` as its transpose.  Reverse mode is
 JAX's transposition of that linear call, so ``jax.grad`` runs the generated backward (a gather),
-never a transposed jvp.  The two linear maps are themselves ``custom_jvp`` functions: each is
-linear in its tangent argument (its derivative there is itself), and for piecewise-linear modules
-(``PIECEWISE_LINEAR``) constant in the residuals almost everywhere, which makes grad-of-grad and
-higher orders exact; for logsumexp and expressions with smooth non-linear parts differentiating
-them raises a clear error.  The shapes of the callbacks' results come from the input shapes (the
-module is run once on zeros of each new signature, ``symgrad.bridge``).  Callbacks are vmapped
-sequentially (``vmap_method="sequential"``: a module's leading axes have meanings, e.g. N and C
-of a pooling, so a batch axis cannot be handed to it).  float16, float32 and float64 (float64 with
-``jax_enable_x64``); bfloat16 is refused with a TypeError.
+never a transposed jvp; no fallback to ``custom_vjp`` is needed.  linear_call differentiates
+itself in its linear arguments (its derivative is itself, and the transpose of the transpose is
+the jvp again); its residuals (the inputs, the output, the saved arrays) go through
+``lax.stop_gradient`` for piecewise-linear modules (``PIECEWISE_LINEAR``: W is constant in them
+almost everywhere), which makes grad-of-grad and higher orders exact; for logsumexp and
+expressions with smooth non-linear parts a derivative with respect to the residuals is refused
+with a NotImplementedError (first order only).  Only the inputs that are differentiated are
+linear arguments (the jvp rule sees the others' tangents as symbolic zeros and passes None for
+them), as JAX transposes a linear_call only when all of them are unknown; an expression's input
+outside ``wrt`` that gets a tangent is a ValueError, never a silent zero.
+
+The shapes of the callbacks' results come from the input shapes (the module is run once on zeros
+of each new signature, ``symgrad.bridge``), so one jitted function serves any shape.  Callbacks
+are vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have meanings,
+e.g. N and C of a pooling, so a batch axis cannot be handed to it); JAX 0.10 has no batching rule
+for linear_call, so importing this module registers one (sequential, ``lax.map``) where JAX has
+none.  float16, float32 and float64 (float64 with ``jax_enable_x64``); bfloat16 is refused with a
+TypeError.  CPU only: the callbacks run NumPy on the host.
 """
 
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import numpy as np
 
 try:
     import jax
     import jax.numpy as jnp
-    from jax.custom_derivatives import linear_call
+    from jax.custom_derivatives import SymbolicZero, linear_call
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess by the tests
     if exc.name not in ("jax", "jaxlib"):
         raise
@@ -42,11 +52,6 @@ from . import api, bridge
 __all__ = ["op", "expr", "wrap"]
 
 _FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _as_jax_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype JAX holds an array of this dtype in (64-bit integers are 32-bit without x64)."""
-    return jnp.zeros((), dtype=dtype).dtype if dtype.kind in "iu" and dtype.itemsize == 8 else dtype
 
 
 class _Op:
@@ -91,7 +96,7 @@ class _Op:
     def _forward_shapes(self, xs):
         layout = self.layouts.get(self._signature(xs))
         out = jax.ShapeDtypeStruct(*layout.output)
-        arrays = [jax.ShapeDtypeStruct(shape, _as_jax_dtype(dtype)) for shape, dtype in layout.arrays]
+        arrays = [jax.ShapeDtypeStruct(shape, jax.dtypes.canonicalize_dtype(dtype)) for shape, dtype in layout.arrays]
         return layout, (out, *arrays)
 
     def _saved(self, xs, output, arrays):
@@ -112,16 +117,18 @@ class _Op:
         out, *arrays = jax.pure_callback(host, shapes, *xs, vmap_method="sequential")
         return out, arrays
 
-    def _host_jvp(self, xs, output, arrays, tangents):
+    def _host_jvp(self, active, xs, output, arrays, tangents):
+        """The module's jvp, with a tangent for each input in active and None (zero) elsewhere."""
         saved = self._saved(list(xs), output, list(arrays))
-        it = iter(tangents)
-        ts = [np.asarray(next(it)) if k in self.differentiable else None for k in range(len(xs))]
+        given = dict(zip(active, tangents))
+        ts = [np.asarray(given[k]) if k in given else None for k in range(len(xs))]
         return np.asarray(self.module.jvp(*ts, saved))
 
-    def _host_backward(self, xs, output, arrays, g):
+    def _host_backward(self, active, xs, output, arrays, g):
+        """The gradients of the inputs in active: the module's backward."""
         saved = self._saved(list(xs), output, list(arrays))
         grads = self.module.backward(np.asarray(g), saved)
-        return tuple(np.asarray(grads[k]) for k in self.differentiable)
+        return tuple(np.asarray(grads[k]) for k in active)
 
     # -- the JAX functions
 
@@ -146,34 +153,37 @@ class _Op:
         def unpack(residuals):
             return list(residuals[:n]), residuals[n], list(residuals[n + 1:])
 
-        def apply_jvp(residuals, tangents):
-            """W t: the module's jvp, linear in the tangents."""
-            xs, out, arrays = unpack(residuals)
-            m = len(arrays)
+        def linear_maps(active):
+            """W t and W^T g restricted to the inputs in active (those with a non-zero tangent):
+            JAX transposes a linear_call only when every linear argument is unknown, so an input
+            that is not differentiated (a constant) must not be one."""
 
-            def host(*a):
-                return me._host_jvp(a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m:])
-            return jax.pure_callback(host, jax.ShapeDtypeStruct(out.shape, out.dtype),
-                                     *xs, out, *arrays, *tangents, vmap_method="sequential")
+            def apply_jvp(residuals, tangents):
+                """W t: the module's jvp, linear in the tangents."""
+                xs, out, arrays = unpack(residuals)
+                m = len(arrays)
 
-        def apply_backward(residuals, g):
-            """W^T g: the module's backward, linear in g."""
-            xs, out, arrays = unpack(residuals)
-            m = len(arrays)
+                def host(*a):
+                    return me._host_jvp(active, a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m:])
+                return jax.pure_callback(host, jax.ShapeDtypeStruct(out.shape, out.dtype),
+                                         *xs, out, *arrays, *tangents, vmap_method="sequential")
 
-            def host(*a):
-                return me._host_backward(a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m])
-            shapes = tuple(jax.ShapeDtypeStruct(xs[k].shape, xs[k].dtype) for k in me.differentiable)
-            return jax.pure_callback(host, shapes, *xs, out, *arrays, g, vmap_method="sequential")
+            def apply_backward(residuals, g):
+                """W^T g: the module's backward, linear in g."""
+                xs, out, arrays = unpack(residuals)
+                m = len(arrays)
+
+                def host(*a):
+                    return me._host_backward(active, a[:n], a[n], a[n + 1:n + 1 + m], a[n + 1 + m])
+                shapes = tuple(jax.ShapeDtypeStruct(xs[k].shape, xs[k].dtype) for k in active)
+                return jax.pure_callback(host, shapes, *xs, out, *arrays, g, vmap_method="sequential")
+
+            return apply_jvp, apply_backward
 
         # The linear maps' residuals (the inputs, the output, the saved arrays): for a
         # piecewise-linear module W is constant in them almost everywhere, so their derivative
         # is stopped (exact at every order); otherwise differentiating through them is refused.
         fixed = jax.lax.stop_gradient if me.module.PIECEWISE_LINEAR else self._refuse_higher_order()
-
-        def linear(residuals, tangents):
-            """W t, with the module's backward as the transpose (reverse mode)."""
-            return linear_call(apply_jvp, apply_backward, fixed(residuals), tuple(tangents))
 
         @jax.custom_jvp
         def forward(*xs):
@@ -181,10 +191,23 @@ class _Op:
             out, arrays = me._call_forward(xs)
             return out, tuple(arrays)
 
-        @forward.defjvp
+        @partial(forward.defjvp, symbolic_zeros=True)
         def _(primals, tangents):
             out, arrays = forward(*primals)
-            out_dot = linear((*primals, out, *arrays), [tangents[k] for k in me.differentiable])
+            moving = [k for k, t in enumerate(tangents)
+                      if k not in me.integers and not isinstance(t, SymbolicZero)]
+            for k in moving:
+                if k not in me.differentiable:
+                    raise ValueError(
+                        f"{me.op}: {me.inputs[k]} is not differentiated (wrt="
+                        f"{[me.inputs[j] for j in me.differentiable]}); load the expression with "
+                        f"{me.inputs[k]} in wrt to differentiate it")
+            if moving:
+                apply_jvp, apply_backward = linear_maps(tuple(moving))
+                out_dot = linear_call(apply_jvp, apply_backward, fixed((*primals, out, *arrays)),
+                                      tuple(tangents[k] for k in moving))
+            else:
+                out_dot = jnp.zeros(out.shape, out.dtype)
             # the saved arrays are integers (indices, counts, masks): no tangent
             return (out, arrays), (out_dot, tuple(np.zeros(a.shape, jax.dtypes.float0) for a in arrays))
 
@@ -203,11 +226,10 @@ def _batch_linear_call() -> None:
         from jax._src.interpreters import batching
     except ImportError:  # another JAX layout: vmap of gradients is then not available
         return
-    if linear_call_p in batching.fancy_primitive_batchers:
+    if linear_call_p in batching.fancy_primitive_batchers:  # where primitive_batchers registers too
         return
 
     def rule(vals, dims, **params):
-        size = next(v.shape[d] for v, d in zip(vals, dims) if d is not None)
         vals = [v if d is None else jnp.moveaxis(v, d, 0) for v, d in zip(vals, dims)]
         batched = [k for k, d in enumerate(dims) if d is not None]
 
