@@ -260,3 +260,14 @@ def test_amax_rejects_reducing_an_empty_dim(load, ties):
     am = load("amax", dim=1, ties=ties)
     with pytest.raises(ValueError, match=r"size 0"):
         am.forward(np.zeros((2, 0)))
+
+
+@pytest.mark.parametrize("op, args", [("maximum", 2), ("relu", 1), ("amax", 1)])
+def test_more_than_32_dims_is_a_value_error(load, op, args):
+    """NumPy's broadcasting stops at 32 dims (its RuntimeError escaped from maximum)."""
+    module = load(op, ties="split")
+    x = np.ones((1,) * 33)
+    with pytest.raises(ValueError, match="must have at most 32 dims, got 33"):
+        module.forward(*[x] * args)
+    y, saved = module.forward(*[np.ones((1,) * 32)] * args)  # 32 still works
+    assert y.ndim in (0, 32)

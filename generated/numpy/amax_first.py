@@ -73,6 +73,8 @@ def _as_input(name: str, value) -> np.ndarray:
     if array.dtype.type not in _FLOATS:
         raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64, "
                         f"got dtype {array.dtype}")
+    if array.ndim > 32:  # NumPy's broadcasting (np.broadcast, nditer) stops at 32
+        raise ValueError(f"{OP}: {name} must have at most 32 dims, got {array.ndim}")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
