@@ -27,6 +27,11 @@ probing the forward:
    output, so the policy's writer is found from the indices.
 
 Elements and outputs touching NaN or an infinity are not checkable and are counted as skipped.
+What it decides: ops where each output is one max/min over elements (windows, reductions,
+elementwise max/min of inputs) or an elementwise function with kinks, as every catalog op is.  An
+expression where one element enters several max/min nodes that tie at once is outside that model
+(the side that makes an element the strict winner of one node may change another): its report is
+not meaningful there.
 
 ``fn`` is one of: a generated module (``symgrad.load``), a ``symgrad.torch`` op or any function
 of torch tensors with autograd, a ``symgrad.jax`` op or any differentiable JAX function, a pair

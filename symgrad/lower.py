@@ -167,6 +167,13 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
     for factor in sp.Mul.make_args(den):
         if factor == 1:
             continue
+        # a piece's constant factor (Max(x, y/2)) can leave a number in the denominator, alone or
+        # as the content of a count (2*[a] + 2*[b]): it divides the numerator instead
+        content, factor = factor.as_content_primitive()
+        num = num / content
+        if factor.is_number:
+            num = num / factor
+            continue
         conds = []
         for term in sp.Add.make_args(factor):
             coeff, inds = _split_term(term)

@@ -148,6 +148,9 @@ TIE_CASES = [
     ("Min(2*x, x + y, y - 1)", [2 * X, X + Y, Y - 1], "min",
      [(0, 0), (1, 2), (-1, 0), (-1, -2), (2, 3), (0.25, 1.25)]),
     ("Max(x, y, 0)", [X, Y, sp.S.Zero], "max", [(0, 0), (1, 1), (0, -1), (-1, 0), (2, -3)]),
+    # a piece with a constant factor: the split's count is then divided by it in the partial
+    ("Max(x, 0.5*y)", [X, Y / 2], "max", [(1, 2), (0, 0), (-1, -2), (3, 1)]),
+    ("Min(0.25*x, y, 1)", [X / 4, Y, sp.S.One], "min", [(4, 1), (0, 0), (-4, -1), (8, 3)]),
 ]
 
 
