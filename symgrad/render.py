@@ -526,8 +526,25 @@ def render(op: Op, backend: str) -> dict[str, str]:
 
 # ----------------------------------------------------------------------------- files
 
+MAX_FILE_BYTES = 1 << 26  # a file symgrad reads back is its own output: far below 64 MB
+
+
+def read_text(path: Path) -> str:
+    """The text of a file symgrad may have written, read only when it is a regular file of a
+    sane size (a FIFO, a device such as /dev/zero, or a link to one is refused, never read)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"cannot use {path}: it is not a regular file")
+    if st.st_size > MAX_FILE_BYTES:
+        raise ValueError(f"cannot use {path}: {st.st_size} bytes is not a file symgrad generated")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(MAX_FILE_BYTES + 1)
+
+
 def has_provenance(path: Path) -> bool:
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False  # never opened: a FIFO would block, a device never ends
         with open(path, encoding="utf-8", errors="replace") as f:
             first = f.readline()
             return (first.startswith(PROVENANCE) or first.startswith(CUDA_PROVENANCE)
@@ -571,7 +588,7 @@ def write_atomic(path: Path, content: str | bytes) -> None:
 
 
 def diff(path: Path, content: str) -> str:
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    old = read_text(path) if path.exists() else ""
     return "".join(difflib.unified_diff(old.splitlines(True), content.splitlines(True),
                                         fromfile=str(path), tofile=f"{path} (regenerated)"))
 

@@ -531,3 +531,21 @@ def test_cache_entries_are_kept_apart_by_the_generator_code(tmp_path, monkeypatc
     folders = [p.name for p in (tmp_path / "c" / "numpy").iterdir()]
     assert len(folders) == 1 and folders[0].endswith("-" + render.generator_hash())
     assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 1"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+@pytest.mark.parametrize("check", [False, True])
+def test_generate_refuses_a_special_file_under_a_generated_name_without_reading_it(tmp_path, kind, check):
+    """A FIFO (which would block a read), a link to /dev/zero (which never ends) or a directory
+    where a generated file goes: one error line naming it, exit 2, promptly."""
+    target = tmp_path / "relu_first.py"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "dev-zero":
+        target.symlink_to("/dev/zero")
+    else:
+        target.mkdir()
+    args = [sys.executable, "-m", "symgrad", "generate", "relu", "--out", str(tmp_path)] + (["--check"] if check else [])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert str(target) in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
