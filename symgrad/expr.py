@@ -63,6 +63,13 @@ _C_WORDS = {
     "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using",
     "true", "false", "nullptr", "typeid", "throw", "try", "catch", "explicit", "mutable",
     "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "half", "dim3",
+    # C++11-20 keywords and alternative tokens, and macros nvcc and the .cu file define
+    "alignas", "alignof", "asm", "char8_t", "char16_t", "char32_t", "wchar_t", "concept", "consteval",
+    "constexpr", "constinit", "const_cast", "co_await", "co_return", "co_yield", "decltype",
+    "dynamic_cast", "export", "noexcept", "reinterpret_cast", "requires", "static_assert",
+    "static_cast", "thread_local", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor",
+    "xor_eq", "NULL", "EOF", "INT_MAX", "INT_MIN", "UINT_MAX", "LLONG_MAX", "LLONG_MIN",
+    "SYMGRAD_STORAGE_TYPES",
 }
 # names the generated modules use for their own values
 _TEMPLATE_WORDS = {
@@ -70,6 +77,8 @@ _TEMPLATE_WORDS = {
     "forward", "backward", "cp", "cupy", "ix", "index", "Saved", "INPUTS", "OP", "TIES", "PARAMS",
     "NamedTuple", "annotations", "out", "n", "i", "t", "tr", "acc", "T", "I", "lead", "axes",
     "wide", "name", "value", "array", "exc", "math",
+    # fields of Saved and names of the generated modules besides forward/backward
+    "output_shape", "input_shape", "jvp", "tangents", "PIECEWISE_LINEAR", "BLOCK",
 }
 
 
