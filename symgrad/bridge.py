@@ -102,6 +102,13 @@ class Layouts:
         return layout
 
 
+def require_module(module, caller: str) -> None:
+    """A TypeError unless module is a generated NumPy module (forward, backward, jvp, Saved)."""
+    if not all(hasattr(module, a) for a in ("forward", "backward", "jvp", "Saved", "INPUTS")):
+        raise TypeError(f"{caller}: expected a generated NumPy module (symgrad.load(...)), "
+                        f"got {type(module).__name__}")
+
+
 def integer_inputs(module) -> tuple:
     """Positions of the inputs that are integers (unpooling's indices)."""
     if "expr" in module.PARAMS or OPS[module.OP].kind != "unpool":

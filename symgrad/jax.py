@@ -253,9 +253,7 @@ _OPS_LOCK = threading.Lock()
 
 def wrap(module) -> _Op:
     """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as a JAX function."""
-    if not (hasattr(module, "forward") and hasattr(module, "jvp") and hasattr(module, "Saved")):
-        raise TypeError(f"symgrad.jax.wrap: expected a generated NumPy module (symgrad.load(...)), "
-                        f"got {type(module).__name__}")
+    bridge.require_module(module, "symgrad.jax.wrap")
     with _OPS_LOCK:
         found = _OPS.get(module.__name__)
         if found is None:

@@ -228,15 +228,9 @@ class SymgradOp:
             ctx.mark_non_differentiable(*arrays)
 
         def backward_of_forward(ctx, grads):
-            saved = ctx.saved_tensors
-            tensors, out, arrays = list(saved[:ctx.n_inputs]), saved[ctx.n_inputs], list(saved[ctx.n_inputs + 1:])
-            grad_output = grads[0]
-            if grad_output is None:
+            if grads[0] is None:
                 return (None,)
-            # the output is data here, not a path for gradients (a zero gradient sent back
-            # through it would be 0 * W, NaN where W holds NaN)
-            got = iter(backward(grad_output, tensors, out.detach(), arrays))
-            return ([next(got) if k in me._differentiable else None for k in range(len(tensors))],)
+            return (me._input_grads(backward, grads[0], *_unpack(ctx.saved_tensors, ctx.n_inputs)),)
 
         forward.register_autograd(backward_of_forward, setup_context=setup_forward)
 
@@ -247,16 +241,29 @@ class SymgradOp:
 
         def backward_of_backward(ctx, grads):
             g, *saved = ctx.saved_tensors
-            tensors, out, arrays = list(saved[:ctx.n_inputs]), saved[ctx.n_inputs], list(saved[ctx.n_inputs + 1:])
-            tangents = [v if v is not None else torch.zeros_like(tensors[k])
-                        for v, k in zip(grads, me._differentiable)]
-            # backward is W^T g: its derivative in g is W (the jvp)
-            in_inputs = me._second_order(lambda h: backward(h, tensors, out, arrays),
-                                         lambda vs: jvp(vs, tensors, out, arrays), g, tangents, len(tensors))
-            return jvp(tangents, tensors, out, arrays), in_inputs, None, [None] * len(arrays)
+            tensors, out, arrays = _unpack(saved, ctx.n_inputs)
+            in_g, in_inputs = me._backward_grads(backward, jvp, g, grads, tensors, out, arrays)
+            return in_g, in_inputs, None, [None] * len(arrays)
 
         backward.register_autograd(backward_of_backward, setup_context=setup_backward)
         self._ops = (forward, backward, jvp)
+
+    def _input_grads(self, backward, grad_output, tensors, out, arrays) -> list:
+        """The gradient of every input (None for one backward returns none for), from
+        ``backward(grad_output, tensors, output, arrays)``: the registered operator or its eager
+        twin.  The output is passed as data, not a path for gradients (a zero gradient sent back
+        through it would be 0 * W, NaN where W holds NaN)."""
+        got = iter(backward(grad_output, tensors, out.detach(), arrays))
+        return [next(got) if k in self._differentiable else None for k in range(len(tensors))]
+
+    def _backward_grads(self, backward, jvp, g, grads, tensors, out, arrays):
+        """(gradient in grad_output, gradients in the inputs) of <backward(g), grads>: backward
+        is W^T g, so its derivative in g is W (the jvp); in the inputs, _second_order."""
+        tangents = [v if v is not None else torch.zeros_like(tensors[k])
+                    for v, k in zip(grads, self._differentiable)]
+        in_inputs = self._second_order(lambda h: backward(h, tensors, out, arrays),
+                                       lambda vs: jvp(vs, tensors, out, arrays), g, tangents, len(tensors))
+        return jvp(tangents, tensors, out, arrays), in_inputs
 
     def _second_order(self, backward, jvp, g, tangents: list, n_inputs: int) -> list:
         """The derivative of <backward(g), tangents> in the inputs, from the module's own backward
@@ -297,12 +304,11 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        op, saved = ctx.op, ctx.saved_tensors
-        tensors, out, arrays = saved[:ctx.n_inputs], saved[ctx.n_inputs], saved[ctx.n_inputs + 1:]
-        # the output is data here, not a path for gradients (a zero gradient sent back through
-        # it would be 0 * W, NaN where W holds NaN)
-        got = iter(_Backward.apply(op, grad_output, len(tensors), *tensors, out.detach(), *arrays))
-        return (None,) + tuple(next(got) if k in op._differentiable else None for k in range(len(tensors)))
+        op = ctx.op
+
+        def backward(g, tensors, out, arrays):
+            return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
+        return (None, *op._input_grads(backward, grad_output, *_unpack(ctx.saved_tensors, ctx.n_inputs)))
 
 
 class _Backward(torch.autograd.Function):
@@ -310,7 +316,7 @@ class _Backward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, op: SymgradOp, grad_output, n_inputs: int, *rest):
-        tensors, out, arrays = list(rest[:n_inputs]), rest[n_inputs], list(rest[n_inputs + 1:])
+        tensors, out, arrays = _unpack(rest, n_inputs)
         ctx.op, ctx.n_inputs = op, n_inputs
         ctx.save_for_backward(grad_output, *rest)
         return tuple(op._backward_impl(grad_output, tensors, out, arrays))
@@ -318,13 +324,14 @@ class _Backward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         op, (g, *rest) = ctx.op, ctx.saved_tensors
-        tensors, out, arrays = list(rest[:ctx.n_inputs]), rest[ctx.n_inputs], list(rest[ctx.n_inputs + 1:])
-        tangents = [v if v is not None else torch.zeros_like(tensors[k])
-                    for v, k in zip(grads, op._differentiable)]
-        # backward is W^T g: its derivative in g is W (the jvp)
-        in_inputs = op._second_order(lambda h: op._backward_impl(h, tensors, out, arrays),
-                                     lambda vs: op._jvp_impl(vs, tensors, out, arrays), g, tangents, len(tensors))
-        return (None, op._jvp_impl(tangents, tensors, out, arrays), None, *in_inputs) + (None,) * (len(rest) - len(tensors))
+        tensors, out, arrays = _unpack(rest, ctx.n_inputs)
+        in_g, in_inputs = op._backward_grads(op._backward_impl, op._jvp_impl, g, grads, tensors, out, arrays)
+        return (None, in_g, None, *in_inputs) + (None,) * (len(rest) - len(tensors))
+
+
+def _unpack(saved, n_inputs: int) -> tuple[list, torch.Tensor, list]:
+    """(inputs, output, saved arrays) of the tensors an operator's autograd keeps, in that order."""
+    return list(saved[:n_inputs]), saved[n_inputs], list(saved[n_inputs + 1:])
 
 
 _NUMPY_DTYPES: dict = {}
@@ -357,9 +364,7 @@ def _wrap(module, cuda_loader) -> SymgradOp:
 def wrap(module, cuda_module=None) -> SymgradOp:
     """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as torch
     operators; ``cuda_module`` is the same op's CUDA module, for CUDA tensors."""
-    if not (hasattr(module, "forward") and hasattr(module, "jvp") and hasattr(module, "Saved")):
-        raise TypeError(f"symgrad.torch.wrap: expected a generated NumPy module (symgrad.load(...)), "
-                        f"got {type(module).__name__}")
+    bridge.require_module(module, "symgrad.torch.wrap")
 
     def cuda():
         if cuda_module is None:
@@ -410,7 +415,17 @@ def _no(flag: bool, what: str, cls: str, why: str = "") -> None:
         raise ValueError(f"{cls}: {what} is not supported by symgrad.torch{why}")
 
 
-class _Pool(torch.nn.Module):
+class _OneInput(torch.nn.Module):
+    """An nn.Module around one symgrad op of one input (self.fn)."""
+
+    def forward(self, x):
+        return self.fn(x)
+
+    def extra_repr(self) -> str:
+        return f"{self.fn.params}, ties={self.fn.ties!r}"
+
+
+class _Pool(_OneInput):
     _op = ""
 
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
@@ -420,12 +435,6 @@ class _Pool(torch.nn.Module):
             " (symgrad saves a window-local index, not PyTorch's flat one)")
         self.fn = op(self._op, kernel_size=kernel_size, stride=stride, padding=padding,
                      dilation=dilation, ceil_mode=ceil_mode, **_settings(ties, convention, nan, order))
-
-    def forward(self, x):
-        return self.fn(x)
-
-    def extra_repr(self) -> str:
-        return f"{self.fn.params}, ties={self.fn.ties!r}"
 
 
 class MaxPool1d(_Pool):
@@ -440,7 +449,7 @@ class MaxPool3d(_Pool):
     _op = "max_pool3d"
 
 
-class _AdaptivePool(torch.nn.Module):
+class _AdaptivePool(_OneInput):
     _op = ""
 
     def __init__(self, output_size, return_indices=False, *, ties=None, convention=None, nan=None,
@@ -449,12 +458,6 @@ class _AdaptivePool(torch.nn.Module):
         _no(return_indices, "return_indices=True", type(self).__name__,
             " (symgrad saves a window-local index, not PyTorch's flat one)")
         self.fn = op(self._op, output_size=output_size, **_settings(ties, convention, nan, order))
-
-    def forward(self, x):
-        return self.fn(x)
-
-    def extra_repr(self) -> str:
-        return f"{self.fn.params}, ties={self.fn.ties!r}"
 
 
 class AdaptiveMaxPool1d(_AdaptivePool):
@@ -498,17 +501,11 @@ class MaxUnpool3d(_Unpool):
     _op = "max_unpool3d"
 
 
-class _Activation(torch.nn.Module):
+class _Activation(_OneInput):
     def __init__(self, name: str, params: dict, inplace: bool, settings: dict):
         super().__init__()
         _no(inplace, "inplace=True", type(self).__name__)
         self.fn = op(name, **params, **settings)
-
-    def forward(self, x):
-        return self.fn(x)
-
-    def extra_repr(self) -> str:
-        return f"{self.fn.params}, ties={self.fn.ties!r}"
 
 
 class ReLU(_Activation):
