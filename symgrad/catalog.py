@@ -18,7 +18,8 @@ def entries() -> list[Op]:
     ops = []
     for e in data.get("entry", []):
         params = {k: tuple(v) if isinstance(v, list) else v for k, v in e.get("params", {}).items()}
-        ops.append(resolve(e["op"], e.get("ties"), **params))
+        ops.append(resolve(e["op"], e.get("ties"), nan=e.get("nan"),
+                           convention=e.get("convention"), **params))
     return ops
 
 

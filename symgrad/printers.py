@@ -238,6 +238,10 @@ class CudaPrinter(C99CodePrinter):
     def _print_Not(self, expr):
         return f"!{self._print(expr.args[0])}"
 
+    def _print_IeeeNot(self, expr):
+        # !(a <= b) as written: true when a or b is NaN (never rewritten to a > b)
+        return f"!({_bare(self._print(expr.args[0]))})"
+
     def _print_BooleanTrue(self, expr):
         return "true"
 

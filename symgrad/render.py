@@ -349,19 +349,41 @@ def _params(real_type: str, *names) -> str:
 def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
+    count = [str(COUNT)] if sel.counts else []
+    # the selection as C functions, printed once per compute type: (doc, return type, name,
+    # parameters, body) with every expression from the lowered kernel
+    functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
+                  "{rt}", "sg_combine", (BEST, V), ("return {};", fold(BEST, V)))]
+    if sel.form == "scan":
+        functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
+                          "bool", "sg_take", (V, BEST), ("return {};", sel.take)))
+    else:
+        functions += [
+            ("sg_hit(v, extremum): an element attains its window's extremum",
+             "bool", "sg_hit", (V, EXTREMUM), ("return {};", sel.hit)),
+            (f"sg_weight(grad_output, v, extremum{', count' if sel.counts else ''}): the gradient "
+             f"of element v of a window", "{rt}", "sg_weight", (GRAD_OUTPUT, V, EXTREMUM, *count),
+             ("const bool hit = sg_hit(v, extremum);", None, "return {};", sel.weight))]
     real_types = []
     for rt in CUDA_REAL_TYPES:
-        entry = {"name": rt}
-        if sel.form == "scan":
-            entry.update(take=cuda_code(sel.take, rt), take_params=_params(rt, str(V), str(BEST)))
-        else:
-            entry.update(
-                combine=cuda_code(fold(BEST, V), rt), combine_params=_params(rt, str(BEST), str(V)),
-                hit=cuda_code(sel.hit, rt), hit_params=_params(rt, str(V), str(EXTREMUM)),
-                weight=cuda_code(sel.weight, rt),
-                weight_params=_params(rt, str(GRAD_OUTPUT), str(HIT), *([str(COUNT)] if sel.counts else [])))
+        entry = {"name": rt, "functions": []}
+        for _, ret, name, params, body in functions:
+            lines = [b.format(cuda_code(e, rt)) if e is not None else b
+                     for b, e in zip(body[::2], body[1::2])]
+            entry["functions"].append({"ret": ret.format(rt=rt), "name": name,
+                                       "params": _params(rt, *map(str, params)), "body": lines})
         real_types.append(entry)
-    ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts}
+    ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
+           "selection_doc": [doc for doc, *_ in functions],
+           "padding_takes_part": "true" if kernel.padding_takes_part else "false",
+           "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
+                               if kernel.padding_takes_part else "padding never wins"),
+           "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
+           "winner_is_output": "true" if sel.winner_is_output else "false",
+           "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                              "the output is the fold of the window (NaN propagating), not the "
+                              "winner's value: under this NaN rule a window holding NaN can have a "
+                              "number as its winner")}
     static = kernel.geometry in ("pool", "maxout")
     if static:
         from .lower import smallest_index_dtype
@@ -511,15 +533,6 @@ def render(op: Op, backend: str) -> dict[str, str]:
         name, source = render_numpy(op)
         return {name: source}
     if backend == "cuda":
-        if op.spec.kind in SPECIAL_KINDS:  # their NaN behaviour is fixed by the op (ops.py)
-            return render_cuda(op)
-        if op.nan != "dominate" or op.padding_mode != "never_wins":
-            # the CUDA templates implement the default NaN rule and padding that never wins; the
-            # framework presets' other rules are generated and tested for NumPy only so far
-            raise ValueError(f"{op.name}: backend='cuda' expects NaN rule 'dominate' with padding "
-                             f"that never wins, not nan={op.nan!r}"
-                             + (f" (convention {op.convention!r})" if op.convention else "")
-                             + "; use backend='numpy'")
         return render_cuda(op)
     raise ValueError(f"unknown backend {backend!r}")
 

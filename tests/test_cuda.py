@@ -34,7 +34,8 @@ from cuda_harness.check import cases, compare, every_comparison, mismatch
 from symgrad import catalog, naming
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import BEST, V, Count, Quotient, Select
-from symgrad.ops import resolve
+from symgrad.ops import OPS, resolve
+from symgrad.policy import DEFAULT_NAN, NAN_RULES
 from symgrad.printers import cuda_code
 from symgrad.render import render_cuda
 
@@ -49,6 +50,35 @@ NO_NVCC = "nvcc is not on PATH: compiling the .cu files needs the CUDA toolkit"
 
 CASES = cases()
 CASE_IDS = [case_id(op, params) for op, params, _ in CASES]
+CONVENTIONS = ("torch", "jax")
+
+
+def _nan_cases():
+    """One case of each geometry (elementwise with one and two inputs, reduction, pooling with
+    padding, adaptive pooling, maxout) under every tie policy and NaN rule it allows besides the
+    default, with PyTorch's (-inf padding never wins) and JAX's padding (-inf takes part)."""
+    picked = {}
+    for op, params, shapes in CASES:
+        kind = (OPS[op].kind, len(shapes), "padding" in params)
+        if kind in (("elementwise", 1, False), ("elementwise", 2, False), ("reduction", 1, False),
+                    ("pool", 1, True), ("adaptive", 1, False), ("maxout", 1, False)):
+            picked.setdefault(kind, (op, params, shapes))
+    out = []
+    for op, params, shapes in picked.values():
+        for nan, rule in NAN_RULES.items():
+            for ties in rule.policies:
+                for convention in ((None, "jax") if OPS[op].kind == "pool" else (None,)):
+                    st = {"ties": ties, "nan": nan, "convention": convention}
+                    try:
+                        resolve(op, **st, **params)
+                    except ValueError:  # not allowed for this op (a reduction's first/last)
+                        continue
+                    if nan != DEFAULT_NAN or convention:
+                        out.append((op, params, shapes, st))
+    return out
+
+
+NAN_CASES = _nan_cases()
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -61,8 +91,11 @@ def host_cache(tmp_path_factory):
     # $SYMGRAD_HARNESS_CACHE keeps the shared objects between sessions (keyed by a hash of the
     # source, the compatibility header, the compiler and its flags)
     cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("cuda-host"))
-    sources = [next(s for n, s in render_cuda(resolve(op, ties, **params)).items() if n.endswith(".cu"))
-               for op, params, _ in CASES for ties in POLICIES]
+    settings = [{"ties": t} for t in POLICIES] + [{"convention": c} for c in CONVENTIONS]
+    sources = [next(s for n, s in render_cuda(resolve(op, **st, **params)).items() if n.endswith(".cu"))
+               for op, params, _ in CASES for st in settings]
+    sources += [next(s for n, s in render_cuda(resolve(op, **st, **params)).items() if n.endswith(".cu"))
+                for op, params, _, st in NAN_CASES]
     harness.build_many(sources, cache)
     return cache
 
@@ -174,6 +207,25 @@ def test_float_kernels_do_no_double_math(nvcc_builds):
 @pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
 def test_cpu_execution_equals_numpy_bit_for_bit(fake_cupy, monkeypatch, op, params, shapes, ties):
     problems = every_comparison(fake_cupy, op, params, shapes, ties, monkeypatch.setattr)
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
+def test_cpu_execution_equals_numpy_under_each_framework_convention(fake_cupy, monkeypatch, op, params,
+                                                                    shapes, convention):
+    """A preset's NaN rule and padding (JAX: -inf that takes part) reach the CUDA kernels."""
+    problems = every_comparison(fake_cupy, op, params, shapes, {"convention": convention},
+                                monkeypatch.setattr)
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("op,params,shapes,settings", NAN_CASES,
+                         ids=[case_id(op, params) + "-" + "-".join(str(v) for v in st.values() if v)
+                              for op, params, _, st in NAN_CASES])
+def test_cpu_execution_equals_numpy_under_every_nan_rule(fake_cupy, monkeypatch, op, params, shapes,
+                                                         settings):
+    problems = every_comparison(fake_cupy, op, params, shapes, settings, monkeypatch.setattr)
     assert not problems, "\n".join(problems[:10])
 
 

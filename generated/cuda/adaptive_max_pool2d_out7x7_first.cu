@@ -160,12 +160,21 @@ __device__ __forceinline__ long long sg_window_end(const long long i, const long
   return 1 + ((i + 1) * l - 1) / o;
 }
 
+constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output
+
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
 // each compute type:
+// sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
+__device__ __forceinline__ float sg_combine(const float best, const float v) {
+  return (sg_isnan(best) || best > v) ? best : v;
+}
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
+}
+__device__ __forceinline__ double sg_combine(const double best, const double v) {
+  return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
@@ -219,20 +228,22 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     const long long s0 = sg_window_start(p0, o0, l0), e0 = sg_window_end(p0, o0, l0);
     const long long s1 = sg_window_start(p1, o1, l1), e1 = sg_window_end(p1, o1, l1);
     long long winner = -1;  // the window's first element starts the scan
-    acc best = 0;
+    acc best = 0, fold = 0;
     T best_raw = xw[0];
     for (long long i0 = s0; i0 < e0; ++i0) {
       for (long long i1 = s1; i1 < e1; ++i1) {
         const T raw = xw[i0 * in.s0 + i1 * in.s1];
         const acc v = tr::load(raw);
-        if (winner < 0 || sg_take(v, best)) {
+        const bool first = winner < 0;
+        if (first || sg_take(v, best)) {
           winner = (i0 - s0) * k1 + (i1 - s1);
           best = v;
           best_raw = raw;
         }
+        if (!WINNER_IS_OUTPUT) fold = first ? v : sg_combine(fold, v);
       }
     }
-    out[t] = best_raw;
+    out[t] = WINNER_IS_OUTPUT ? best_raw : tr::store(fold);
     index[t] = winner;
   }
 }

@@ -157,19 +157,21 @@ __device__ __forceinline__ long long sg_window_end(const long long i, const long
   return 1 + ((i + 1) * l - 1) / o;
 }
 
+
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
 // each compute type:
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_hit(v, extremum): an element attains its window's extremum
-// sg_weight(grad_output, hit, count): the gradient of an element of a window
+// sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
   return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ float sg_weight(const float grad_output, const bool hit, const float count) {
+__device__ __forceinline__ float sg_weight(const float grad_output, const float v, const float extremum, const float count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
@@ -178,7 +180,8 @@ __device__ __forceinline__ double sg_combine(const double best, const double v) 
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ double sg_weight(const double grad_output, const bool hit, const double count) {
+__device__ __forceinline__ double sg_weight(const double grad_output, const double v, const double extremum, const double count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0;
 }
 
@@ -272,7 +275,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
       const long long w1_end = sg_window_end(i1, l1, o1);  // windows holding i1: up to here
       for (long long w1 = sg_window_start(i1, l1, o1); w1 < w1_end; ++w1) {
         const long long o = ow + w0 * os.s0 + w1 * os.s1;
-        g += sg_weight(tr::load(grad_output[o]), sg_hit(v, tr::load(output[o])), (acc)count[o]);
+        g += sg_weight(tr::load(grad_output[o]), v, tr::load(output[o]), (acc)count[o]);
       }
     }
     grad_x[t] = tr::store(g);
@@ -299,7 +302,7 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
       const long long e1 = sg_window_end(p1, o1, l1);
       for (long long i1 = sg_window_start(p1, o1, l1); i1 < e1; ++i1) {
         const long long at = base + i0 * in.s0 + i1 * in.s1;
-        sum += sg_weight(tr::load(tangent_x[at]), sg_hit(tr::load(x[at]), e), (acc)count[t]);
+        sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e, (acc)count[t]);
       }
     }
     out[t] = tr::store(sum);

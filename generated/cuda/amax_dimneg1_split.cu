@@ -146,14 +146,15 @@ __device__ __forceinline__ long long sg_thread_count() {
 // each compute type:
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_hit(v, extremum): an element attains its window's extremum
-// sg_weight(grad_output, hit, count): the gradient of an element of a window
+// sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
   return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ float sg_weight(const float grad_output, const bool hit, const float count) {
+__device__ __forceinline__ float sg_weight(const float grad_output, const float v, const float extremum, const float count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
@@ -162,7 +163,8 @@ __device__ __forceinline__ double sg_combine(const double best, const double v) 
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ double sg_weight(const double grad_output, const bool hit, const double count) {
+__device__ __forceinline__ double sg_weight(const double grad_output, const double v, const double extremum, const double count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0;
 }
 
@@ -212,7 +214,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   typedef typename tr::acc acc;
   for (long long t = sg_first_thread(); t < rows * n; t += sg_thread_count()) {
     const long long r = t / n;
-    grad_x[t] = tr::store(sg_weight(tr::load(grad_output[r]), sg_hit(tr::load(x[t]), tr::load(output[r])), (acc)count[r]));
+    grad_x[t] = tr::store(sg_weight(tr::load(grad_output[r]), tr::load(x[t]), tr::load(output[r]), (acc)count[r]));
   }
 }
 
@@ -227,7 +229,7 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const acc extremum = tr::load(output[r]);
     acc sum = 0;
     for (long long k = 0; k < n; ++k) {
-      sum += sg_weight(tr::load(tangent_x[r * n + k]), sg_hit(tr::load(x[r * n + k]), extremum), (acc)count[r]);
+      sum += sg_weight(tr::load(tangent_x[r * n + k]), tr::load(x[r * n + k]), extremum, (acc)count[r]);
     }
     out[r] = tr::store(sum);
   }

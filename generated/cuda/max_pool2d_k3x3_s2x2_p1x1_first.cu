@@ -141,14 +141,24 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the window
 constexpr int K0 = 3, S0 = 2, P0 = 1, D0 = 1;  // spatial dim 0: kernel, stride, padding, dilation
 constexpr int K1 = 3, S1 = 2, P1 = 1, D1 = 1;  // spatial dim 1: kernel, stride, padding, dilation
+constexpr bool PADDING_TAKES_PART = false;  // padding never wins
+template <typename A> __device__ __forceinline__ A sg_padding() { return (A)(-sg_inf_f()); }
+constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output
 typedef unsigned char index_t;  // saved: the winner's window-local index
 
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
 // each compute type:
+// sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
+__device__ __forceinline__ float sg_combine(const float best, const float v) {
+  return (sg_isnan(best) || best > v) ? best : v;
+}
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
+}
+__device__ __forceinline__ double sg_combine(const double best, const double v) {
+  return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
@@ -199,27 +209,31 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     I b, ch, p0, p1;
     sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
     const T* __restrict__ xw = x + b * in.sb + ch * in.sc;
-    int winner = -1;  // window-local index of the running winner (padding is never read)
-    acc best = 0;
+    int winner = -1;  // window-local index of the running winner
+    acc best = 0, fold = 0;
     T best_raw = xw[0];
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
       const I i0 = p0 * S0 - P0 + k0 * D0;
-      if (i0 < 0 || i0 >= l0) continue;
+      const bool pad0 = i0 < 0 || i0 >= l0;
+      if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
         const I i1 = p1 * S1 - P1 + k1 * D1;
-        if (i1 < 0 || i1 >= l1) continue;
-        const T raw = xw[i0 * in.s0 + i1 * in.s1];
+        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        if (pad1 && !PADDING_TAKES_PART) continue;
+        const T raw = pad1 ? tr::store(sg_padding<acc>()) : xw[i0 * in.s0 + i1 * in.s1];
         const acc v = tr::load(raw);
-        if (winner < 0 || sg_take(v, best)) {  // the first element inside the input starts it
+        const bool first = winner < 0;  // the first element taking part starts the window
+        if (first || sg_take(v, best)) {
           winner = k0 * K1 + k1;
           best = v;
           best_raw = raw;
         }
+        if (!WINNER_IS_OUTPUT) fold = first ? v : sg_combine(fold, v);
       }
     }
-    out[t] = best_raw;
+    out[t] = WINNER_IS_OUTPUT ? best_raw : tr::store(fold);
     index[t] = (index_t)winner;
   }
 }
@@ -262,6 +276,8 @@ template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const index_t* __restrict__ index,
     T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
+  typedef sg_traits<T> tr;
+  typedef typename tr::acc acc;
   const Strides<I, CL> in(c, l0, l1);
   const long long total = (long long)n * c * o0 * o1;
   for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
@@ -269,10 +285,13 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
     const I base = b * in.sb + ch * in.sc;
     int local = (int)index[t];
+    bool inside = true;  // the winner may be padding where it takes part: its tangent is 0
     const I i1 = p1 * S1 - P1 + (local % K1) * D1;
+    inside = inside && i1 >= 0 && i1 < l1;
     local /= K1;
     const I i0 = p0 * S0 - P0 + (local % K0) * D0;
-    out[t] = tangent_x[base + i0 * in.s0 + i1 * in.s1];  // the winner is inside the input
+    inside = inside && i0 >= 0 && i0 < l0;
+    out[t] = inside ? tangent_x[base + i0 * in.s0 + i1 * in.s1] : tr::store((acc)0);
   }
 }
 

@@ -141,6 +141,8 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the window
 constexpr int K0 = 3, S0 = 2, P0 = 1, D0 = 1;  // spatial dim 0: kernel, stride, padding, dilation
 constexpr int K1 = 3, S1 = 2, P1 = 1, D1 = 1;  // spatial dim 1: kernel, stride, padding, dilation
+constexpr bool PADDING_TAKES_PART = false;  // padding never wins
+template <typename A> __device__ __forceinline__ A sg_padding() { return (A)(-sg_inf_f()); }
 typedef unsigned char count_t;  // saved: the number of elements attaining the extremum
 
 // ---------------------------------------------------------------------------- the selection
@@ -148,14 +150,15 @@ typedef unsigned char count_t;  // saved: the number of elements attaining the e
 // each compute type:
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_hit(v, extremum): an element attains its window's extremum
-// sg_weight(grad_output, hit, count): the gradient of an element of a window
+// sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
   return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ float sg_weight(const float grad_output, const bool hit, const float count) {
+__device__ __forceinline__ float sg_weight(const float grad_output, const float v, const float extremum, const float count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
@@ -164,7 +167,8 @@ __device__ __forceinline__ double sg_combine(const double best, const double v) 
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);
 }
-__device__ __forceinline__ double sg_weight(const double grad_output, const bool hit, const double count) {
+__device__ __forceinline__ double sg_weight(const double grad_output, const double v, const double extremum, const double count) {
+  const bool hit = sg_hit(v, extremum);
   return hit ? (grad_output) / (count) : 0.0;
 }
 
@@ -213,18 +217,19 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     I b, ch, p0, p1;
     sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
     const T* __restrict__ xw = x + b * in.sb + ch * in.sc;
-    bool started = false;  // padding is never read
+    bool started = false;
     acc best = 0;
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
       const I i0 = p0 * S0 - P0 + k0 * D0;
-      if (i0 < 0 || i0 >= l0) continue;
+      const bool pad0 = i0 < 0 || i0 >= l0;
+      if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
         const I i1 = p1 * S1 - P1 + k1 * D1;
-        if (i1 < 0 || i1 >= l1) continue;
-        const T raw = xw[i0 * in.s0 + i1 * in.s1];
-        const acc v = tr::load(raw);
+        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        if (pad1 && !PADDING_TAKES_PART) continue;
+        const acc v = pad1 ? sg_padding<acc>() : tr::load(xw[i0 * in.s0 + i1 * in.s1]);
         best = started ? sg_combine(best, v) : v;
         started = true;
       }
@@ -234,12 +239,14 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
       const I i0 = p0 * S0 - P0 + k0 * D0;
-      if (i0 < 0 || i0 >= l0) continue;
+      const bool pad0 = i0 < 0 || i0 >= l0;
+      if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
         const I i1 = p1 * S1 - P1 + k1 * D1;
-        if (i1 < 0 || i1 >= l1) continue;
-        hits += sg_hit(tr::load(xw[i0 * in.s0 + i1 * in.s1]), best) ? 1u : 0u;
+        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        if (pad1 && !PADDING_TAKES_PART) continue;
+        hits += sg_hit(pad1 ? sg_padding<acc>() : tr::load(xw[i0 * in.s0 + i1 * in.s1]), best) ? 1u : 0u;
       }
     }
     count[t] = (count_t)hits;
@@ -273,7 +280,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
         const I q1 = i1 + P1 - k1 * D1;  // p1 * S1 for the window p1 holding i1 at k1
         if (q1 < 0 || q1 % S1 != 0 || q1 / S1 >= o1) continue;
         const I o = ow + (q0 / S0) * os.s0 + (q1 / S1) * os.s1;
-        g += sg_weight(tr::load(grad_output[o]), sg_hit(v, tr::load(output[o])), (acc)count[o]);
+        g += sg_weight(tr::load(grad_output[o]), v, tr::load(output[o]), (acc)count[o]);
       }
     }
     grad_x[t] = tr::store(g);
@@ -298,13 +305,16 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
       const I i0 = p0 * S0 - P0 + k0 * D0;
-      if (i0 < 0 || i0 >= l0) continue;
+      const bool pad0 = i0 < 0 || i0 >= l0;
+      if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
         const I i1 = p1 * S1 - P1 + k1 * D1;
-        if (i1 < 0 || i1 >= l1) continue;
+        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        if (pad1 && !PADDING_TAKES_PART) continue;
         const I at = base + i0 * in.s0 + i1 * in.s1;
-        sum += sg_weight(tr::load(tangent_x[at]), sg_hit(tr::load(x[at]), e), (acc)count[t]);
+        sum += pad1 ? sg_weight((acc)0, sg_padding<acc>(), e, (acc)count[t])  // padding has tangent 0
+             : sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e, (acc)count[t]);
       }
     }
     out[t] = tr::store(sum);

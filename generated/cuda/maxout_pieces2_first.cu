@@ -140,14 +140,22 @@ __device__ __forceinline__ long long sg_thread_count() {
 
 // ---------------------------------------------------------------------------- the window
 constexpr int PIECES = 2;  // a window: PIECES consecutive channels
+constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output
 typedef unsigned char index_t;  // saved: the winner's window-local index
 
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
 // each compute type:
+// sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
+__device__ __forceinline__ float sg_combine(const float best, const float v) {
+  return (sg_isnan(best) || best > v) ? best : v;
+}
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
+}
+__device__ __forceinline__ double sg_combine(const double best, const double v) {
+  return (sg_isnan(best) || best > v) ? best : v;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
@@ -190,7 +198,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     sg_coordinates<I, CL>((I)t, groups, s, b, g, j);
     int winner = 0;
     T best_raw = x[sg_offset<I, CL>(b, g * PIECES, j, c, s)];
-    acc best = tr::load(best_raw);
+    acc best = tr::load(best_raw), fold = best;
     #pragma unroll
     for (int k = 1; k < PIECES; ++k) {
       const T raw = x[sg_offset<I, CL>(b, g * PIECES + k, j, c, s)];
@@ -200,8 +208,9 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
         best = v;
         best_raw = raw;
       }
+      if (!WINNER_IS_OUTPUT) fold = sg_combine(fold, v);
     }
-    out[t] = best_raw;
+    out[t] = WINNER_IS_OUTPUT ? best_raw : tr::store(fold);
     index[t] = (index_t)winner;
   }
 }

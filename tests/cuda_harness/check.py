@@ -68,11 +68,17 @@ def inputs_for(rng, op: str, shapes, specials: bool) -> list[np.ndarray]:
     return out
 
 
-def compare(cp, op: str, params: dict, ties: str, inputs: list[np.ndarray], dtype,
+def settings_of(ties) -> dict:
+    """load()'s settings: a tie policy name, or a dict of ties/nan/convention."""
+    return dict(ties) if isinstance(ties, dict) else {"ties": ties}
+
+
+def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,
             layout: str = "contiguous", seed: int = 0, module=None) -> list[str]:
-    """Run both backends on the inputs (cast to dtype); return a list of mismatches ([] if none)."""
-    numpy_module = symgrad.load(op, ties=ties, **params)
-    cuda_module = module or symgrad.load(op, backend="cuda", ties=ties, **params)
+    """Run both backends on the inputs (cast to dtype); return a list of mismatches ([] if none).
+    ``ties`` is a tie policy or a dict of load()'s settings (ties, nan, convention)."""
+    numpy_module = symgrad.load(op, **settings_of(ties), **params)
+    cuda_module = module or symgrad.load(op, backend="cuda", **settings_of(ties), **params)
     ref = np.float32 if dtype == np.float16 else dtype
     with np.errstate(over="ignore"):  # the largest float64 becomes inf in float32/float16, meant so
         xs = [x.astype(dtype) for x in inputs]
@@ -121,13 +127,13 @@ def _channels_last_ok(op: str, shapes) -> bool:
     return spec.kind == "maxout" and len(shapes[0]) >= 3
 
 
-def every_comparison(cp, op: str, params: dict, shapes, ties: str, setattr_) -> list[str]:
+def every_comparison(cp, op: str, params: dict, shapes, ties, setattr_) -> list[str]:
     """All comparisons of one op and policy: tie-heavy inputs without and with NaN/inf, float64,
     float32 and float16; channels-last (pools, maxout) or strided (elementwise) inputs; the
     64-bit index kernels; reductions in several passes.  setattr_(obj, name, value) changes a
     loader constant for the rest of the test (pytest's monkeypatch.setattr)."""
     rng = np.random.default_rng(sum(map(ord, f"{op}{params}{ties}")))
-    module = symgrad.load(op, backend="cuda", ties=ties, **params)
+    module = symgrad.load(op, backend="cuda", **settings_of(ties), **params)
     problems = []
     for specials in (False, True):
         inputs = inputs_for(rng, op, shapes, specials)
