@@ -3,7 +3,7 @@
 An entry is ``<cache>/<backend>/<key>-<generator hash>/<module>.py`` and, beside it, ``<module>.py.sha256``: the
 SHA-256 of the module's bytes in ``sha256sum`` format.  An entry is used only when its hash and its
 ``# key:`` line both match; anything else (missing, truncated, edited, one half of the pair) reads
-as absent and is generated again.  Both files are written atomically (``render.write_atomic``),
+as absent and is generated again.  Both files are written atomically (``files.write_atomic``),
 the module first and its hash second.  Generation is deterministic, so processes that fill the same
 entry at once write the same bytes, and every interleaving leaves one intact entry.
 """
@@ -16,11 +16,11 @@ import re
 import shutil
 from pathlib import Path
 
-from .render import write_atomic
+from .files import write_atomic
 
 HASH_SUFFIX = ".sha256"
 DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
-_KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (render.generator_hash)
+_KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (backends.common.generator_hash)
 
 
 def cache_dir() -> Path:
@@ -161,7 +161,7 @@ def _ours(p: Path) -> bool:
     """A file symgrad wrote: a regular file (never a link) that is a module or kernel with
     symgrad's provenance header, a hash file in sha256sum format, or a temporary file of an
     atomic write."""
-    from .render import has_provenance
+    from .files import has_provenance
     if p.is_symlink() or not p.is_file():
         return False
     n = p.name

@@ -6,8 +6,10 @@ import tomllib
 from pathlib import Path
 
 from . import docs as _docs
+from .backends import NAMES as BACKENDS  # every entry is generated for each
+from .files import has_provenance
 from .ops import Op, resolve
-from .render import has_provenance, render
+from .pipeline import render
 
 CATALOG_FILE = Path(__file__).resolve().parent / "catalog.toml"
 
@@ -21,9 +23,6 @@ def entries() -> list[Op]:
         ops.append(resolve(e["op"], e.get("ties"), nan=e.get("nan"),
                            convention=e.get("convention"), **params))
     return ops
-
-
-BACKENDS = ("numpy", "cuda")  # every entry is generated for each
 
 
 def render_all() -> dict[str, str]:

@@ -117,7 +117,7 @@ def _read(path: Path, op: Op) -> Derivation | None:
 
 
 def _write(path: Path, d: Derivation) -> None:
-    from .render import write_atomic  # render imports this module
+    from .files import write_atomic
     try:
         write_atomic(path, pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
     except (OSError, pickle.PicklingError, TypeError, AttributeError):

@@ -9,7 +9,7 @@ Nothing here is typed in by hand:
 * the piecewise form of a partial is the partial evaluated exactly (SymPy) on each region between
   the kinks, which are the points where two pieces of a max/min meet;
 * every number of the worked example is what the generated module returns: its source
-  (``render_numpy``) is executed in memory and run;
+  (``pipeline.render``) is executed in memory and run;
 * the W matrix of the worked example is the derivation's weights evaluated at the example, and the
   winners marked in the picture are its nonzero entries (tests check both against the module);
 * the tie and kink values of PyTorch and JAX are measured by running the modules of their presets
@@ -39,7 +39,8 @@ from .derive import Derivation, Node, _sift_term, _support, derive, derive_windo
 from .indicators import Indicator
 from .ops import Op
 from .printers import LatexPrinter, latex
-from .render import cli_arguments, environment, render_numpy, settings_lines
+from .backends.common import cli_arguments, environment, settings_lines
+from . import pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -199,7 +200,7 @@ def module_for(op: Op):
     """(module, source, file name): the op's generated NumPy module, executed in memory."""
     key = naming.key(op, "numpy")
     if key not in _MODULES:
-        name, source = render_numpy(op)
+        ((name, source),) = pipeline.render(op, "numpy").items()
         modname = f"symgrad_docs.{name[:-3]}_{key}"
         mod = types.ModuleType(modname)
         mod.__file__ = name

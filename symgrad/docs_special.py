@@ -14,7 +14,7 @@ from .docs import (C, Bullets, Code, Display, M, Page, Para, Section, Table, _ar
                    module_for)
 from .ops import Op, resolve
 from .printers import latex
-from .render import cli_arguments, settings_lines
+from .backends.common import cli_arguments, settings_lines
 
 LSE_TEMPERATURES = (1.0, 0.1, 0.01)  # the t -> 0+ table of the logsumexp page
 

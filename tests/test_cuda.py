@@ -37,9 +37,15 @@ from symgrad.lower import BEST, V, Count, Quotient, Select
 from symgrad.ops import OPS, resolve
 from symgrad.policy import DEFAULT_NAN, NAN_RULES
 from symgrad.printers import cuda_code
-from symgrad.render import render_cuda
+from symgrad.pipeline import render
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def render_cuda(op):
+    return render(op, "cuda")
+
+
 CATALOG_CU = sorted((ROOT / "generated" / "cuda").glob("*.cu"))
 ARCHS = ("sm_80", "sm_90")
 NO_CXX = "no C++ compiler (g++, clang++ or $CXX) on this machine: the CPU execution harness needs one"
@@ -404,9 +410,8 @@ def test_templates_write_no_value_comparison():
 def test_policy_expressions_flow_into_the_cuda_source(monkeypatch):
     """Change the lowered selection (the 'first' scan made non-strict, the hit rule without
     NaN): the .cu carries exactly what the printer makes of the changed expressions."""
-    import symgrad.render as render
-    from symgrad import policy
-    real_lower = render.lower
+    from symgrad import pipeline, policy
+    real_lower = pipeline.lower
 
     def changed(d):
         k = real_lower(d)
@@ -417,7 +422,9 @@ def test_policy_expressions_flow_into_the_cuda_source(monkeypatch):
             sel = type(sel)(**{**sel.__dict__, "hit": sp.Eq(V, sp.Symbol("extremum", real=True), evaluate=False)})
         return type(k)(**{**k.__dict__, "selection": sel})
 
-    monkeypatch.setattr(render, "lower", changed)
+    monkeypatch.setattr(pipeline, "lower", changed)
+    pipeline._build.cache_clear()
+    monkeypatch.setattr(pipeline, "_build", pipeline._build.__wrapped__)  # build again, changed
     src = render_cuda(resolve("max_pool2d", "first", kernel_size=2))["max_pool2d_k2x2_first.cu"]
     assert "return sg_isnan(v) || (v >= best);" in src and "(v > best)" not in src
     src = render_cuda(resolve("amax", "split"))["amax_split.cu"]

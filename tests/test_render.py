@@ -14,7 +14,13 @@ from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import Count, Quotient, Select
 from symgrad.ops import resolve
 from symgrad.printers import numpy_code, text
-from symgrad.render import PROVENANCE, render_numpy
+from symgrad.files import PROVENANCE
+from symgrad.pipeline import render
+
+
+def render_numpy(op):
+    ((name, source),) = render(op, "numpy").items()
+    return name, source
 
 ROOT = Path(__file__).resolve().parent.parent
 x, y = sp.symbols("x y", real=True)

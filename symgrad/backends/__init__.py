@@ -1,0 +1,34 @@
+"""The backends, one module each (printer configuration, template contexts, file names), behind
+one registry.  A backend is ``file_names(op)`` (the importable module last) and
+``render(artifacts) -> {file name: text}``; adding one touches its module and this registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from . import cuda, numpy
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    help: str  # one line for the CLI
+    file_names: Callable  # (op) -> tuple of file names, the importable module last
+    render: Callable  # (pipeline.Artifacts) -> {file name: file text}
+
+
+REGISTRY = {
+    "numpy": Backend("numpy", "a NumPy module (the default)", numpy.file_names, numpy.render),
+    "cuda": Backend("cuda", "a .cu file and its CuPy loader", cuda.file_names, cuda.render),
+}
+NAMES = tuple(REGISTRY)
+
+
+def get(name: object) -> Backend:
+    """The backend called name, or a TypeError/ValueError naming the backends there are."""
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be one of {', '.join(NAMES)} (a string), got {name!r}")
+    if name not in REGISTRY:
+        raise ValueError(f"unknown backend {name!r}; expected one of: {', '.join(NAMES)}")
+    return REGISTRY[name]

@@ -1,0 +1,233 @@
+"""The CUDA backend: each op's kernel printed by printers.CudaPrinter, once per compute type, into
+a .cu source (templates/cuda/) and a CuPy loader with the NumPy module's interface."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import naming
+from ..indicators import MaxOf, MinOf
+from ..lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
+                     backward_plan, smallest_index_dtype)
+from ..ops import Op
+from ..pipeline import Artifacts
+from ..printers import CUDA_REAL_TYPES, cuda_code
+from .common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
+
+
+def file_names(op: Op) -> tuple[str, ...]:
+    """The kernels' source and the loader (imported last)."""
+    return (naming.cuda_source_name(op), naming.cuda_loader_name(op))
+
+
+CUDA_BLOCK = 256  # threads a block in the loader's launches
+# (name in kernel names, C type of the storage): computed in float, float, float, double
+CUDA_DTYPES = (("f16", "sg_half"), ("bf16", "sg_bfloat16"), ("f32", "float"), ("f64", "double"))
+CUDA_INDEX_TYPES = (("i32", "int"), ("i64", "long long"))
+CUDA_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: CL = true
+_C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+               "uint64": "unsigned long long"}
+
+
+def _params(real_type: str, *names) -> str:
+    return ", ".join(f"const {'bool' if n == str(HIT) else real_type} {n}" for n in names)
+
+
+def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
+    sel = kernel.selection
+    fold = MaxOf if sel.extremum == "max" else MinOf
+    count = [str(COUNT)] if sel.counts else []
+    # the selection as C functions, printed once per compute type: (doc, return type, name,
+    # parameters, body) with every expression from the lowered kernel
+    functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
+                  "{rt}", "sg_combine", (BEST, V), ("return {};", fold(BEST, V)))]
+    if sel.form == "scan":
+        functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
+                          "bool", "sg_take", (V, BEST), ("return {};", sel.take)))
+    else:
+        functions += [
+            ("sg_hit(v, extremum): an element attains its window's extremum",
+             "bool", "sg_hit", (V, EXTREMUM), ("return {};", sel.hit)),
+            (f"sg_weight(grad_output, v, extremum{', count' if sel.counts else ''}): the gradient "
+             f"of element v of a window", "{rt}", "sg_weight", (GRAD_OUTPUT, V, EXTREMUM, *count),
+             ("const bool hit = sg_hit(v, extremum);", None, "return {};", sel.weight))]
+    real_types = []
+    for rt in CUDA_REAL_TYPES:
+        entry = {"name": rt, "functions": []}
+        for _, ret, name, params, body in functions:
+            lines = [b.format(cuda_code(e, rt)) if e is not None else b
+                     for b, e in zip(body[::2], body[1::2])]
+            entry["functions"].append({"ret": ret.format(rt=rt), "name": name,
+                                       "params": _params(rt, *map(str, params)), "body": lines})
+        real_types.append(entry)
+    ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
+           "selection_doc": [doc for doc, *_ in functions],
+           "padding_takes_part": "true" if kernel.padding_takes_part else "false",
+           "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
+                               if kernel.padding_takes_part else "padding never wins"),
+           "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
+           "winner_is_output": "true" if sel.winner_is_output else "false",
+           "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                              "the output is the fold of the window (NaN propagating), not the "
+                              "winner's value: under this NaN rule a window holding NaN can have a "
+                              "number as its winner")}
+    static = kernel.geometry in ("pool", "maxout")
+    if static:
+        count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
+        ctx.update(index_ctype=_C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else "",
+                   count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
+                   index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
+        if sel.form == "scan":
+            saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
+                     f"({np.dtype(kernel.index_dtype).itemsize} byte{'s' if np.dtype(kernel.index_dtype).itemsize > 1 else ''}) "
+                     f"per output; backward reads only it and grad_output (x is not kept)."]
+        else:
+            saved = ["Saved state: backward recomputes from x and the output (both kept by reference) "
+                     "which elements attain each window's extremum"]
+            saved[-1] += (f"; forward also saves their number, one {count_dtype} per output." if sel.counts
+                          else ".")
+    else:
+        ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
+        if sel.form == "scan":
+            saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
+                     "n (the loader picks it at run time; the backward kernel takes it as long long)."]
+        else:
+            saved = ["Saved state: backward recomputes from x (as rows) and the output, both kept, "
+                     "which elements attain each row's extremum"]
+            saved[-1] += ("; forward also saves their number per row (the smallest unsigned type holding n; "
+                          "the backward kernel takes it as long long)." if sel.counts else ".")
+    ctx["saved_doc"] = [line for s in saved for line in wrap(s, 96, "  ")]
+    return ctx
+
+
+def context(art: Artifacts) -> dict:
+    """The template context of an op's .cu source and loader: finished strings only."""
+    op, kernel = art.op, art.kernel
+    ctx = _cuda_base_context(op, art.derivation)
+    ctx["piecewise_linear"] = art.piecewise_linear
+    if op.spec.kind in SPECIAL_KINDS:
+        ctx.update(_special_cuda_context(op, kernel))
+        return ctx
+    return _cuda_context_rest(op, kernel, ctx)
+
+
+def _cuda_base_context(op: Op, d) -> dict:
+    return {
+        "header": ["//" + line[1:] for line in header(op, "cuda")],
+        "docstring": (special_docstring if op.spec.kind in SPECIAL_KINDS else docstring)(op, d),
+        "op": op.name,
+        "ties": op.ties,
+        "params": repr(op.params),
+        "inputs_tuple": repr(tuple(op.spec.inputs)),
+        "namespace": naming.cuda_namespace(op),
+        "prefix": naming.module_name(op),
+        "kernel_pattern": naming.cuda_kernel_pattern(op),
+        "source_name": naming.cuda_source_name(op),
+        "block": CUDA_BLOCK,
+        "dtypes": [{"name": n, "ctype": c} for n, c in CUDA_DTYPES],
+        "index_types": [{"name": n, "ctype": c} for n, c in CUDA_INDEX_TYPES],
+        "layouts": [{"name": n, "cl": c} for n, c in CUDA_LAYOUTS],
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "loader_note": wrap(
+            f"CUDA backend: forward and backward take and return CuPy arrays (float16, float32, "
+            f"float64, and bfloat16 where CuPy has it) and run the kernels of "
+            f"{naming.cuda_source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
+            f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
+    }
+
+
+def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
+    if isinstance(kernel, ElementwiseKernel):
+        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+        grad_names = {a.name for a in kernel.grads}
+        real_types = []
+        for rt in CUDA_REAL_TYPES:
+            def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
+                return [("bool" if a.boolean else rt, a.name, cuda_code(a.expr, rt)) for a in assigns]
+            real_types.append({
+                "name": rt,
+                "input_params": _params(rt, *kernel.inputs),
+                "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
+                "intermediates": lets(kernel.intermediates),
+                "backward_intermediates": lets(back_inter),
+                "adjoints": lets(adjoints),
+                "output": cuda_code(kernel.output, rt),
+                # gradients are assigned to the output references, temporaries among them declared
+                "grads": [("" if name in grad_names else f"const {ctype} ", name, code)
+                          for ctype, name, code in lets(grads)],
+            })
+        ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
+                   inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
+                   real_types=real_types, broadcast=kernel.broadcast,
+                   index_types_doc=True, layouts_doc=False, form="", counts=False,
+                   wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
+                   wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
+        return ctx
+    assert isinstance(kernel, WindowKernel)
+    ctx.update(_cuda_window(op, kernel))
+    ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
+               window=kernel.window, index_types_doc=kernel.geometry != "reduction",
+               layouts_doc=kernel.geometry != "reduction")
+    if kernel.geometry == "pool":
+        spatial = op.spec.spatial
+        ctx.update(spatial=spatial, axes=list(range(spatial)),
+                   kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
+                   padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
+    elif kernel.geometry == "maxout":
+        ctx.update(pieces=op.params["pieces"])
+    elif kernel.geometry == "adaptive":
+        ctx.update(_cuda_adaptive(op, kernel))
+    return ctx
+
+
+def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
+    """Adaptive pooling: window boxes and saved state whose sizes are known only at run time."""
+    spatial = op.spec.spatial
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    sel = kernel.selection
+    if sel.form == "scan":
+        saved = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                 "largest window extent along each axis), which the loader stores in the smallest "
+                 "unsigned type holding it (the kernels read and write it as long long); backward "
+                 "reads only it and grad_output (x is not kept).")
+    else:
+        saved = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                 "which elements attain each window's extremum"
+                 + ("; forward also saves their number per output (the loader stores it in the "
+                    "smallest unsigned type holding it; the kernels take it as long long)."
+                    if sel.counts else "."))
+    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+            "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
+            "saved_doc": wrap(saved, 96, "  ")}
+
+
+def render(art: Artifacts) -> dict[str, str]:
+    """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
+    ctx = context(art)
+    env = environment()
+    source, loader = file_names(art.op)
+    return {source: env.get_template(ctx["template"]).render(**ctx),
+            loader: env.get_template("cuda/loader.py.jinja").render(**ctx)}
+
+
+def _special_cuda_context(op: Op, kernel) -> dict:
+    if op.spec.kind == "unpool":
+        return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
+                    keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
+                    layouts_doc=False, form="", counts=False)
+    from ..lower import M_SHIFT, MAX_VALUE, SUM, Y
+    real_types = []
+    for rt in CUDA_REAL_TYPES:
+        real_types.append({
+            "name": rt,
+            "combine": cuda_code(MaxOf(BEST, V), rt), "combine_params": _params(rt, str(BEST), str(V)),
+            "shift": cuda_code(kernel.shift, rt), "shift_params": _params(rt, str(MAX_VALUE)),
+            "term": cuda_code(kernel.term, rt), "term_params": _params(rt, str(V), str(M_SHIFT)),
+            "output": cuda_code(kernel.output, rt), "output_params": _params(rt, str(M_SHIFT), str(SUM)),
+            "weight": cuda_code(kernel.weight, rt),
+            "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
+        })
+    return dict(geometry="logsumexp", template="cuda/logsumexp.cu.jinja", real_types=real_types,
+                index_types_doc=False, layouts_doc=False, form="", counts=False)

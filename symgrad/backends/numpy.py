@@ -1,0 +1,149 @@
+"""The NumPy backend: each op's kernel printed by printers.NumpyPrinter into the context of its
+templates/numpy/ template (vectorized NumPy; the module needs nothing else)."""
+
+from __future__ import annotations
+
+from .. import naming
+from ..lower import ElementwiseKernel, WindowKernel, backward_plan
+from ..ops import Op
+from ..pipeline import Artifacts
+from ..printers import _bare
+from ..printers import numpy_code as _numpy_code
+from .common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
+                     header, special_docstring)
+
+
+def numpy_code(expr, select: bool = False) -> str:
+    """One expression as NumPy code, without parentheses around the whole of it (select: see
+    printers.NumpyPrinter)."""
+    return _bare(_numpy_code(expr, select))
+
+
+def file_names(op: Op) -> tuple[str, ...]:
+    return (naming.module_name(op) + ".py",)
+
+
+def render(art: Artifacts) -> dict[str, str]:
+    """{file name: file text}: the NumPy module of an op."""
+    ctx = context(art)
+    return {file_names(art.op)[0]: environment().get_template(ctx["template"]).render(**ctx)}
+
+
+def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
+    """What every NumPy module's template gets: provenance header, docstring, the op's names."""
+    return {"header": header, "docstring": docstring, "op": op.name, "ties": op.ties,
+            "params": repr(op.params), "summary": op.spec.summary, "imports": [],
+            "inputs_tuple": repr(tuple(op.spec.inputs))}
+
+
+def context(art: Artifacts) -> dict:
+    """The template context of an op's NumPy module: finished strings only."""
+    op, d, kernel = art.op, art.derivation, art.kernel
+    if op.spec.kind == "expression":
+        return _expression_context(art)
+    if op.spec.kind in SPECIAL_KINDS:
+        return _special_context(art)
+    ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d))
+    ctx["piecewise_linear"] = art.piecewise_linear
+    if isinstance(kernel, ElementwiseKernel):
+        back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
+        ctx.update(
+            template="numpy/elementwise.py.jinja",
+            inputs=list(kernel.inputs),
+            inputs_tuple=repr(tuple(kernel.inputs)),
+            intermediates=[(a.name, numpy_code(a.expr, select=True)) for a in kernel.intermediates],
+            output=numpy_code(kernel.output, select=True),
+            grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
+            broadcast=kernel.broadcast,
+            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in back_inter],
+            returns=[(name, True) for name in kernel.inputs],
+        )
+        return ctx
+    assert isinstance(kernel, WindowKernel)
+    sel = kernel.selection
+    from ..printers import (numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce,
+                           numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
+    ctx.update(
+        template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
+        geometry=kernel.geometry,
+        form=sel.form,
+        window=kernel.window,
+        index_dtype=kernel.index_dtype or "",
+        take=numpy_code(sel.take) if sel.form == "scan" else "",
+        combine=numpy_extremum_fold(sel.extremum, "best", "v"),
+        hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
+        weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
+        counts=sel.counts,
+        winner_is_output=sel.winner_is_output,
+        padding_takes_part=kernel.padding_takes_part,
+        padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
+                         "dropped)" if kernel.padding_takes_part else
+                         "padding never wins: a window's winner is always inside the input"),
+        arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
+        reduce=numpy_extremum_reduce(sel.extremum, "xr"),
+        params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
+    )
+    if op.spec.kind in ("pool", "adaptive"):
+        ctx["spatial"] = op.spec.spatial
+    if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
+        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan_scan)
+                              if sel.form == "scan" else "")
+        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
+                              if sel.form == "mask" or not sel.winner_is_output else "")
+        ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
+        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+    if kernel.geometry in ("pool", "maxout"):
+        ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
+    return ctx
+
+
+# The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
+# window-box element over all windows and one call per window (microseconds, fitted roughly to
+# float32 timings of both on one x86 core, benchmarks/adaptive_numpy.py): a pass costs "pass" plus,
+# per gathered element, "gathered" (forward) or "gathered_backward"; a window "window" plus, per
+# row (plane), "row" and "element" per window element, or "scatter" (first/last backward: one
+# winner per row).  A tuning choice only: both strategies give the same results bit for bit.
+_NUMPY_ADAPTIVE_COST = {
+    "scan": {"pass": 20.0, "gathered": 0.01, "gathered_backward": 0.01, "window": 40.0, "row": 0.06,
+             "element": 0.006, "scatter": 0.02},
+    "mask": {"pass": 20.0, "gathered": 0.004, "gathered_backward": 0.012, "window": 40.0, "row": 0.06,
+             "element": 0.01},
+}
+
+# geometries with a NumPy template of their own (the others use window.py.jinja)
+_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}
+
+def _expression_context(art: Artifacts) -> dict:
+    op, d, kernel = art.op, art.derivation, art.kernel
+    wrt = tuple(op.params["wrt"])
+    back_inter, adjoints, grads = backward_plan(kernel, wrt)
+    return _numpy_base_context(op, expression_header(op, "numpy"), expression_docstring(op, d)) | {
+        "template": "numpy/elementwise.py.jinja",
+        "inputs": list(kernel.inputs),
+        "inputs_tuple": repr(tuple(kernel.inputs)),
+        "intermediates": [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+        "backward_intermediates": [(a.name, numpy_code(a.expr)) for a in back_inter],
+        "output": numpy_code(kernel.output),
+        "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
+        "broadcast": kernel.broadcast,
+        "returns": [(name, name in wrt) for name in kernel.inputs],
+        "piecewise_linear": art.piecewise_linear,
+    }
+
+
+def _special_context(art: Artifacts) -> dict:
+    op, d, kernel = art.op, art.derivation, art.kernel
+    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d))
+    ctx["piecewise_linear"] = art.piecewise_linear
+    ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
+    if op.spec.kind == "unpool":
+        ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
+                   each_writer=kernel.each_writer)
+    else:
+        t = op.params["temperature"]
+        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+                   term=numpy_code(kernel.term), output=numpy_code(kernel.output),
+                   weight=numpy_code(kernel.weight),
+                   formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
+                   weight_text=f"exp((x - y) / {t!r})" if t != 1 else "exp(x - y)")
+    return ctx
