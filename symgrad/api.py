@@ -16,7 +16,7 @@ from .derive import Derivation
 from .ops import OPS, resolve
 from . import backends as _backends
 from .backends.common import generator_hash
-from .files import check_file, check_out, check_writable, write_all, write_file  # noqa: F401
+from .files import check_out, write_all
 from .pipeline import render
 from . import cache as _cache
 from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)
