@@ -34,7 +34,7 @@ class Artifacts:
 
 
 @functools.lru_cache(maxsize=256)
-def _build(op: Op) -> Artifacts:
+def _build(key: str, op: Op) -> Artifacts:
     # code needs the partials, not the display of the raw derivative and its delta groups
     d = derive(op, display=False)
     kernel = lower_expression(d) if op.spec.kind == "expression" else lower(d)
@@ -42,8 +42,10 @@ def _build(op: Op) -> Artifacts:
 
 
 def build(op: Op) -> Artifacts:
-    """Derive and lower an op (once per op, parameters and settings in a process)."""
-    return _build(op)
+    """Derive and lower an op (once per op, parameters and settings in a process).  Ops compare
+    equal when their parameters do (max=0 and max=0.0), but their code need not be the same: the
+    cache is keyed by the op's repr, which tells them apart."""
+    return _build(repr(op), op)
 
 
 def render(op: Op, backend: str) -> dict[str, str]:
