@@ -4,6 +4,7 @@ comes from a brute-force NumPy oracle written from the tie-policy definitions, n
 
 from __future__ import annotations
 
+import io
 import itertools
 
 import numpy as np
@@ -11,11 +12,12 @@ import pytest
 import sympy as sp
 
 import symgrad
-from symgrad import policy
+from symgrad import cli, policy
 from symgrad.derive import (ALL_VARIABLES_UP_TO, _make_node, check_window_weights, derive,
                             running_weights, uniform_relations, window_symbols)
 from symgrad.indicators import Indicator, MaxOf, MinOf
 from symgrad.ops import resolve
+from symgrad.printers import text
 
 from conftest import POLICIES, tie_heavy
 
@@ -207,3 +209,52 @@ def test_uniform_relations_reads_the_policy():
     got = {t: uniform_relations(_make_node(sp.Symbol("y"), MinOf(*xs), t)) for t in POLICIES}
     assert got == {"first": (sp.StrictLessThan, sp.LessThan), "last": (sp.LessThan, sp.StrictLessThan),
                    "split": (sp.LessThan, sp.LessThan), "all": (sp.LessThan, sp.LessThan)}
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_generate_prints_one_progress_line_on_a_terminal_only(monkeypatch, tmp_path, capsys, terminal):
+    err = _Terminal() if terminal else io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    # a window no other test derives, so that this command runs the derivation
+    rc = cli.main(["generate", "max_pool1d", "--kernel-size", "37", "--ties", "last" if terminal else "first",
+                   "--backend", "all", "--out", str(tmp_path)])
+    assert rc == 0
+    if terminal:
+        assert err.getvalue() == "symgrad: deriving max_pool1d (37-element window)...\n"
+    else:
+        assert err.getvalue() == ""
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_derive_text_wraps_long_lines_between_factors(capsys):
+    assert cli.main(["derive", "max_pool2d", "--kernel-size", "3", "--ties", "split"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert max(map(len, out)) <= cli.WIDTH
+    d = derive(resolve("max_pool2d", "split", kernel_size=3))
+    (w_form,) = [s for s in d.steps if s.title == "W-form"]
+    label, expr = w_form.items[1]  # E_0: a product of 8 indicators
+    start = out.index(next(line for line in out if line.startswith(f"  {label} = ")))
+    lines = [out[start]] + list(itertools.takewhile(lambda s: s.startswith(cli.CONTINUATION), out[start + 1:]))
+    assert len(lines) > 1 or len(lines[0]) <= cli.WIDTH
+    for line in lines[:-1]:
+        assert line.endswith("*") or line.endswith("+")  # cut between factors or terms
+    # the lines hold the whole expression: the same text once the cuts are undone
+    assert "".join(s.strip() for s in lines).replace(" ", "") == \
+        f"{label} = {text(expr)}".replace(" ", "")
+
+
+def test_wrap_keeps_indicators_and_powers_whole():
+    line = "  f = " + "*".join(f"[x{i} >= 0.5*x{i + 1}]" for i in range(20)) + "*x0**2"
+    lines = cli.wrap(line, 60)
+    assert all(len(s) <= 60 for s in lines)
+    assert "".join(s.strip() for s in lines).replace(" ", "") == line.replace(" ", "")
+    for s in lines:
+        assert s.count("[") == s.count("]")
+    assert "x0**2" in lines[-1]
