@@ -258,3 +258,25 @@ def test_wrap_keeps_indicators_and_powers_whole():
     for s in lines:
         assert s.count("[") == s.count("]")
     assert "x0**2" in lines[-1]
+
+
+# ----------------------------------------------------------------------------- docs
+
+@pytest.mark.parametrize("ties", POLICIES)
+def test_docs_weights_of_a_large_window_match_the_oracle(ties):
+    """The docs' worked example reads a large window's W without deriving its n-element node."""
+    from symgrad import docs
+    op = resolve("max_pool1d", ties, kernel_size=40)
+    rng = np.random.default_rng(11)
+    x = tie_heavy(rng, (90,), 3)
+    # three windows: plain, with leading padding (None), overlapping the first
+    windows = [[(0, i) for i in range(40)], [None] * 5 + [(0, i) for i in range(35)],
+               [(0, i) for i in range(50, 90)]]
+    got = docs._window_weights(op, derive(op), (x,), windows)
+    cols = np.array([[-np.inf if e is None else x[e[1]] for e in w] for w in windows])
+    want = oracle_weights(cols, ties)
+    for o, w in enumerate(windows):
+        for k, e in enumerate(w):
+            assert (got[o][k] is None) == (e is None)
+            if e is not None:
+                assert float(got[o][k]) == pytest.approx(want[o, k], rel=1e-15)
