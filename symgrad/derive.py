@@ -18,6 +18,10 @@ For every max/min node of the forward, with pieces p_i and policy weights w_i (`
 
 Each derivation also checks its weights: sum_i w_i = 1 for first/last/split (= number of tied
 winners for all), exhaustively over every weak ordering of up to 4 pieces, numerically beyond.
+
+A static window (pool, maxout) of more than ALL_VARIABLES_UP_TO elements is derived on a
+representative window of REPRESENTATIVE_STATIC_WINDOW elements, its own W-form stated generically
+and its weights checked at its real size in linear time (_derive_large_window).
 """
 
 from __future__ import annotations
