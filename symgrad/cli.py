@@ -10,16 +10,19 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__, api, backends, catalog, naming
+from . import __version__, api, backends, catalog, derivations, naming
 from . import files as _files
 from . import policy as _policy
 from .backends.common import settings_lines
 from .conventions import CONVENTIONS
+from .derive import ALL_VARIABLES_UP_TO
 from .ops import OPS, ORDERS, Param, resolve
 from .pipeline import render
 from .printers import text
 
 MAX_ITEMS = 12  # per derivation step, unless --full
+WIDTH = 100  # `symgrad derive` text lines are wrapped to this width where they can be
+CONTINUATION = "      "  # the indent of a wrapped line's continuation lines
 
 
 class UsageError(Exception):
@@ -235,6 +238,53 @@ def _show(items, full: bool) -> list[str]:
     return lines
 
 
+def _breaks(line: str) -> list[str]:
+    """line cut after each break opportunity: a product's '*' (not '**') and a space, outside the
+    brackets of an indicator ([x0 > x1] stays whole)."""
+    chunks, start, depth = [], 0, 0
+    for i, ch in enumerate(line):
+        depth += (ch == "[") - (ch == "]")
+        power = line[i - 1:i] == "*" or line[i + 1:i + 2] == "*"
+        if depth == 0 and (ch == " " or (ch == "*" and not power)):
+            chunks.append(line[start:i + 1])
+            start = i + 1
+    return chunks + [line[start:]]
+
+
+def wrap(line: str, width: int = WIDTH) -> list[str]:
+    """A long derive line as lines of at most width characters, cut between the factors of a
+    product or between words, continuation lines indented (a chunk longer than width, one
+    indicator, stays whole): derivations of large windows print products of hundreds of factors."""
+    if len(line) <= width:
+        return [line]
+    lines, current = [], ""
+    for chunk in _breaks(line):
+        if current.strip() and len(current) + len(chunk.rstrip()) > width:
+            lines.append(current.rstrip())
+            current = CONTINUATION + chunk.lstrip()
+        else:
+            current += chunk
+    return lines + [current.rstrip()]
+
+
+def _print_wrapped(lines: list[str], out) -> None:
+    print("\n".join(part for line in lines for part in wrap(line)), file=out)
+
+
+def _progress():
+    """A callback for derivations.announcing that prints one line on stderr before the first
+    derivation a command runs (a large window takes seconds), only when stderr is a terminal."""
+    shown = []
+
+    def announce(op) -> None:
+        if shown or not sys.stderr.isatty():
+            return
+        size = f" ({op.window_size()}-element window)" if op.spec.kind in ("pool", "maxout") else ""
+        print(f"symgrad: deriving {op.name}{size}...", file=sys.stderr, flush=True)
+        shown.append(op)
+    return announce
+
+
 def _steps_and_checks(d, full: bool) -> list[str]:
     """A derivation's steps and checks, as `symgrad derive` prints them."""
     lines = []
@@ -248,11 +298,12 @@ def cmd_derive_expr(ns, argv: list[str], out) -> int:
     if ns.format != "text":
         raise ValueError(f"--format {ns.format} is available for catalog ops; an expression's "
                          f"derivation prints as text")
-    d = api._derive(op)
+    with derivations.announcing(_progress()):
+        d = api._derive(op)
     lines = [f"expression: {op.params['expr']}", f"inputs: {', '.join(op.params['inputs'])}; "
              f"gradients returned for: {', '.join(op.params['wrt'])}"] + settings_lines(op)
     lines += _steps_and_checks(d, ns.full)
-    print("\n".join(lines), file=out)
+    _print_wrapped(lines, out)
     return 0
 
 
@@ -268,12 +319,15 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         print(docs.render(op, ns.format), end="", file=out)
         return 0
     full = ns.full
-    d = api._derive(op)
+    with derivations.announcing(_progress()):
+        d = api._derive(op)
     lines = [f"op: {op.describe()}"] + settings_lines(op)
     if op.spec.kind == "pool":
         import numpy as np
-        offs = ", ".join(f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"])))
-        lines.append(f"window elements (row-major scan order): {offs}")
+        offs = [f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"]))]
+        if len(offs) > ALL_VARIABLES_UP_TO:  # derived on a representative window: first and last
+            offs = offs[:2] + ["..."] + offs[-1:]
+        lines.append(f"window elements (row-major scan order): {', '.join(offs)}")
     elif op.spec.kind == "reduction":
         lines.append(f"window: a representative slice of {op.window_size()} elements "
                      f"(the rule is the same for every length)")
@@ -294,7 +348,7 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         lines += ["", "== backward ==",
                   "  grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"
                   "  (W^T g; overlapping windows accumulate)"]
-    print("\n".join(lines), file=out)
+    _print_wrapped(lines, out)
     return 0
 
 
@@ -317,7 +371,8 @@ def cmd_generate(ns, argv: list[str], out) -> int:
     if ns.expr is None:
         op = _resolve(ns, argv)
     chosen = backends.NAMES if ns.backend == "all" else (ns.backend,)
-    files = {name: source for b in chosen for name, source in render(op, b).items()}
+    with derivations.announcing(_progress()):
+        files = {name: source for b in chosen for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))
     paths = [(ns.out or Path(".")) / name for name in files]
     if ns.check:

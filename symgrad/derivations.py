@@ -12,6 +12,7 @@ costs the time of deriving again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -31,6 +32,18 @@ SOURCES = ("derive.py", "policy.py", "indicators.py", "ops.py")  # what a deriva
 
 _MEMO: dict = {}
 _LOCK = threading.Lock()
+_ANNOUNCE: list = []  # callbacks told of each derivation about to run (the CLI's progress line)
+
+
+@contextlib.contextmanager
+def announcing(callback):
+    """Within the block, call callback(op) before each derivation that is found in neither this
+    process nor the disk cache, i.e. before the work that can take seconds."""
+    _ANNOUNCE.append(callback)
+    try:
+        yield
+    finally:
+        _ANNOUNCE.remove(callback)
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,6 +80,8 @@ def derive(op: Op, display: bool = True) -> Derivation:
     path = directory() / f"{k}.pickle"
     d = _read(path, op)
     if d is None:
+        for callback in list(_ANNOUNCE):
+            callback(op)
         d = _derive(op, display)
         _write(path, dataclasses.replace(d, op=None))  # the op is the caller's (its spec holds code)
     with _LOCK:

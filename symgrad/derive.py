@@ -18,6 +18,10 @@ For every max/min node of the forward, with pieces p_i and policy weights w_i (`
 
 Each derivation also checks its weights: sum_i w_i = 1 for first/last/split (= number of tied
 winners for all), exhaustively over every weak ordering of up to 4 pieces, numerically beyond.
+
+A static window (pool, maxout) of more than ALL_VARIABLES_UP_TO elements is derived on a
+representative window of REPRESENTATIVE_STATIC_WINDOW elements, its own W-form stated generically
+and its weights checked at its real size in linear time (_derive_large_window).
 """
 
 from __future__ import annotations
@@ -41,6 +45,11 @@ NUMERIC_SAMPLES = 4000
 # partner before it).  Any other position is one of these up to a relabeling that keeps the
 # order of the other elements, which maps its delta groups onto theirs.
 ALL_VARIABLES_UP_TO = 32
+# A static window (pool, maxout) of more elements than ALL_VARIABLES_UP_TO is derived on a
+# representative window of this size (see _derive_large_window): its W-form has n weights of n-1
+# indicators each, O(n^2) SymPy objects to build, differentiate, check and cache (minutes and
+# gigabytes at n = 1000), where the rule it yields does not depend on n.
+REPRESENTATIVE_STATIC_WINDOW = ALL_VARIABLES_UP_TO
 
 
 @dataclass(frozen=True)
@@ -333,6 +342,105 @@ def check_weights(ties: str, kind: str, n: int) -> str:
            f"on {NUMERIC_SAMPLES} random tie-heavy windows of {n} elements (numeric)"
 
 
+# How a product of one comparison against several elements reduces to their running extremum:
+# prod_j [a > x_j] = [a > max_j x_j], prod_j [a < x_j] = [a < min_j x_j] (non-strict alike).
+# Per comparison class: its text, the comparison, the running extremum, the empty product's bound.
+_RUNNING = {sp.StrictGreaterThan: (">", np.greater, np.maximum, -np.inf),
+            sp.GreaterThan: (">=", np.greater_equal, np.maximum, -np.inf),
+            sp.StrictLessThan: ("<", np.less, np.minimum, np.inf),
+            sp.LessThan: ("<=", np.less_equal, np.minimum, np.inf)}
+
+
+def uniform_relations(node: Node) -> tuple[type, type]:
+    """The comparison classes (before, after) of a window node's weights, required uniform.
+
+    Every w_k must compare x_k with each other element exactly once, through one comparison for
+    all earlier elements and one for all later ones: w_k = prod_{j<k} [x_k B x_j] *
+    prod_{j>k} [x_k A x_j].  That is the form whose weights for any window length the checks
+    and the relabeling argument of _derive_large_window speak about.
+    """
+    index = {p: i for i, p in enumerate(node.pieces)}
+    sides: dict = {"before": set(), "after": set()}
+    for k, w in enumerate(node.weights):
+        partners = []
+        for f in sp.Mul.make_args(w):
+            if not isinstance(f, Indicator):
+                continue
+            rel = f.rel if index.get(f.rel.lhs) == k else f.rel.reversed
+            if index.get(rel.lhs) != k or rel.rhs not in index:
+                raise AssertionError(f"w_{k} compares {f.rel}, not x{k} with another element")
+            j = index[rel.rhs]
+            partners.append(j)
+            sides["before" if j < k else "after"].add(type(rel))
+        if sorted(partners) != [j for j in range(len(node.pieces)) if j != k]:
+            raise AssertionError(f"w_{k} does not compare x{k} once with every other element")
+    if len(sides["before"]) != 1 or len(sides["after"]) != 1:
+        raise AssertionError(f"the weights of {node.symbol} compare earlier elements by "
+                             f"{sides['before']} and later ones by {sides['after']}: not one "
+                             f"comparison per side")
+    return next(iter(sides["before"])), next(iter(sides["after"]))
+
+
+def running_weights(vals: np.ndarray, before: type, after: type) -> np.ndarray:
+    """prod_{j<k} [x_k B x_j] * prod_{j>k} [x_k A x_j] for every k of windows ``vals`` (n, samples),
+    through prefix and suffix running extrema: O(n) per window where the product has n - 1
+    factors per element."""
+    def beats(rel: type, edges: np.ndarray) -> np.ndarray:
+        _, compare_, running, empty = _RUNNING[rel]
+        acc = running.accumulate(edges, axis=0)  # acc[k] = extremum of edges[0..k]
+        shifted = np.concatenate([np.full((1, vals.shape[1]), empty), acc[:-1]])
+        return compare_(edges, shifted)
+    return beats(before, vals) & beats(after, vals[::-1])[::-1]
+
+
+def check_window_weights(node: Node, ties: str, n: int) -> str:
+    """Check sum_k w_k (1, or the number of tied winners for 'all') on windows of n elements, in
+    time linear in n per window, from the weights derived for a representative window ``node``.
+
+    The weights of ``node`` must have the uniform form of ``uniform_relations``; that form is
+    evaluated by running extrema (``running_weights``), first compared with the derived weights
+    themselves on random tie-heavy windows of the representative size, then summed on random
+    windows of n elements, tie-heavy and not.  A policy whose weights lose or double a tie fails
+    either comparison.
+    """
+    before, after = uniform_relations(node)
+    if node.count is not None and node.count != sp.Add(*node.weights):
+        raise AssertionError(f"the count of {node.symbol} is not the sum of its E_i: {node.count}")
+    sign = 1 if node.kind == "max" else -1
+    rng = np.random.default_rng(n)
+    r = len(node.pieces)
+    rep = rng.integers(0, 3, size=(r, NUMERIC_SAMPLES)).astype(np.float64) * sign
+    env = dict(zip(node.pieces, rep))
+    memo: dict = {}
+    derived = np.array([np.broadcast_to(np.asarray(evaluate(w, env, memo), dtype=np.float64),
+                                        (NUMERIC_SAMPLES,)) for w in node.weights])
+    if not np.array_equal(derived, running_weights(rep, before, after)):
+        raise AssertionError(f"the weights of {node.symbol} differ from their running-extremum form")
+    # a third of the windows tie-heavy (3 values), a third with a few ties, a third rarely tied
+    high = np.repeat([3, max(3, n // 4), 4 * n], -(-NUMERIC_SAMPLES // 3))[:NUMERIC_SAMPLES]
+    vals = np.floor(rng.random((n, NUMERIC_SAMPLES)) * high).astype(np.float64) * sign
+    hits = running_weights(vals, before, after).sum(axis=0)
+    extreme = vals.max(axis=0) if sign > 0 else vals.min(axis=0)
+    want = np.ones(NUMERIC_SAMPLES) if ties != "all" else (vals == extreme).sum(axis=0)
+    # split: sum_k E_k / C with C = sum_k E_k is 1 exactly when some element attains the extremum
+    got = (hits > 0).astype(np.float64) if node.count is not None else hits
+    if not np.array_equal(got, want):
+        bad = int(np.flatnonzero(got != want)[0])
+        raise AssertionError(f"{ties}: sum of weights is {got[bad]}, not {want[bad]}, on a random "
+                             f"window of {n} elements")
+    return (f"sum_k w_k = {'1' if ties != 'all' else 'the number of tied winners'} on "
+            f"{NUMERIC_SAMPLES} random windows of {n} elements (numeric, linear in n: "
+            f"{'E_k' if node.count is not None else 'w_k'} = {_running_text(before, 'x_0..x_(k-1)')}"
+            f" * {_running_text(after, f'x_(k+1)..x_{n - 1}')}, equal to the derived weights of "
+            f"the {r}-element window on every sample)")
+
+
+def _running_text(rel: type, elements: str) -> str:
+    """[x_k > running max of x_0..x_(k-1)], as the check states it."""
+    symbol, _, running, _ = _RUNNING[rel]
+    return f"[x_k {symbol} running {'max' if running is np.maximum else 'min'} of {elements}]"
+
+
 # ---------------------------------------------------------------------------------- derive
 
 def derive_window(n: int, ties: str, kind: str = "max") -> Node:
@@ -393,6 +501,8 @@ def _chain(nodes: list[Node], inputs) -> dict:
 @functools.lru_cache(maxsize=256)
 def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     spec = op.spec
+    if spec.kind in ("pool", "maxout") and op.window_size() > ALL_VARIABLES_UP_TO:
+        return _derive_large_window(op)
     inputs = input_symbols(op)
     if spec.kind == "elementwise":
         forward = spec.forward(op.params, inputs)
@@ -428,8 +538,48 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks)
 
 
+def _derive_large_window(op: Op) -> Derivation:
+    """A static window of more than ALL_VARIABLES_UP_TO elements, derived on a representative one.
+
+    The derivation's inputs, forward, node and partials are those of the representative window of
+    REPRESENTATIVE_STATIC_WINDOW elements, derived in full (every variable's delta groups sifted
+    and cancelled); its steps state the W-form of the actual n-element window, and its checks
+    check that window's weights (``check_window_weights``) and say why the rule holds for it.  The
+    lowered kernel (lower.selection) reads only the form of the weights, a scan or a mask whose
+    size comes from the op, so generated code is that of the n-element window.
+    """
+    n, r, kind = op.window_size(), REPRESENTATIVE_STATIC_WINDOW, op.spec.extremum
+    node, checks = _window(r, op.ties, kind)
+    checks = [f"on the representative window of {r} elements: {c}" for c in checks]
+    checks += [check_window_weights(node, op.ties, n)] + _representative_note(op)
+    steps = _steps(op, node.forward, [node], node.partials)
+    rep = f"y ({r}-element representative window)"
+    steps[0] = Step("forward", f"{op.name} as the {kind} of its {n} window elements in scan order; "
+                    f"the steps below are derived on a representative window of {r} elements "
+                    f"(see the checks)",
+                    (("y", sp.Symbol(f"{kind}(x0, x1, ..., x{n - 1})")), (rep, node.forward)))
+    weight = _policy.FORMULA[op.ties](kind).split(" = ", 1)[1]
+    steps[1] = Step("W-form", steps[1].note,
+                    (("y", sp.Symbol(f"sum_(k=0..{n - 1}) w_k*x_k")),
+                     (f"w_k (k = 0..{n - 1})", sp.Symbol(weight)),
+                     (rep, node.w_form)) + steps[1].items[1:])
+    return Derivation(op, window_symbols(r), node.forward, [node], dict(node.partials), steps, checks)
+
+
 def _representative_note(op: Op) -> list[str]:
-    """What a representative-window derivation stands for (adaptive pooling)."""
+    """What a representative-window derivation stands for (adaptive pooling, large static windows)."""
+    if op.spec.kind in ("pool", "maxout") and op.window_size() > ALL_VARIABLES_UP_TO:
+        n, r = op.window_size(), REPRESENTATIVE_STATIC_WINDOW
+        return [f"the window of {n} elements is derived on a representative window of {r} (in full "
+                f"it has {n} weights of {n - 1} indicators each): every weight compares its element "
+                f"with each earlier element by one comparison and each later one by another, at "
+                f"any size; a delta group of dy/dx_k, on the boundary x_k = x_j, holds the factors "
+                f"of w_k and w_j only, and each of their factors against a third element x_i is "
+                f"fixed by the order of i, j and k, every order of which occurs in the "
+                f"representative window: each group of the {n}-element window is one of its "
+                f"groups up to a relabeling that keeps the order of the elements, and cancels "
+                f"alike; the rule is lowered to a running scan (first/last) or a mask of the "
+                f"elements attaining the extremum (split/all), of the {n} elements"]
     if op.spec.kind != "adaptive":
         return []
     return [f"adaptive windows (start floor(i*L/out), end ceil((i+1)*L/out) per axis) overlap and "

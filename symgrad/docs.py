@@ -35,7 +35,8 @@ import sympy as sp
 from . import __version__, naming
 from . import policy as _policy
 from .conventions import PRESETS
-from .derive import Derivation, Node, _sift_term, _support, derive, derive_window, evaluate
+from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
+                     evaluate, running_weights, uniform_relations)
 from .indicators import Indicator
 from .ops import Op
 from .printers import LatexPrinter, latex
@@ -449,18 +450,24 @@ def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
     """W of the example, from the derivation: each window's weights at its values (padding = -inf,
     which never wins)."""
     n = len(windows[0])
-    node = _window_node(op, d, n)
-    xs = node.pieces
+    large = op.spec.kind in ("pool", "maxout") and n > ALL_VARIABLES_UP_TO
+    # a large static window is derived on a representative window (derive._derive_large_window);
+    # deriving its n-element node in full here would cost O(n^2) SymPy objects
+    node = None if large else _window_node(op, d, n)
     flat = [np.asarray(a, dtype=np.float64).ravel() for a in inputs]
     pad = -np.inf if _extremum_kind(op, d) == "max" else np.inf
     cols = np.array([[pad if e is None else flat[e[0]][e[1]] for e in w] for w in windows]).T
-    env = dict(zip(xs, cols))
-    memo: dict = {}
-    ws = [np.broadcast_to(np.asarray(evaluate(w, env, memo), dtype=np.float64), (len(windows),))
-          for w in node.weights]
-    if node.count is not None:
-        c = np.asarray(evaluate(node.count, env, memo), dtype=np.float64)
-        ws = [w / c for w in ws]
+    if node is None:  # a large static window: its weights in the representative's uniform form
+        ws = running_weights(cols, *uniform_relations(d.output)).astype(np.float64)
+        ws = ws / ws.sum(axis=0) if d.output.count is not None else ws
+    else:
+        env = dict(zip(node.pieces, cols))
+        memo: dict = {}
+        ws = [np.broadcast_to(np.asarray(evaluate(w, env, memo), dtype=np.float64), (len(windows),))
+              for w in node.weights]
+        if node.count is not None:
+            c = np.asarray(evaluate(node.count, env, memo), dtype=np.float64)
+            ws = [w / c for w in ws]
     return [[None if e is None else _fraction(ws[k][o]) for k, e in enumerate(w)]
             for o, w in enumerate(windows)]
 
