@@ -71,6 +71,7 @@ def context(art: Artifacts) -> dict:
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
         combine=numpy_extremum_fold(sel.extremum, "best", "v"),
+        fold_out=numpy_extremum_fold(sel.extremum, "out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         counts=sel.counts,
@@ -91,6 +92,7 @@ def context(art: Artifacts) -> dict:
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
                               if sel.form == "mask" or not sel.winner_is_output else "")
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
+        ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     if kernel.geometry in ("pool", "maxout"):
         ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
