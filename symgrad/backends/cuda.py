@@ -216,6 +216,8 @@ def _special_cuda_context(op: Op, kernel) -> dict:
     if op.spec.kind == "unpool":
         return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
                     keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
+                    # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)
+                    stay_tag={"last": "i + 1", "first": "n - i"}[kernel.keep],
                     layouts_doc=False, form="", counts=False)
     from ..lower import M_SHIFT, MAX_VALUE, SUM, Y
     real_types = []

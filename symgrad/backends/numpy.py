@@ -139,7 +139,12 @@ def _special_context(art: Artifacts) -> dict:
     ctx["piecewise_linear"] = art.piecewise_linear
     ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
     if op.spec.kind == "unpool":
+        # np.unique returns each key's first position: of the keys reversed, the last writer's
+        stay = {"first": ["_, stay = np.unique(keys, return_index=True)"],
+                "last": ["_, from_end = np.unique(keys[::-1], return_index=True)",
+                         "stay = keys.size - 1 - from_end"]}[kernel.keep]
         ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
+                   stay_lines=stay,
                    each_writer=kernel.each_writer)
     else:
         t = op.params["temperature"]
