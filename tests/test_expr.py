@@ -499,6 +499,21 @@ def _cuda_inputs(rng, specials):
     return x, y
 
 
+def test_cuda_input_named_like_a_selection_variable_keeps_its_type(cupy_on_cpu, monkeypatch):
+    """An input called hit (the name of the mask's condition in window kernels) is a number in
+    the CUDA kernels, not a bool: 0.25 stays 0.25, as in the NumPy module."""
+    monkeypatch.setitem(sys.modules, "cupy", cupy_on_cpu)
+    expr = "Max(hit, 0)*3"
+    ref = symgrad.load_expr(expr, inputs=("hit",))
+    dev = symgrad.load_expr(expr, inputs=("hit",), backend="cuda")
+    x = np.array([-0.5, 0.0, 0.25, 2.0])
+    out, saved = dev.forward(x)
+    out_ref, saved_ref = ref.forward(x)
+    np.testing.assert_array_equal(out, out_ref)
+    np.testing.assert_array_equal(out, 3 * np.maximum(x, 0))  # the math, independently
+    np.testing.assert_array_equal(dev.backward(np.ones(4), saved)[0], ref.backward(np.ones(4), saved_ref)[0])
+
+
 @pytest.mark.parametrize("expr", EXACT_CUDA + TRANSCENDENTAL_CUDA)
 def test_cuda_kernels_on_the_cpu_match_the_numpy_module(expr, cupy_on_cpu, monkeypatch):
     """Bit for bit where the math is exact (+ - * /, comparisons); transcendentals (exp, log, tanh)

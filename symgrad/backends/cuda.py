@@ -3,7 +3,10 @@ a .cu source (templates/cuda/) and a CuPy loader with the NumPy module's interfa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import sympy as sp
 
 from .. import naming
 from ..indicators import MaxOf, MinOf
@@ -30,38 +33,47 @@ _C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "
 
 
 def _params(real_type: str, *names) -> str:
-    return ", ".join(f"const {'bool' if n == str(HIT) else real_type} {n}" for n in names)
+    return ", ".join(f"const {real_type} {n}" for n in names)
+
+
+@dataclass(frozen=True)
+class _CFunction:
+    """One selection function: printed per compute type as `prelude; return result;`."""
+
+    doc: str
+    returns: str  # a C type, "{rt}" for the compute type
+    name: str
+    params: tuple  # symbols, each a parameter of the compute type
+    result: sp.Basic
+    prelude: tuple[str, ...] = ()
 
 
 def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
-    count = [str(COUNT)] if sel.counts else []
+    count = [COUNT] if sel.counts else []
     # the selection as C functions, printed once per compute type: (doc, return type, name,
     # parameters, body) with every expression from the lowered kernel
-    functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                  "{rt}", "sg_combine", (BEST, V), ("return {};", fold(BEST, V)))]
+    functions = [_CFunction("sg_combine(best, v): the window's extremum so far, NaN propagating",
+                            "{rt}", "sg_combine", (BEST, V), fold(BEST, V))]
     if sel.form == "scan":
-        functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
-                          "bool", "sg_take", (V, BEST), ("return {};", sel.take)))
+        functions.append(_CFunction("sg_take(v, best): a later element v takes over from the "
+                                    "running winner best", "bool", "sg_take", (V, BEST), sel.take))
     else:
         functions += [
-            ("sg_hit(v, extremum): an element attains its window's extremum",
-             "bool", "sg_hit", (V, EXTREMUM), ("return {};", sel.hit)),
-            (f"sg_weight(grad_output, v, extremum{', count' if sel.counts else ''}): the gradient "
-             f"of element v of a window", "{rt}", "sg_weight", (GRAD_OUTPUT, V, EXTREMUM, *count),
-             ("const bool hit = sg_hit(v, extremum);", None, "return {};", sel.weight))]
+            _CFunction("sg_hit(v, extremum): an element attains its window's extremum",
+                       "bool", "sg_hit", (V, EXTREMUM), sel.hit),
+            _CFunction(f"sg_weight(grad_output, v, extremum{', count' if sel.counts else ''}): the "
+                       f"gradient of element v of a window", "{rt}", "sg_weight",
+                       (GRAD_OUTPUT, V, EXTREMUM, *count), sel.weight,
+                       (f"const bool {HIT} = sg_hit(v, extremum);",))]
     real_types = []
     for rt in CUDA_REAL_TYPES:
-        entry = {"name": rt, "functions": []}
-        for _, ret, name, params, body in functions:
-            lines = [b.format(cuda_code(e, rt)) if e is not None else b
-                     for b, e in zip(body[::2], body[1::2])]
-            entry["functions"].append({"ret": ret.format(rt=rt), "name": name,
-                                       "params": _params(rt, *map(str, params)), "body": lines})
-        real_types.append(entry)
+        real_types.append({"name": rt, "functions": [
+            {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
+             "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
     ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
-           "selection_doc": [doc for doc, *_ in functions],
+           "selection_doc": [f.doc for f in functions],
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
            "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                                if kernel.padding_takes_part else "padding never wins"),
