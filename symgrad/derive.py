@@ -36,6 +36,7 @@ import sympy as sp
 from . import policy as _policy
 from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
 from .ops import MAX_WINDOW, Op
+from .printers import text
 
 EXHAUSTIVE_UP_TO = 4
 NUMERIC_SAMPLES = 4000
@@ -608,7 +609,6 @@ def derive(op: Op, display: bool = True) -> Derivation:
 
 
 def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
-    from .printers import text  # printers import lower, which imports this module
     y = nodes[-1].symbol
     ys = [(str(n.symbol), n.forward) for n in nodes]
     steps = [Step("forward", f"{op.name} as max/min of its pieces, in argument order", tuple(ys))]
@@ -849,7 +849,6 @@ def _ordered(e: sp.Expr, inputs: tuple) -> list:
 
 
 def _expr_steps(d: ExprDerivation) -> list[Step]:
-    from .printers import text
     items = [(str(n.symbol), n.value) for n in d.nodes] + [("out", d.root)]
     steps = [Step("forward", f"{d.text}, cut into nodes (innermost first); equal subexpressions "
                   "share a node", tuple(items))]

@@ -15,7 +15,7 @@ Nothing here is typed in by hand:
 * the tie and kink values of PyTorch and JAX are measured by running the modules of their presets
   (``conventions.PRESETS``), as ``symgrad conventions`` does.
 
-This module builds finished strings; templates under templates/docs/ place them.
+This module builds finished strings; templates under docs_templates/ place them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import types
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -54,6 +55,10 @@ LINE_WIDTH = 64  # visible characters per display line (estimate)
 MATRIX_COLUMNS = 16  # W is written out as a matrix up to this many columns, else sparsely
 PALETTE = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
            "#7f7f7f")
+
+
+def _templates():
+    return environment("docs", Path(__file__).parent / "docs_templates")
 
 
 # ------------------------------------------------------------------------------ blocks
@@ -1059,7 +1064,7 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
                windows=windows, winners=winners, outs=outs, grads=grads, labels=labels,
                caption=[{"x": pad_x, "y": height - 22 - 18 * (len(caption) - 1 - i), "text": t}
                         for i, t in enumerate(caption)])
-    return environment().get_template("docs/routing.svg.jinja").render(**ctx)
+    return _templates().get_template("docs/routing.svg.jinja").render(**ctx)
 
 
 # ------------------------------------------------------------------------------ pages
@@ -1228,7 +1233,7 @@ def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: P
                intro=markdown_blocks(pg.intro, image_src),
                sections=[{"title": s.title, "blocks": markdown_blocks(s.blocks, image_src)}
                          for s in pg.sections])
-    return environment().get_template("docs/page.md.jinja").render(**ctx)
+    return _templates().get_template("docs/page.md.jinja").render(**ctx)
 
 
 def render_latex(op: Op) -> str:
@@ -1237,7 +1242,7 @@ def render_latex(op: Op) -> str:
                intro=latex_blocks(pg.intro),
                sections=[{"title": _tex_escape(s.title), "blocks": latex_blocks(s.blocks)}
                          for s in pg.sections])
-    return environment().get_template("docs/page.tex.jinja").render(**ctx)
+    return _templates().get_template("docs/page.tex.jinja").render(**ctx)
 
 
 def render(op: Op, fmt: str) -> str:
@@ -1265,7 +1270,7 @@ def catalog_files(ops: list[Op]) -> dict[str, str]:
                      "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
                      "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
                      "picture": "yes" if pg.svg is not None else ""})
-    files["docs/index.md"] = environment().get_template("docs/index.md.jinja").render(
+    files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
         provenance=PROVENANCE, rows=rows, policies=list(_policy.INFO.values()))
     return files
 

@@ -511,14 +511,14 @@ def test_cache_cli_through_a_subprocess(tmp_path):
 def test_cache_entries_are_kept_apart_by_the_generator_code(tmp_path, monkeypatch):
     """An edited template or symgrad module (or an upgrade) changes the entry's folder, so the
     per-user cache never serves a module that other code generated."""
-    copy = tmp_path / "templates"
-    shutil.copytree(common.templates_dir(), copy)
-    monkeypatch.setattr(common, "templates_dir", lambda: copy)
+    copy = tmp_path / "symgrad"
+    shutil.copytree(common.package_root(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(common, "package_root", lambda: copy)
     common.generator_hash.cache_clear()
     try:
         before = common.generator_hash()
-        (copy / "numpy" / "window.py.jinja").write_text(
-            (copy / "numpy" / "window.py.jinja").read_text(encoding="utf-8") + "\n", encoding="utf-8")
+        template = copy / "backends" / "numpy" / "templates" / "window.py.jinja"
+        template.write_text(template.read_text(encoding="utf-8") + "\n", encoding="utf-8")
         common.generator_hash.cache_clear()
         after = common.generator_hash()
     finally:

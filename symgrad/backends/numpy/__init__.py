@@ -1,22 +1,22 @@
-"""The NumPy backend: each op's kernel printed by printers.NumpyPrinter into the context of its
-templates/numpy/ template (vectorized NumPy; the module needs nothing else)."""
+"""The NumPy backend: each op's kernel printed by ``printer.NumpyPrinter`` into the context of its
+template (``templates/``: vectorized NumPy; the module needs nothing else)."""
 
 from __future__ import annotations
 
-from .. import naming
-from ..lower import ElementwiseKernel, WindowKernel, backward_plan
-from ..ops import Op
-from ..pipeline import Artifacts
-from ..printers import _bare
-from ..printers import numpy_code as _numpy_code
-from .common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
+from pathlib import Path
+
+from ... import naming
+from ...lower import ElementwiseKernel, WindowKernel, backward_plan
+from ...ops import Op
+from ...pipeline import Artifacts
+from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
+                      numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
+from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
                      header, special_docstring)
 
 
-def numpy_code(expr, select: bool = False) -> str:
-    """One expression as NumPy code, without parentheses around the whole of it (select: see
-    printers.NumpyPrinter)."""
-    return _bare(_numpy_code(expr, select))
+def _templates():
+    return environment("numpy", Path(__file__).parent / "templates")
 
 
 def file_names(op: Op) -> tuple[str, ...]:
@@ -26,7 +26,7 @@ def file_names(op: Op) -> tuple[str, ...]:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
     ctx = context(art)
-    return {file_names(art.op)[0]: environment().get_template(ctx["template"]).render(**ctx)}
+    return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
@@ -61,8 +61,6 @@ def context(art: Artifacts) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
-    from ..printers import (numpy_arg_extremum, numpy_extremum_fold, numpy_extremum_reduce,
-                           numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,

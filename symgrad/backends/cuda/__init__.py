@@ -1,21 +1,22 @@
-"""The CUDA backend: each op's kernel printed by printers.CudaPrinter, once per compute type, into
-a .cu source (templates/cuda/) and a CuPy loader with the NumPy module's interface."""
+"""The CUDA backend: each op's kernel printed by printer.CudaPrinter, once per compute type, into
+a .cu source (templates/) and a CuPy loader with the NumPy module's interface."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
 
-from .. import naming
-from ..indicators import MaxOf, MinOf
-from ..lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
+from ... import naming
+from ...indicators import MaxOf, MinOf
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
-from ..ops import Op
-from ..pipeline import Artifacts
-from ..printers import CUDA_REAL_TYPES, cuda_code
-from .common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
+from ...ops import Op
+from ...pipeline import Artifacts
+from .printer import CUDA_REAL_TYPES, cuda_code
+from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
 
 
 def file_names(op: Op) -> tuple[str, ...]:
@@ -218,7 +219,7 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
     ctx = context(art)
-    env = environment()
+    env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),
             loader: env.get_template("cuda/loader.py.jinja").render(**ctx)}
@@ -231,7 +232,6 @@ def _special_cuda_context(op: Op, kernel) -> dict:
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)
                     stay_tag={"last": "i + 1", "first": "n - i"}[kernel.keep],
                     layouts_doc=False, form="", counts=False)
-    from ..lower import M_SHIFT, MAX_VALUE, SUM, Y
     real_types = []
     for rt in CUDA_REAL_TYPES:
         real_types.append({

@@ -1,0 +1,171 @@
+"""The CUDA backend's printer: ``CudaPrinter`` subclasses SymPy's ``C99CodePrinter``, one printer
+per compute type (``float`` or ``double``).  Comparisons and Boolean connectives are printed as C
+operators, ``IsNan`` as the helper ``sg_isnan``, ``Select`` as ``?:``, ``MaxOf``/``MinOf`` as
+NaN-propagating selects (the semantics of ``np.maximum``/``np.minimum``, not ``fmax``/``fmin``,
+which drop NaN), and every number as a literal of the compute type: the value NumPy would use
+(a Python float cast to float32 for float kernels), with an ``f`` suffix in float kernels, so a
+float kernel does no double-precision math."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import sympy as sp
+from sympy.printing.c import C99CodePrinter
+
+from ..printing import INFIX as _INFIX
+from ..printing import bare as _bare
+from ..printing import operand as _operand
+
+
+CUDA_REAL_TYPES = ("float", "double")
+
+
+class CudaPrinter(C99CodePrinter):
+    """C99 printer for CUDA device code in one compute type (``real_type``: float or double)."""
+
+    _default_settings = {**C99CodePrinter._default_settings, "real_type": "float"}
+
+    def __init__(self, settings=None):
+        from sympy.codegen.ast import float32, float64, real
+        settings = dict(settings or {})
+        # math functions of the compute type: expf, tanhf, ... in float kernels
+        settings.setdefault("type_aliases", {real: float32 if settings.get("real_type", "float") == "float"
+                                             else float64})
+        super().__init__(settings)
+        if self._settings["real_type"] not in CUDA_REAL_TYPES:
+            raise ValueError(f"real_type must be one of {CUDA_REAL_TYPES}, got {self._settings['real_type']!r}")
+
+    @property
+    def real_type(self) -> str:
+        return self._settings["real_type"]
+
+    # numbers: the value the NumPy backend computes with, as a literal of the compute type
+    def _literal(self, value: float) -> str:
+        if self.real_type == "float":
+            with np.errstate(over="ignore"):
+                value32 = np.float32(value)
+            if not math.isfinite(value32):
+                # a parameter beyond float's range is +-inf in a float kernel, as in NumPy
+                return f"{'-' if value32 < 0 else ''}sg_inf_f()" if not math.isnan(value32) else "sg_nan_f()"
+            text = str(value32)
+            suffix = "f"
+        else:
+            text = repr(float(value))
+            suffix = ""
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return text + suffix
+
+    def _print_Float(self, expr):
+        return self._literal(float(expr))
+
+    def _print_Integer(self, expr):
+        return self._literal(float(int(expr)))
+
+    def _print_Rational(self, expr):
+        return self._literal(int(expr.p) / int(expr.q))
+
+    def _print_Zero(self, expr):
+        return self._literal(0.0)
+
+    def _print_One(self, expr):
+        return self._literal(1.0)
+
+    def _print_NegativeOne(self, expr):
+        return self._literal(-1.0)
+
+    def _print_Half(self, expr):
+        return self._literal(0.5)
+
+    def _print_Pi(self, expr):
+        return self._literal(math.pi)  # M_PI needs math.h, which NVRTC does not have
+
+    def _print_Exp1(self, expr):
+        return self._literal(math.e)
+
+    def _print_sigmoid(self, expr):
+        one = self._literal(1.0)
+        fn = "expf" if self.real_type == "float" else "exp"
+        return f"({one} / ({one} + {fn}(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    def _print_Pow(self, expr):
+        if expr.exp == 2:  # x*x: exact as NumPy's x**2 (np.square), where pow may not be
+            base = self.parenthesize(expr.base, 50, strict=True)
+            return f"({base}*{base})"
+        return super()._print_Pow(expr)
+
+    # comparisons and Booleans
+    def _print_Relational(self, expr):
+        op = _INFIX[expr.rel_op]
+        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
+
+    def _bool_join(self, expr, sep):
+        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_And(self, expr):
+        return self._bool_join(expr, "&&")
+
+    def _print_Or(self, expr):
+        return self._bool_join(expr, "||")
+
+    def _print_Not(self, expr):
+        return f"!{self._print(expr.args[0])}"
+
+    def _print_IeeeNot(self, expr):
+        # !(a <= b) as written: true when a or b is NaN (never rewritten to a > b)
+        return f"!({_bare(self._print(expr.args[0]))})"
+
+    def _print_BooleanTrue(self, expr):
+        return "true"
+
+    def _print_BooleanFalse(self, expr):
+        return "false"
+
+    def _print_IsNan(self, expr):
+        return f"sg_isnan({_bare(self._print(expr.args[0]))})"
+
+    def _print_IsFinite(self, expr):
+        # v - v is 0 for a finite v, NaN for +-inf and NaN (no header needed for isfinite)
+        a = self._print(expr.args[0])
+        return f"({a} - {a} == {self._literal(0.0)})"
+
+    def _print_exp(self, expr):
+        # the compute type's function, as SymPy's C printer names it with float32 as real
+        return f"{'expf' if self.real_type == 'float' else 'exp'}({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        return f"{'logf' if self.real_type == 'float' else 'log'}({self._print(expr.args[0])})"
+
+    # lowered nodes
+    def _print_Select(self, expr):
+        cond, a, b = expr.args
+        return f"({self._print(cond)} ? {self._print(a)} : {self._print(b)})"
+
+    def _print_Quotient(self, expr):
+        return f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}"
+
+    def _print_Count(self, expr):
+        # the number of conditions that hold, added up in the compute type
+        return "(" + " + ".join(f"({self.real_type})({_bare(self._print(a))})" for a in expr.args) + ")"
+
+    def _print_MaxOf(self, expr):
+        return self._fold(expr.args, ">")
+
+    def _print_MinOf(self, expr):
+        return self._fold(expr.args, "<")
+
+    def _fold(self, args, rel):
+        # np.maximum/np.minimum exactly: a when a is NaN or beats b strictly, else b (so NaN
+        # propagates, and of two equal values, +0 and -0 included, the second is returned)
+        out = self._print(args[0])
+        for a in args[1:]:
+            b = self._print(a)
+            out = f"((sg_isnan({_bare(out)}) || {out} {rel} {b}) ? {out} : {b})"
+        return out
+
+
+def cuda_code(expr: sp.Basic, real_type: str) -> str:
+    """One expression as CUDA C in the compute type real_type, without outer parentheses."""
+    return _bare(CudaPrinter({"real_type": real_type}).doprint(expr))

@@ -1,0 +1,201 @@
+"""The NumPy backend's printer: ``NumpyPrinter`` subclasses SymPy's ``NumPyPrinter`` and adds the
+nodes of the lowered kernel description.  Comparisons are printed as comparisons, Boolean
+connectives as NumPy's elementwise ``& | ~``; floats as the shortest literal that reads back as the
+same double.  The ``numpy_*`` functions print the whole-row calls of the window templates (a scan's
+winner in closed form, folds and reductions)."""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.numpy import NumPyPrinter
+
+from ..printing import INFIX as _INFIX
+from ..printing import bare as _bare
+from ..printing import operand as _operand
+
+
+class NumpyPrinter(NumPyPrinter):
+    """SymPy's NumPy printer, with ``np`` as the module name and the lowered nodes added."""
+
+    _module = "np"
+    # select: Select(c, a, 0) prints as _select(c, a), the module's branch-free np.where(c, a, 0)
+    # (for templates that include numpy/_select.py.jinja)
+    _default_settings = {**NumPyPrinter._default_settings, "select": False}
+
+    def __init__(self, settings=None):
+        super().__init__({"strict": True, "fully_qualified_modules": True, **(settings or {})})
+
+    def _print_Relational(self, expr):
+        op = _INFIX[expr.rel_op]
+        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
+
+    def _bool_join(self, expr, sep):
+        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_And(self, expr):
+        return self._bool_join(expr, "&")
+
+    def _print_Or(self, expr):
+        return self._bool_join(expr, "|")
+
+    def _print_Not(self, expr):
+        return f"~{self._print(expr.args[0])}"
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+    def _print_IeeeNot(self, expr):
+        return f"~{self._print(expr.args[0])}"
+
+    def _print_IsNan(self, expr):
+        return f"np.isnan({self._print(expr.args[0])})"
+
+    def _print_exp(self, expr):
+        return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
+
+    def _print_log(self, expr):
+        return f"np.log({self._print(expr.args[0])})"
+
+    def _print_IsFinite(self, expr):
+        return f"np.isfinite({_bare(self._print(expr.args[0]))})"
+
+    def _print_Select(self, expr):
+        cond, a, b = expr.args
+        if b == 0 and self._settings["select"]:  # the module's _select: np.where(c, a, 0), no branch
+            return f"_select({_bare(self._print(cond))}, {self._print(a)})"
+        if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
+            return (f"np.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
+                    f"dtype.type({self._print(b)}))")
+        return f"np.where({_bare(self._print(cond))}, {self._print(a)}, {self._print(b)})"
+
+    def _print_sigmoid(self, expr):
+        return f"(1 / (1 + np.exp(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    def _module_format(self, fqn, register=True):
+        if fqn.startswith("numpy."):  # the generated modules import numpy as np
+            fqn = "np." + fqn[len("numpy."):]
+        return super()._module_format(fqn, register)
+
+    def _print_Quotient(self, expr):
+        return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
+
+    def _print_Count(self, expr):
+        # the number of conditions that hold, added up in the working dtype
+        out = f"np.add({self._print(expr.args[0])}, {self._print(expr.args[1])}, dtype=dtype)" \
+            if len(expr.args) > 1 else f"np.asarray({self._print(expr.args[0])}, dtype=dtype)"
+        for a in expr.args[2:]:
+            out = f"np.add({out}, {self._print(a)})"
+        return out
+
+    def _print_MaxOf(self, expr):
+        return self._fold("np.maximum", expr.args)
+
+    def _print_MinOf(self, expr):
+        return self._fold("np.minimum", expr.args)
+
+    def _fold(self, fn, args):
+        out = self._print(args[0])
+        for a in args[1:]:
+            out = f"{fn}({out}, {self._print(a)})"
+        return out
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+
+_ARG = {("max", "first"): "np.argmax({a}, axis=-1)",
+        ("min", "first"): "np.argmin({a}, axis=-1)",
+        ("max", "last"): "{a}.shape[-1] - 1 - np.argmax({a}[..., ::-1], axis=-1)",
+        ("min", "last"): "{a}.shape[-1] - 1 - np.argmin({a}[..., ::-1], axis=-1)"}
+
+
+def numpy_arg_extremum(extremum: str, order: str, array: str) -> str:
+    """The NumPy call giving the scan winner along the last axis.
+
+    np.argmax/argmin return the first occurrence of the extremum and treat NaN as winning, which
+    is exactly a strict scan under the NaN rule; 'last' runs it on the reversed axis.
+    """
+    return _ARG[extremum, order].format(a=array)
+
+
+def _first_true(h: str) -> str:
+    return f"np.argmax({h}, axis=-1)"
+
+
+def _last_true(h: str) -> str:
+    return f"{h}.shape[-1] - 1 - np.argmax({h}[..., ::-1], axis=-1)"
+
+
+def numpy_scan_winner(extremum: str, order: str, nan_scan: str, name: str = "_winner") -> str:
+    """A function `name(rows)`: the index, along the last axis, that the running scan of the
+    lowered `take` ends on, computed in closed form with a few whole-row calls.
+
+    With no NaN the scan ends on the first (order first) or last (order last) element attaining
+    the extremum.  NaN (``Selection.nan_scan``): "dominate": np.argmax/np.argmin already treat
+    NaN as the extremum (first NaN; reversed: last NaN); "last_nan": the last NaN; "keep": a NaN
+    first element keeps it, other NaNs are passed over; "replace": the scan restarts after the
+    last NaN (which wins if it is the last element).
+    """
+    m = "max" if extremum == "max" else "min"
+    pick = _first_true if order == "first" else _last_true
+    doc = f'    """The element the running scan of each row (last axis) ends on."""'
+    if nan_scan == "dominate":
+        body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
+    elif nan_scan == "last_nan":
+        body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
+                "    nan = np.isnan(rows)",
+                "    if nan.any():  # rows holding NaN: their last NaN",
+                f"        winner = np.where(nan.any(axis=-1), {_last_true('nan')}, winner)",
+                "    return winner"]
+    elif nan_scan == "keep":
+        body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
+                f"    return np.where(np.isnan(rows[..., 0]), 0, {pick('hit')})"]
+    elif nan_scan == "replace":
+        body = ["    nan = np.isnan(rows)",
+                f"    last_nan = np.where(nan.any(axis=-1), {_last_true('nan')}, -1)",
+                "    after = np.arange(rows.shape[-1]) > last_nan[..., None]",
+                f"    rest = np.where(after, rows, {'-' if m == 'max' else ''}np.inf)",
+                f"    hit = after & (rows == np.{m}(rest, axis=-1, keepdims=True))",
+                f"    restart = {pick('hit')}",
+                "    return np.where(after[..., -1], restart, rows.shape[-1] - 1)"]
+    else:
+        raise ValueError(f"unknown scan NaN form {nan_scan!r}")
+    return "\n".join([f"def {name}(rows):", doc] + body)
+
+
+def numpy_fold_winner(extremum: str, name: str = "_fold_winner") -> str:
+    """A function `name(rows)`: the index, along the last axis, of the element that folding the
+    row with ``numpy_extremum_step`` returns (a when a is NaN or beats b strictly, else b): the
+    first NaN, else the last element equal to the extremum (+0 and -0 included)."""
+    m = "max" if extremum == "max" else "min"
+    return "\n".join([
+        f"def {name}(rows):",
+        f'    """The element the running {m} of each row (last axis) returns."""',
+        "    nan = np.isnan(rows)",
+        f"    hit = rows == np.{m}(rows, axis=-1, keepdims=True)",
+        f"    last_hit = {_last_true('hit')}",
+        f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, last_hit)"])
+
+
+def numpy_extremum_fold(extremum: str, a: str, b: str) -> str:
+    """Elementwise extremum of two arrays; np.maximum/np.minimum propagate NaN (NaN dominates)."""
+    return f"np.{'maximum' if extremum == 'max' else 'minimum'}({a}, {b})"
+
+
+def numpy_extremum_step(extremum: str, a: str, b: str) -> str:
+    """One step of a max/min fold with the rule stated for every dtype: a when a is NaN or beats b
+    strictly, else b (NaN propagates; of two equal values, +0 and -0 included, the second).  As
+    the CUDA fold (``CudaPrinter._fold``); np.maximum itself returns the first at +0/-0 for
+    float16 and the second for float32/float64."""
+    return f"np.where(np.isnan({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
+
+
+def numpy_extremum_reduce(extremum: str, array: str) -> str:
+    return f"np.{'max' if extremum == 'max' else 'min'}({array}, axis=-1)"
+
+
+def numpy_code(expr: sp.Basic, select: bool = False) -> str:
+    return _bare(NumpyPrinter({"select": select}).doprint(expr))
