@@ -192,7 +192,7 @@ def cmd_list(out) -> int:
                       + (" (required)" if p.required else "") for p in spec.params)
         print(f"  {name:<11} {spec.summary}" + (f"\n  {'':<11} {ps}" if ps else ""), file=out)
     print(f"tie policies (--ties; default {_policy.DEFAULT_POLICY}):", file=out)
-    for info in _policy.INFO.values():
+    for info in _policy.TIES.values():
         print(f"  {info.name:<6} {info.rule}", file=out)
     print(f"NaN rules (--nan; default {_policy.DEFAULT_NAN}):", file=out)
     for r in _policy.NAN_RULES.values():
@@ -339,7 +339,7 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     if op.spec.kind == "unpool":
         lines += ["", "== backward ==",
                   "  grad_input = W^T grad_output, a gather: grad_input[i] = grad_output.flat[indices[i]]"
-                  " per plane" + ("" if op.ties == "all" else " for the element that stayed in its slot, 0 "
+                  " per plane" + ("" if _policy.TIES[op.ties].winners == "each" else " for the element that stayed in its slot, 0 "
                                                               "for the others") + "; indices: None"]
     elif op.spec.kind == "logsumexp":
         lines += ["", "== backward ==", "  grad_x = grad_output * exp((x - y) / t) = grad_output * "

@@ -134,7 +134,7 @@ def _make_node(symbol, ext: _Extremum, ties: str) -> Node:
     pieces = tuple(ext.args)
     ws = _policy.weights(pieces, ties, kind)
     count = None
-    if ties == "split":
+    if _policy.TIES[ties].splits:
         # weights() returns E_i / C; keep E_i and C apart for the quotient rule.
         count = sp.denom(ws[0]) if len(pieces) > 1 else None
         if count is not None:
@@ -559,7 +559,7 @@ def _derive_large_window(op: Op) -> Derivation:
                     f"the steps below are derived on a representative window of {r} elements "
                     f"(see the checks)",
                     (("y", sp.Symbol(f"{kind}(x0, x1, ..., x{n - 1})")), (rep, node.forward)))
-    weight = _policy.FORMULA[op.ties](kind).split(" = ", 1)[1]
+    weight = _policy.TIES[op.ties].formula(kind).split(" = ", 1)[1]
     steps[1] = Step("W-form", steps[1].note,
                     (("y", sp.Symbol(f"sum_(k=0..{n - 1}) w_k*x_k")),
                      (f"w_k (k = 0..{n - 1})", sp.Symbol(weight)),
@@ -620,12 +620,7 @@ def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:
             items.append((label, w))
         if n.count is not None:
             items.append(("C", n.count))
-    note = {
-        "first": "first: strict comparison against earlier pieces, non-strict against later ones",
-        "last": "last: non-strict against earlier pieces, strict against later ones",
-        "split": "split: w_i = E_i / C, E_i = [p_i attains the extremum], C = number of pieces attaining it",
-        "all": "all: w_i = E_i = [p_i attains the extremum] (not a subgradient)",
-    }[op.ties]
+    note = f"{op.ties}: {_policy.TIES[op.ties].summary}"
     steps.append(Step("W-form", note, tuple(items)))
     raw = tuple((f"d{n.symbol}/d{v}", e) for n in nodes for v, e in n.raw.items())
     steps.append(Step("raw derivative", "differentiating an indicator gives a DiracDelta on its boundary", raw))
@@ -872,10 +867,7 @@ def _expr_steps(d: ExprDerivation) -> list[Step]:
         if n.kind == "sign":
             diff_ = w.weights[0] - w.weights[1]
             wf.append((f"{n.symbol} = w_0 - w_1", diff_ / w.count if w.count is not None else diff_))
-    steps.append(Step("W-form", {"first": "first: strict against earlier pieces, non-strict against later",
-                                 "last": "last: non-strict against earlier pieces, strict against later",
-                                 "split": "split: w_i = E_i / C",
-                                 "all": "all: w_i = E_i (not a subgradient)"}[d.op.ties], tuple(wf)))
+    steps.append(Step("W-form", f"{d.op.ties}: {_policy.TIES[d.op.ties].summary}", tuple(wf)))
     raw, deltas = [], []
     for n in d.nodes:
         if n.kind in ("max", "min"):

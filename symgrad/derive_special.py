@@ -46,15 +46,11 @@ def unpool_weights(idx, slots: int, ties: str) -> sp.Matrix:
     """W[j, i] for a plane of len(idx) elements written into `slots` slots, under a policy."""
     n = len(idx)
 
+    policy = _policy.TIES[ties]
+
     def w(j, i):
         e = sp.KroneckerDelta(idx[i], j)
-        if ties == "first":
-            others = range(i)
-        elif ties == "last":
-            others = range(i + 1, n)
-        else:  # all: every writer of the slot
-            others = ()
-        for k in others:
+        for k in policy.writer_excluded_by(i, n):
             e *= 1 - sp.KroneckerDelta(idx[k], j)
         return e
 
@@ -103,7 +99,7 @@ def _unpool(ties: str):
     for assign in itertools.product(range(UNPOOL_SLOTS), repeat=UNPOOL_INPUTS):
         env = dict(zip(idx, assign))
         Wv = W.xreplace(env)
-        program = sp.Matrix(_writes(xs, assign, UNPOOL_SLOTS, "first" if ties == "first" else "last"))
+        program = sp.Matrix(_writes(xs, assign, UNPOOL_SLOTS, _policy.TIES[ties].keeps))
         if list(Wv * sp.Matrix(xs)) != list(program) and (ties != "all" or len(set(assign)) == len(assign)):
             raise AssertionError(f"unpool {ties}: W x != the writes at indices {assign}")
         if ties != "all" or len(set(assign)) == len(assign):

@@ -780,7 +780,7 @@ def _window_text(op: Op) -> str:
 
 
 def _policy_note(op: Op) -> str:
-    info = _policy.INFO[op.ties]
+    info = _policy.TIES[op.ties]
     return [f"Tie policy {op.ties}: {info.rule}. Each weight ", M("w_{i}"), " is a product of "
             "comparison indicators ", M(latex(Indicator(sp.Gt(*sp.symbols("a b"))))),
             " (1 where the comparison holds, 0 elsewhere); the policy decides which comparisons "
@@ -1055,7 +1055,7 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
         for k, p in enumerate(in_panels):
             labels.append({"x": pad_x + k * (pw + gap), "y": top + in_h + 14, "text": f"depth {p}",
                            "small": True})
-    caption = [f"{op.name}, tie policy {op.ties}: {_policy.INFO[op.ties].rule}.",
+    caption = [f"{op.name}, tie policy {op.ties}: {_policy.TIES[op.ties].rule}.",
                "Dots mark each window's winner(s) in the window's colour; grad = W^T g (overlaps add)."]
     if any(c[0] not in real_panels for cs in (ex.pad_cells or {}).values() for c in cs):
         caption.append("Depth slices holding only padding are not drawn.")
@@ -1271,7 +1271,7 @@ def catalog_files(ops: list[Op]) -> dict[str, str]:
                      "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
                      "picture": "yes" if pg.svg is not None else ""})
     files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
-        provenance=PROVENANCE, rows=rows, policies=list(_policy.INFO.values()))
+        provenance=PROVENANCE, rows=rows, policies=list(_policy.TIES.values()))
     return files
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import policy as _policy
 from .derive import derive
 from .docs import (C, Bullets, Code, Display, M, Page, Para, Section, Table, _array_text,
                    _conventions_section, _in_catalog, _num_tex, _op_label, _regen, backward_source,
@@ -97,11 +98,9 @@ def unpool_example(op: Op):
 def _unpool_w(op: Op, indices: np.ndarray, size: int) -> list[list[int]]:
     flat = indices.ravel().tolist()
     W = [[0] * len(flat) for _ in range(size)]
-    for j in range(size):
-        writers = [i for i, v in enumerate(flat) if v == j]
-        keep = writers if op.ties == "all" else (writers[:1] if op.ties == "first" else writers[-1:])
-        for i in keep:
-            W[j][i] = 1
+    policy = _policy.TIES[op.ties]
+    for i, j in enumerate(flat):  # W[j, i] = [i_i = j] * prod_k [i_k != j] over the excluding writers
+        W[j][i] = int(all(flat[k] != j for k in policy.writer_excluded_by(i, len(flat))))
     return W
 
 
@@ -156,9 +155,9 @@ def _unpool_page(op: Op) -> Page:
                                   + r" \end{array}\right]"]))
     s.blocks.append(Para(["and ", C("grad_input"), " is ", M(r"W^{\top} g"),
                           (": every writer of a slot gets its g, while the forward keeps the last "
-                           "write" if op.ties == "all" else
+                           "write" if _policy.TIES[op.ties].winners == "each" else
                            f": the {op.ties} writer of a slot gets its g, the others 0, and "),
-                          *([] if op.ties == "all" else [M("W x"), " is the output"]), "."]))
+                          *([] if _policy.TIES[op.ties].winners == "each" else [M("W x"), " is the output"]), "."]))
     secs.append(s)
     secs.append(_code_section(op))
     return _page(op, secs, f"{_op_label(op)}: scatter forward, gather backward (tie policy {op.ties})")

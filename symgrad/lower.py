@@ -3,7 +3,7 @@
 After this step no math is decided anywhere else: printers turn each SymPy node into text and
 templates place that text.  The description says
 
-* which comparisons the code makes, with the NaN rule applied (``policy.nan_aware``);
+* which comparisons the code makes, with the NaN rule applied (``policy.NanRule.comparison``);
 * how a window's winner is found: a running ``scan`` (first/last: the indicator products are
   equivalent to one pass that replaces the running winner when a later element beats it with the
   comparison the W-form uses against earlier elements, O(n) comparisons instead of O(n^2)), or a
@@ -96,13 +96,14 @@ class Selection:
     hit: sp.Basic | None  # mask: element v attains the window's extremum
     weight: sp.Expr | None  # mask: gradient of a hit element, in grad_output, hit, count
     counts: bool  # mask: the weight needs the number of hits
-    winner_is_output: bool = True  # scan: the winner's value is the output (else fold max/min)
-    # scan: how the running scan treats NaN, which fixes its winner over a whole window in closed
-    # form (printers.numpy_scan_winner): "dominate" (a NaN takes over a number, not another NaN
-    # under order first), "last_nan" (a NaN takes over anything, nothing takes over a NaN), "keep"
-    # (a NaN never takes over, nothing takes over a NaN) or "replace" (a NaN takes over anything,
-    # anything takes over a NaN)
-    nan_scan: str | None = None
+    # scan: how the running scan treats NaN (its NaN rule), which fixes its winner over a whole
+    # window in closed form (NanRule.nan_takes_over, .nan_is_taken_over)
+    nan: _policy.NanRule | None = None
+
+    @property
+    def winner_is_output(self) -> bool:
+        """scan: the winner's value is the output (else the output is a fold of the max/min)."""
+        return self.nan is None or self.nan.winner_is_output
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,8 @@ def smallest_index_dtype(n: int) -> str:
 
 def _condition(factors: list[sp.Expr], nan: str, roles: dict) -> sp.Basic:
     """A product of indicators as one Boolean, each comparison under the NaN rule and its role."""
-    return sp.And(*[_policy.lower_comparison(f, nan, roles[f]) for f in factors])
+    rule = _policy.NAN_RULES[nan]
+    return sp.And(*[rule.comparison(f, roles[f]) for f in factors])
 
 
 def factor_roles(nodes: list[Node]) -> dict:
@@ -182,7 +184,7 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
             conds.append(_condition(inds, nan, roles))
         counts.append(Count(*conds))
     count = sp.Mul(*counts)
-    inner = bool(counts) and nan != "dominate"
+    inner = bool(counts) and _policy.NAN_RULES[nan].count_can_be_zero
     total = []
     for term in sp.Add.make_args(sp.expand(num)):
         coeff, inds = _split_term(term)
@@ -215,47 +217,43 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
     """Recognize the W-form of a window node and lower it to a scan or a mask, under a NaN rule."""
     n = len(xs)
     kind = node.kind
-    if node.count is not None or nan in ("zero", "nan", "each"):
-        return _mask_selection(node, kind, nan, split=node.count is not None or ties == "split")
+    rule = _policy.NAN_RULES[nan]
+    if node.count is not None or rule.mask:
+        return _mask_selection(node, kind, rule, split=node.count is not None or _policy.TIES[ties].splits)
     if n == 1:
         # a window of one element: it always wins, whatever the policy
-        return Selection("scan", kind, sp.false, "first", None, None, False, nan_scan="dominate")
-    if node.count is None:
-        index = {x: i for i, x in enumerate(xs)}
-        before, after = set(), set()
-        for k in range(n):
-            rels = _relations(node.weights[k], k, index)
-            if set(rels) != set(range(n)) - {k}:
-                raise AssertionError(f"w_{k} does not compare x{k} with every other element")
-            before |= {r for j, r in rels.items() if j < k}
-            after |= {r for j, r in rels.items() if j > k}
-        strict = {sp.StrictGreaterThan, sp.StrictLessThan}
-        if len(before) == 1 and len(after) == 1 and (before <= strict) != (after <= strict):
-            # Scan: element k beats every earlier element (with the 'before' comparison) iff it
-            # beats the running winner of the earlier ones; later elements must beat it in turn.
-            (rel,) = before
-            take = _policy.lower_comparison(Indicator(rel(V, BEST, evaluate=False)), nan, False)
-            order = "first" if rel in strict else "last"
-            # keep/replace can leave a number as the winner of a window holding NaN, whose output
-            # is NaN: the output is then folded separately
-            return Selection("scan", kind, take, order, None, None, False,
-                             winner_is_output=nan in ("dominate", "last_nan"), nan_scan=nan)
-        if (before | after) <= {sp.GreaterThan, sp.LessThan}:
-            return _mask_selection(node, kind, nan, split=False)
-        raise AssertionError(f"unrecognized W-form for {node.symbol}")
+        return Selection("scan", kind, sp.false, "first", None, None, False)
+    index = {x: i for i, x in enumerate(xs)}
+    before, after = set(), set()
+    for k in range(n):
+        rels = _relations(node.weights[k], k, index)
+        if set(rels) != set(range(n)) - {k}:
+            raise AssertionError(f"w_{k} does not compare x{k} with every other element")
+        before |= {r for j, r in rels.items() if j < k}
+        after |= {r for j, r in rels.items() if j > k}
+    strict = {sp.StrictGreaterThan, sp.StrictLessThan}
+    if len(before) == 1 and len(after) == 1 and (before <= strict) != (after <= strict):
+        # Scan: element k beats every earlier element (with the 'before' comparison) iff it
+        # beats the running winner of the earlier ones; later elements must beat it in turn.
+        (rel,) = before
+        take = rule.comparison(Indicator(rel(V, BEST, evaluate=False)), False)
+        order = "first" if rel in strict else "last"
+        return Selection("scan", kind, take, order, None, None, False, nan=rule)
+    if (before | after) <= {sp.GreaterThan, sp.LessThan}:
+        return _mask_selection(node, kind, rule, split=False)
     raise AssertionError(f"unrecognized W-form for {node.symbol}")
 
 
-def _mask_selection(node: Node, kind: str, nan: str, split: bool) -> Selection:
+def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -> Selection:
     """split/all: every element attaining the extremum is hit; weights by policy and NaN rule."""
-    hit = _policy.lower_hit(V, EXTREMUM, nan)
+    hit = rule.hit(V, EXTREMUM)
     if not split:
         weight = Select(HIT, GRAD_OUTPUT, 0)
-    elif nan == "nan":
+    elif rule.split_as_arithmetic:
         weight = Quotient(GRAD_OUTPUT, COUNT) * HIT  # arithmetic: 0 hits, count 0 -> NaN
     else:
         weight = Select(HIT, Quotient(GRAD_OUTPUT, COUNT), 0)
-    if nan == "each":
+    if rule.whole_gradient_at_nan:
         weight = Select(IsNan(EXTREMUM), GRAD_OUTPUT, weight)
     return Selection("mask", kind, None, None, hit, weight, split)
 
@@ -272,7 +270,7 @@ def lower(d: Derivation):
         grads = []
         for s in d.inputs:
             g = lower_partial(d.partials[s], op.nan, roles)
-            if op.nan == "each":  # a NaN anywhere among the pieces: every input gets the whole g
+            if _policy.NAN_RULES[op.nan].whole_gradient_at_nan:  # a NaN among the pieces: all of g
                 any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
                 g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
             grads.append(Assign(f"grad_{s}", g))
@@ -698,8 +696,9 @@ class LogSumExpKernel:
 def lower_special(d: Derivation):
     op = d.op
     if op.spec.kind == "unpool":
-        each = op.ties == "all"
-        return UnpoolKernel(op.spec.spatial, "first" if op.ties == "first" else "last", each,
+        policy = _policy.TIES[op.ties]
+        each = policy.winners == "each"
+        return UnpoolKernel(op.spec.spatial, policy.keeps, each,
                             ("indices",) if each else ("indices", "wins"))
     from .ops import _num
     t = sp.S.One if op.params["temperature"] == 1 else _num(op.params["temperature"])

@@ -29,78 +29,174 @@ import sympy as sp
 
 from .indicators import IeeeNot, Indicator, IsNan, compare, crossing_form
 
-POLICIES = ("first", "last", "split", "all")
-DEFAULT_POLICY = "first"
-
-
 @dataclass(frozen=True)
-class PolicyInfo:
+class Policy:
+    """A tie policy: who gets the gradient where pieces tie, as the W-row it writes.
+
+    ``winners`` says how a tie is resolved: ``one`` (a single winner by position: ``first`` or
+    ``last``, as ``strict_before`` says whether a later piece must beat earlier ones strictly),
+    ``shared`` (tied winners share equally: E_i / sum_k E_k) or ``each`` (every tied winner gets
+    the whole gradient).  ``weights`` builds the W-row; everything else is lowered from it.
+    """
+
     name: str
     rule: str  # one line: who gets the gradient at a tie
     subgradient: bool  # False: the weights of a tie sum to more than 1
+    winners: str  # "one" | "shared" | "each"
+    strict_before: bool | None  # one winner: must a later piece beat earlier ones strictly?
+    summary: str  # the W-row in a few words, for derivation steps
+
+    @property
+    def single(self) -> bool:
+        """One winner per tie, by position (a running scan can find it)."""
+        return self.winners == "one"
+
+    @property
+    def splits(self) -> bool:
+        """Tied winners share the gradient (the weights have a count in the denominator)."""
+        return self.winners == "shared"
+
+    @property
+    def keeps(self) -> str:
+        """Of several writers of one slot (unpooling), the one whose value stays: the first under
+        ``first``, else the last (the order PyTorch's forward writes in)."""
+        return "first" if self.name == "first" else "last"
+
+    def formula(self, kind: str) -> str:
+        """w_k in one line, for a max (or a min: every comparison reversed)."""
+        ge, gt = (">=", ">") if kind == "max" else ("<=", "<")
+        if self.single:
+            b, a = (gt, ge) if self.strict_before else (ge, gt)
+            return f"w_k = prod_(j<k) [x_k {b} x_j] * prod_(j>k) [x_k {a} x_j]"
+        e = f"E_k = prod_(j!=k) [x_k {ge} x_j]"
+        return f"w_k = E_k / sum_j E_j, {e}" if self.splits else f"w_k = {e}"
+
+    def weights(self, pieces: tuple[sp.Expr, ...], kind: str) -> list[sp.Expr]:
+        """The W-matrix row of an extremum: w_i for each piece, as indicator products."""
+        return weights(pieces, self.name, kind)
+
+    def writer_excluded_by(self, i: int, n: int) -> range:
+        """Unpooling: the writers k whose write to the same slot takes it from writer i (first:
+        an earlier writer keeps the slot; last: a later one overwrites it; each: none)."""
+        if self.winners == "each":
+            return range(0)
+        return range(i) if self.keeps == "first" else range(i + 1, n)
 
 
-INFO = {
-    "first": PolicyInfo("first", "a tie goes wholly to the tied element that comes first", True),
-    "last": PolicyInfo("last", "a tie goes wholly to the tied element that comes last", True),
-    "split": PolicyInfo("split", "a k-way tie gives each tied element 1/k", True),
-    "all": PolicyInfo(
-        "all",
-        "a k-way tie gives each tied element the whole gradient "
-        "(NOT a subgradient: the weights of a k-way tie sum to k)",
-        False,
-    ),
+TIES = {
+    "first": Policy("first", "a tie goes wholly to the tied element that comes first", True, "one", True,
+                    "strict comparison against earlier pieces, non-strict against later ones"),
+    "last": Policy("last", "a tie goes wholly to the tied element that comes last", True, "one", False,
+                   "non-strict against earlier pieces, strict against later ones"),
+    "split": Policy("split", "a k-way tie gives each tied element 1/k", True, "shared", None,
+                    "w_i = E_i / C, E_i = [p_i attains the extremum], C = number of pieces attaining it"),
+    "all": Policy("all", "a k-way tie gives each tied element the whole gradient "
+                  "(NOT a subgradient: the weights of a k-way tie sum to k)", False, "each", None,
+                  "w_i = E_i = [p_i attains the extremum] (not a subgradient)"),
 }
-
-def _formula(strict_before: str, strict_after: str):
-    def f(kind: str) -> str:
-        b, a = (strict_before, strict_after) if kind == "max" else (
-            strict_before.replace(">", "<"), strict_after.replace(">", "<"))
-        return f"w_k = prod_(j<k) [x_k {b} x_j] * prod_(j>k) [x_k {a} x_j]"
-    return f
+POLICIES = tuple(TIES)
+DEFAULT_POLICY = "first"
 
 
-def _formula_mask(split: bool):
-    def f(kind: str) -> str:
-        e = f"E_k = prod_(j!=k) [x_k {'>=' if kind == 'max' else '<='} x_j]"
-        return f"w_k = E_k / sum_j E_j, {e}" if split else f"w_k = {e}"
-    return f
-
-
-FORMULA = {
-    "first": _formula(">", ">="),
-    "last": _formula(">=", ">"),
-    "split": _formula_mask(True),
-    "all": _formula_mask(False),
-}
+def tie(name: str) -> Policy:
+    return TIES[name]
 
 
 @dataclass(frozen=True)
 class NanRule:
+    """What a comparison with NaN means, and so where the gradient of a window holding NaN goes.
+
+    ``ieee``: comparisons are IEEE (false whenever a NaN is involved) and the rule is read off the
+    W-form in the way one framework's kernel does; else NaN dominates (symgrad's default).
+    ``mask``: the rule reads ties as a mask of hits (split/all), never as a running scan.
+    For a running scan (first/last), ``nan_takes_over`` says whether a NaN takes over from the
+    running winner ("number": from a number only, as a strict win; "always"; "never") and
+    ``nan_is_taken_over`` whether a later element takes over from a NaN winner.  Where the
+    running winner ends on a whole window follows in closed form (the NumPy backend's
+    ``numpy_scan_winner``).
+    """
+
     name: str
     rule: str  # one line: where the gradient of a window holding NaN goes
     policies: tuple[str, ...]  # the tie policies it can be combined with
+    ieee: bool = True
+    mask: bool = False
+    nan_takes_over: str | None = None  # scan: "number" | "always" | "never"
+    nan_is_taken_over: bool | None = None  # scan
+    # mask, split: the weight is computed as arithmetic, hit * g / count (0 hits: 0/0 = NaN),
+    # not as a select
+    split_as_arithmetic: bool = False
+    whole_gradient_at_nan: bool = False  # NaN among the window's elements: each gets all of g
+
+    @property
+    def winner_is_output(self) -> bool:
+        """Scan: the winner's value is the window's output (a NaN, when the window holds one).
+        Under keep/replace a number can win a window holding NaN, whose output is NaN: the output
+        is then a separate NaN-propagating fold."""
+        return self.nan_takes_over != "never" and not self.nan_is_taken_over
+
+    @property
+    def count_can_be_zero(self) -> bool:
+        """A split count of tied winners can be 0 (no element equals a NaN extremum): the division
+        then goes inside each select (which yields 0), not around the sum."""
+        return self.ieee
+
+    def comparison(self, ind: Indicator, survive: bool) -> sp.Basic:
+        """The Boolean the generated code evaluates for one W-form factor [p_i beats p_j].
+
+        ``survive`` says which way the factor reads in a scan over the pieces: False when p_i comes
+        after p_j (p_i must take over from p_j), True when p_i comes before p_j (p_i keeps the
+        gradient unless p_j takes over).  With no NaN every rule gives the same value.
+        """
+        if not self.ieee:
+            return nan_aware(ind)
+        ieee = _code_relation(ind)
+        if self.mask:
+            return ieee
+        partner_takes = _code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
+        if self.nan_takes_over == "never":  # keep
+            return IeeeNot(partner_takes) if survive else ieee
+        if self.nan_is_taken_over:  # replace
+            return ieee if survive else IeeeNot(partner_takes)
+        # last_nan: a NaN always takes over, nothing takes over from a NaN
+        if survive:
+            return IeeeNot(sp.Or(partner_takes, isnan_of(ind.rel.rhs)))
+        return sp.Or(ieee, isnan_of(ind.rel.lhs))
+
+    def hit(self, v: sp.Expr, extremum: sp.Expr) -> sp.Basic:
+        """[v attains its window's extremum] (split/all masks)."""
+        if not self.ieee:
+            return nan_aware_equal(v, extremum)
+        return sp.Eq(v, extremum, evaluate=False)
 
 
 NAN_RULES = {
     "dominate": NanRule("dominate", "a NaN beats every number and NaNs tie with each other: the "
-                        "gradient goes to the NaN element(s) by the tie policy", POLICIES),
+                        "gradient goes to the NaN element(s) by the tie policy", POLICIES,
+                        ieee=False, nan_takes_over="number", nan_is_taken_over=False),
     "keep": NanRule("keep", "comparisons with NaN are false and a later element takes over only "
                     "on a true comparison: a NaN never takes over, and a NaN that comes first keeps "
-                    "the gradient", ("first", "last")),
+                    "the gradient", ("first", "last"), nan_takes_over="never", nan_is_taken_over=False),
     "replace": NanRule("replace", "a later element takes over unless the running winner beats "
                        "it: a NaN takes over and is taken over by the next element (the gradient "
-                       "goes to the first winner after the last NaN)", ("first", "last")),
+                       "goes to the first winner after the last NaN)", ("first", "last"),
+                       nan_takes_over="always", nan_is_taken_over=True),
     "last_nan": NanRule("last_nan", "a NaN always takes over and a number never takes over from a "
-                        "NaN: the gradient goes to the last NaN", ("first", "last")),
+                        "NaN: the gradient goes to the last NaN", ("first", "last"),
+                        nan_takes_over="always", nan_is_taken_over=False),
     "zero": NanRule("zero", "equality with NaN is false: a window holding NaN sends no gradient "
-                    "(0 to every element)", ("split", "all")),
+                    "(0 to every element)", ("split", "all"), mask=True),
     "nan": NanRule("nan", "the split weight is computed as hit * g / count: a window holding NaN "
-                   "has no hit and count 0, so every element gets NaN", ("split",)),
+                   "has no hit and count 0, so every element gets NaN", ("split",), mask=True,
+                   split_as_arithmetic=True),
     "each": NanRule("each", "a window holding NaN gives every element the whole gradient",
-                    ("split",)),
+                    ("split",), mask=True, whole_gradient_at_nan=True),
 }
 DEFAULT_NAN = "dominate"
+
+
+def nan_rule(name: str) -> NanRule:
+    return NAN_RULES[name]
 
 
 def check_nan(nan: object, ties: str) -> str:
@@ -139,8 +235,9 @@ def _beats(a: sp.Expr, b: sp.Expr, kind: str, strict: bool) -> Indicator:
 def weights(pieces: tuple[sp.Expr, ...], policy: str, kind: str) -> list[sp.Expr]:
     """The W-matrix row of an extremum: w_i for each piece, as indicator products."""
     n = len(pieces)
-    if policy in ("first", "last"):
-        strict_before = policy == "first"  # first: must beat earlier pieces strictly
+    p = TIES[policy]
+    if p.single:
+        strict_before = p.strict_before  # first: must beat earlier pieces strictly
         return [
             sp.Mul(*[_beats(pieces[i], pieces[j], kind, strict_before if j < i else not strict_before)
                      for j in range(n) if j != i])
@@ -148,7 +245,7 @@ def weights(pieces: tuple[sp.Expr, ...], policy: str, kind: str) -> list[sp.Expr
         ]
     wins = [sp.Mul(*[_beats(pieces[i], pieces[j], kind, False) for j in range(n) if j != i])
             for i in range(n)]
-    if policy == "all":
+    if not p.splits:
         return wins
     count = sp.Add(*wins)
     return [w / count for w in wins]
@@ -202,34 +299,13 @@ def nan_aware(ind: Indicator) -> sp.Basic:
 
 
 def lower_comparison(ind: Indicator, nan: str, survive: bool) -> sp.Basic:
-    """The Boolean the generated code evaluates for one W-form factor [p_i beats p_j].
-
-    ``survive`` says which way the factor reads in a scan over the pieces: False when p_i comes
-    after p_j (p_i must take over from p_j), True when p_i comes before p_j (p_i keeps the
-    gradient unless p_j takes over).  With no NaN every rule gives the same value.
-    """
-    if nan == "dominate":
-        return nan_aware(ind)
-    ieee = _code_relation(ind)
-    if nan in ("zero", "nan", "each"):
-        return ieee
-    partner_takes = _code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
-    if nan == "keep":
-        return IeeeNot(partner_takes) if survive else ieee
-    if nan == "replace":
-        return ieee if survive else IeeeNot(partner_takes)
-    if nan == "last_nan":
-        if survive:
-            return IeeeNot(sp.Or(partner_takes, isnan_of(ind.rel.rhs)))
-        return sp.Or(ieee, isnan_of(ind.rel.lhs))
-    raise ValueError(f"unknown NaN rule {nan!r}")
+    """``NAN_RULES[nan].comparison(ind, survive)``."""
+    return NAN_RULES[nan].comparison(ind, survive)
 
 
 def lower_hit(v: sp.Expr, extremum: sp.Expr, nan: str) -> sp.Basic:
-    """[v attains its window's extremum] (split/all masks)."""
-    if nan == "dominate":
-        return nan_aware_equal(v, extremum)
-    return sp.Eq(v, extremum, evaluate=False)
+    """``NAN_RULES[nan].hit(v, extremum)``."""
+    return NAN_RULES[nan].hit(v, extremum)
 
 
 def nan_aware_equal(v: sp.Expr, extremum: sp.Expr) -> sp.Basic:

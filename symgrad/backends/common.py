@@ -92,7 +92,7 @@ def settings_lines(op: Op) -> list[str]:
     if op.convention:
         lines.append(f"convention: {op.convention}")
     # an op that allows only some policies / NaN rules says what they mean for it (ops.py)
-    ties_rule = op.spec.policies_why or _policy.INFO[op.ties].rule
+    ties_rule = op.spec.policies_why or _policy.TIES[op.ties].rule
     nan_rule = op.spec.nan_why or _policy.NAN_RULES[op.nan].rule
     lines += [
         f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {ties_rule}",
@@ -144,7 +144,7 @@ def docstring(op: Op, d: Derivation) -> list[str]:
             lines += wrap(f"d{d.output.symbol}/d{s} = {text(e)}", indent="        ")
     else:
         lines += ["", "W-form of one window x0..x{n-1} (row-major scan order within the window):"]
-        lines += wrap(f"y = sum_k w_k * x_k with {_policy.FORMULA[op.ties](d.output.kind)}",
+        lines += wrap(f"y = sum_k w_k * x_k with {_policy.TIES[op.ties].formula(d.output.kind)}",
                        indent="        ")
         lines += ["", "Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"]
         lines += ["(overlapping windows accumulate)."]
@@ -153,12 +153,12 @@ def docstring(op: Op, d: Derivation) -> list[str]:
 
 def policy_lines(op: Op) -> list[str]:
     """The closing lines of a module docstring: the tie policy, NaN rule and convention it follows."""
-    lines = wrap(f"Tie policy '{op.ties}': {_policy.INFO[op.ties].rule}.")
+    lines = wrap(f"Tie policy '{op.ties}': {_policy.TIES[op.ties].rule}.")
     lines += wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
     if op.convention:
         from ..conventions import PRESETS
         lines += [""] + wrap(f"Convention '{op.convention}': {PRESETS[op.convention][op.name].note}.")
-    if not _policy.INFO[op.ties].subgradient:
+    if not _policy.TIES[op.ties].subgradient:
         lines += wrap("WARNING: policy 'all' is not a subgradient; use it only on purpose.")
     return lines
 
@@ -222,13 +222,13 @@ def special_docstring(op: Op, d: Derivation) -> list[str]:
         lines += wrap("Backward: grad_input = W^T grad_output, a gather: grad_input[i] = "
                        "grad_output.flat[indices[i]] per plane" +
                        (", for every element (each writer of a slot gets its gradient, as "
-                        "PyTorch)." if op.ties == "all" else
+                        "PyTorch)." if _policy.TIES[op.ties].winners == "each" else
                         ", for the element that stayed in its slot, 0 for the others.") +
                        " The indices are integers, not differentiable: their gradient is None. "
                        "With unique indices every policy gives the same W, and backward is the "
                        "exact adjoint of forward.")
         lines += [""] + wrap(f"Tie policy '{op.ties}': duplicate indices are writers tied for "
-                              f"one slot; {_policy.INFO[op.ties].rule}.")
+                              f"one slot; {_policy.TIES[op.ties].rule}.")
         lines += wrap("Unpooling compares no values: NaN and +-inf are moved like any other number.")
     else:
         t = op.params["temperature"]

@@ -85,7 +85,7 @@ def context(art: Artifacts) -> dict:
     if op.spec.kind in ("pool", "adaptive"):
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
-        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan_scan)
+        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
                               if sel.form == "mask" or not sel.winner_is_output else "")

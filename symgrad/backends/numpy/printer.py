@@ -129,31 +129,34 @@ def _last_true(h: str) -> str:
     return f"{h}.shape[-1] - 1 - np.argmax({h}[..., ::-1], axis=-1)"
 
 
-def numpy_scan_winner(extremum: str, order: str, nan_scan: str, name: str = "_winner") -> str:
+def numpy_scan_winner(extremum: str, order: str, nan, name: str = "_winner") -> str:
     """A function `name(rows)`: the index, along the last axis, that the running scan of the
     lowered `take` ends on, computed in closed form with a few whole-row calls.
 
     With no NaN the scan ends on the first (order first) or last (order last) element attaining
-    the extremum.  NaN (``Selection.nan_scan``): "dominate": np.argmax/np.argmin already treat
-    NaN as the extremum (first NaN; reversed: last NaN); "last_nan": the last NaN; "keep": a NaN
-    first element keeps it, other NaNs are passed over; "replace": the scan restarts after the
-    last NaN (which wins if it is the last element).
+    the extremum.  NaN, by the scan's NaN rule (``policy.NanRule``; None: a window of one element):
+    where a NaN takes over from a number only and is never taken over (dominate),
+    np.argmax/np.argmin already treat NaN as the extremum (first NaN; reversed: last NaN); where it
+    always takes over and is never taken over (last_nan), the last NaN; where it never takes over
+    (keep), a NaN first element keeps it and other NaNs are passed over; where it takes over and is
+    taken over (replace), the scan restarts after the last NaN (which wins if it is the last element).
     """
     m = "max" if extremum == "max" else "min"
     pick = _first_true if order == "first" else _last_true
     doc = f'    """The element the running scan of each row (last axis) ends on."""'
-    if nan_scan == "dominate":
+    takes, taken = ("number", False) if nan is None else (nan.nan_takes_over, nan.nan_is_taken_over)
+    if takes == "number" and not taken:
         body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
-    elif nan_scan == "last_nan":
+    elif takes == "always" and not taken:
         body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
                 "    nan = np.isnan(rows)",
                 "    if nan.any():  # rows holding NaN: their last NaN",
                 f"        winner = np.where(nan.any(axis=-1), {_last_true('nan')}, winner)",
                 "    return winner"]
-    elif nan_scan == "keep":
+    elif takes == "never" and not taken:
         body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
                 f"    return np.where(np.isnan(rows[..., 0]), 0, {pick('hit')})"]
-    elif nan_scan == "replace":
+    elif takes == "always" and taken:
         body = ["    nan = np.isnan(rows)",
                 f"    last_nan = np.where(nan.any(axis=-1), {_last_true('nan')}, -1)",
                 "    after = np.arange(rows.shape[-1]) > last_nan[..., None]",
@@ -162,7 +165,8 @@ def numpy_scan_winner(extremum: str, order: str, nan_scan: str, name: str = "_wi
                 f"    restart = {pick('hit')}",
                 "    return np.where(after[..., -1], restart, rows.shape[-1] - 1)"]
     else:
-        raise ValueError(f"unknown scan NaN form {nan_scan!r}")
+        raise ValueError(f"no closed form for a scan where NaN takes over {takes!r} and "
+                         f"is taken over {taken!r}")
     return "\n".join([f"def {name}(rows):", doc] + body)
 
 
