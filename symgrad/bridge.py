@@ -121,5 +121,6 @@ def differentiable(module) -> tuple:
     indices of unpooling, not an expression's inputs outside wrt)."""
     wrt = module.PARAMS.get("wrt") if "expr" in module.PARAMS else None
     integers = integer_inputs(module)
+    constant = () if "expr" in module.PARAMS else OPS[module.OP].constant_inputs
     return tuple(k for k, name in enumerate(module.INPUTS)
-                 if k not in integers and (wrt is None or name in wrt))
+                 if k not in integers and name not in constant and (wrt is None or name in wrt))

@@ -16,7 +16,7 @@ from . import policy as _policy
 from .backends.common import settings_lines
 from .conventions import CONVENTIONS
 from .derive import ALL_VARIABLES_UP_TO
-from .ops import OPS, ORDERS, Param, resolve
+from .ops import FRACTIONAL_WINDOWS, OPS, ORDERS, STATIC_WINDOW_KINDS, Param, resolve
 from .pipeline import render
 from .printers import text
 
@@ -72,6 +72,8 @@ def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
         parser.add_argument(flag, dest=p.name, type=int, help=p.help)
     elif p.kind == "dim":
         parser.add_argument(flag, dest=p.name, type=_int_or_none, nargs="+", help=p.help)
+    elif p.kind == "ratios":
+        parser.add_argument(flag, dest=p.name, type=_number, nargs="+", help=p.help)
     else:
         parser.add_argument(flag, dest=p.name, type=_number, help=p.help)
 
@@ -279,7 +281,7 @@ def _progress():
     def announce(op) -> None:
         if shown or not sys.stderr.isatty():
             return
-        size = f" ({op.window_size()}-element window)" if op.spec.kind in ("pool", "maxout") else ""
+        size = f" ({op.window_size()}-element window)" if op.spec.kind in STATIC_WINDOW_KINDS else ""
         print(f"symgrad: deriving {op.name}{size}...", file=sys.stderr, flush=True)
         shown.append(op)
     return announce
@@ -322,12 +324,14 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     with derivations.announcing(_progress()):
         d = api._derive(op)
     lines = [f"op: {op.describe()}"] + settings_lines(op)
-    if op.spec.kind == "pool":
+    if op.spec.kind in ("pool", "fractional"):
         import numpy as np
         offs = [f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"]))]
         if len(offs) > ALL_VARIABLES_UP_TO:  # derived on a representative window: first and last
             offs = offs[:2] + ["..."] + offs[-1:]
         lines.append(f"window elements (row-major scan order): {', '.join(offs)}")
+        if op.spec.kind == "fractional":
+            lines.append(f"windows: {FRACTIONAL_WINDOWS}")
     elif op.spec.kind == "reduction":
         lines.append(f"window: a representative slice of {op.window_size()} elements "
                      f"(the rule is the same for every length)")
@@ -347,7 +351,8 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     elif op.spec.kind != "elementwise":
         lines += ["", "== backward ==",
                   "  grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"
-                  "  (W^T g; overlapping windows accumulate)"]
+                  "  (W^T g; overlapping windows accumulate)"
+                  + ("; random_samples: None" if op.spec.constant_inputs else "")]
     _print_wrapped(lines, out)
     return 0
 

@@ -30,6 +30,11 @@ _ADAPTIVE_TORCH = Preset("first", "last_nan", note=(
     "order wins, the last NaN wins; a window of -inf keeps its first element); backward "
     "`grad_input[maxindex] += grad_output` in output order"))
 
+_FRACTIONAL_TORCH = Preset("first", "last_nan", note=(
+    "PyTorch fractional_max_pool*d (CPU kernels FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = "
+    "-inf, maxIndex = the window's first element, with `val > maxVal || isnan(val)` (first tie in "
+    "scan order wins, the last NaN wins); backward `gradInput[index] += gradOutput` in output order"))
+
 TORCH = {
     "maximum": Preset("split", "each", note="torch.maximum: where(a == b, g/2, g), 0 where a < b: "
                       "a tie is split 1/2-1/2, and a NaN operand gives BOTH operands the whole g"),
@@ -58,6 +63,8 @@ TORCH = {
     "adaptive_max_pool1d": _ADAPTIVE_TORCH,
     "adaptive_max_pool2d": _ADAPTIVE_TORCH,
     "adaptive_max_pool3d": _ADAPTIVE_TORCH,
+    "fractional_max_pool2d": _FRACTIONAL_TORCH,
+    "fractional_max_pool3d": _FRACTIONAL_TORCH,
     "maxout": Preset("first", "dominate", note=(
         "PyTorch has no maxout; this is x.view(N, C/pieces, pieces, ...).max(2) (max(dim) returns the "
         "first maximal index, and the first NaN); .amax(2) would split instead")),
@@ -73,6 +80,10 @@ _POOL_JAX = Preset("first", "replace", note=(
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
     "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
     "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
+
+_FRACTIONAL_JAX = Preset("split", "nan", note=(
+    "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "
+    "writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
 
 JAX = {
     "maximum": Preset("split", "zero", note="jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both "
@@ -98,6 +109,8 @@ JAX = {
     "adaptive_max_pool1d": _ADAPTIVE_JAX,
     "adaptive_max_pool2d": _ADAPTIVE_JAX,
     "adaptive_max_pool3d": _ADAPTIVE_JAX,
+    "fractional_max_pool2d": _FRACTIONAL_JAX,
+    "fractional_max_pool3d": _FRACTIONAL_JAX,
     "maxout": Preset("split", "nan", note="JAX has no maxout; this is jnp.max over each group of "
                      "channels (split evenly, NaN for a group holding NaN)"),
 }

@@ -35,7 +35,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
-from .ops import MAX_WINDOW, Op
+from .ops import MAX_WINDOW, STATIC_WINDOW_KINDS, Op
 from .printers import text
 
 EXHAUSTIVE_UP_TO = 4
@@ -502,7 +502,7 @@ def _chain(nodes: list[Node], inputs) -> dict:
 @functools.lru_cache(maxsize=256)
 def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     spec = op.spec
-    if spec.kind in ("pool", "maxout") and op.window_size() > ALL_VARIABLES_UP_TO:
+    if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > ALL_VARIABLES_UP_TO:
         return _derive_large_window(op)
     inputs = input_symbols(op)
     if spec.kind == "elementwise":
@@ -569,7 +569,7 @@ def _derive_large_window(op: Op) -> Derivation:
 
 def _representative_note(op: Op) -> list[str]:
     """What a representative-window derivation stands for (adaptive pooling, large static windows)."""
-    if op.spec.kind in ("pool", "maxout") and op.window_size() > ALL_VARIABLES_UP_TO:
+    if op.spec.kind in STATIC_WINDOW_KINDS and op.window_size() > ALL_VARIABLES_UP_TO:
         n, r = op.window_size(), REPRESENTATIVE_STATIC_WINDOW
         return [f"the window of {n} elements is derived on a representative window of {r} (in full "
                 f"it has {n} weights of {n - 1} indicators each): every weight compares its element "

@@ -39,7 +39,7 @@ from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
                      evaluate, running_weights, uniform_relations)
 from .indicators import Indicator
-from .ops import Op
+from .ops import FRACTIONAL_WINDOWS, STATIC_WINDOW_KINDS, Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
 from . import pipeline
@@ -255,6 +255,8 @@ class Example:
     out_cell: Callable | None = None  # output index -> (panel, row, col)
     pad_cells: dict | None = None  # output number -> [(panel, row, col)] of its padding elements
     note: str = ""
+    # inputs passed after ``inputs`` that get no gradient (fractional pooling's samples): (name, array)
+    constants: tuple = ()
 
 
 def _pool_windows(op: Op, in_spatial: tuple, out_spatial: tuple):
@@ -338,6 +340,8 @@ def _example_windows(op: Op, mod):
                 {o: [cell(c) for c in cs] for o, cs in pads.items()}, y.shape)
     if kind == "adaptive":
         return _adaptive_example_windows(op, mod)
+    if kind == "fractional":
+        return _fractional_example_windows(op, mod)  # mod: _FixedSamples
     if kind == "maxout":
         p = op.params["pieces"]
         windows = [[(0, (0, g * p + j)) for j in range(p)] for g in range(2)]
@@ -393,10 +397,57 @@ def _adaptive_example_windows(op: Op, mod):
             y.shape)
 
 
+EXAMPLE_SAMPLE = 0.5  # fractional pooling's worked example: every plane's sample, along every axis
+
+
+class _FixedSamples:
+    """A fractional pooling module with its random samples fixed (EXAMPLE_SAMPLE): the worked
+    example's windows and gradients are then those of a one-input window op."""
+
+    def __init__(self, mod):
+        self.mod = mod
+
+    def samples(self, x):
+        batched = x.shape if x.ndim == self.mod.SPATIAL + 2 else (1,) + x.shape
+        return np.full(batched[:2] + (self.mod.SPATIAL,), EXAMPLE_SAMPLE, dtype=x.dtype)
+
+    def forward(self, x):
+        return self.mod.forward(x, self.samples(x))
+
+    def backward(self, g, saved):
+        return self.mod.backward(g, saved)[:1]
+
+
+def _fractional_example_windows(op: Op, mod):
+    """Fractional pooling, with every sample EXAMPLE_SAMPLE: the smallest input (from 4 elements
+    along each axis) with at least two outputs along each axis; its windows read off the module's
+    own starts."""
+    sp_ = op.spec.spatial
+    L = 4
+    while True:
+        try:
+            y, saved = mod.forward(np.zeros((1,) + (L,) * sp_))
+            if min(y.shape[1:]) >= 2:
+                break
+        except ValueError:
+            pass
+        L += 1
+    starts = [s[0] for s in mod.mod._windows((1, 1) + (L,) * sp_, (1, 1) + y.shape[1:], saved.samples)]
+    windows = []
+    for opos in np.ndindex(*y.shape[1:]):
+        windows.append([(0, (0,) + tuple(int(starts[a][p]) + k for a, (p, k) in enumerate(zip(opos, offs))))
+                        for offs in np.ndindex(*op.params["kernel_size"])])
+    cell = _spatial_cell(sp_)
+    return ([(1,) + (L,) * sp_], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
+            y.shape)
+
+
 def worked_example(op: Op, d: Derivation) -> Example:
     """The worked example: inputs with a tie (and, for pooling, an overlap), run through the module."""
     mod, _, _ = module_for(op)
     kind = op.spec.kind
+    if kind == "fractional":
+        mod = _FixedSamples(mod)
     names = tuple(str(s) for s in d.inputs) if kind == "elementwise" else ("x",)
     if kind == "elementwise" and len(d.inputs) == 1:
         ks = sorted(_kinks(d))
@@ -428,9 +479,10 @@ def worked_example(op: Op, d: Derivation) -> Example:
     grads = mod.backward(g, saved)
     weights = _window_weights(op, d, inputs, flatw)
     out_cells = [out_cell(o) for o in np.ndindex(*out_shape)] if out_shape else [out_cell(())]
+    constants = (("random_samples", mod.samples(inputs[0])),) if kind == "fractional" else ()
     return Example(names, inputs, g, y, tuple(grads), flatw, weights,
                    cell=lambda e, ws=windows, fw=flatw: _cell_of(e, ws, fw, cell),
-                   out_cell=lambda o, oc=out_cells: oc[o], pad_cells=pads)
+                   out_cell=lambda o, oc=out_cells: oc[o], pad_cells=pads, constants=constants)
 
 
 def _cell_of(e, windows, flatw, cell):
@@ -455,7 +507,7 @@ def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
     """W of the example, from the derivation: each window's weights at its values (padding = -inf,
     which never wins)."""
     n = len(windows[0])
-    large = op.spec.kind in ("pool", "maxout") and n > ALL_VARIABLES_UP_TO
+    large = op.spec.kind in STATIC_WINDOW_KINDS and n > ALL_VARIABLES_UP_TO
     # a large static window is derived on a representative window (derive._derive_large_window);
     # deriving its n-element node in full here would cost O(n^2) SymPy objects
     node = None if large else _window_node(op, d, n)
@@ -765,6 +817,12 @@ def _window_text(op: Op) -> str:
     if kind == "maxout":
         return [f"Each output is the max of a group of {op.params['pieces']} consecutive channels, "
                 f"numbered in channel order."]
+    if kind == "fractional":
+        return [f"Each output is the {op.spec.extremum} of one window of {op.window_size()} input "
+                f"elements (kernel_size {op.params['kernel_size']}), numbered in row-major (scan) "
+                f"order of the window. Windows start at PyTorch's pseudo-random positions: "
+                f"{FRACTIONAL_WINDOWS}. The worked example takes every sample u = {EXAMPLE_SAMPLE}; "
+                f"random_samples get no gradient."]
     if kind == "adaptive":
         return ["Each output is the max of one of PyTorch's adaptive windows: along an axis of "
                 "length ", M("L"), " with ", M("n"), " outputs, window ", M("i"), " covers ",
@@ -801,7 +859,7 @@ def _w_matrix_blocks(op: Op, d: Derivation, ex: Example) -> list:
     def label(c):
         i, j = c
         idx = np.unravel_index(j, shapes[i])
-        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind in ("pool", "adaptive")) else ",".join(map(str, idx))
+        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind in ("pool", "adaptive", "fractional")) else ",".join(map(str, idx))
         return "%s_{%s}" % (names[i], sub)
     blocks = [Para(["For the worked example below, ", M("W"),
                     f" has one row per output ({len(W)}) and one column per input element "
@@ -830,7 +888,9 @@ def _conventions_section(op: Op) -> Section:
     from . import table
     from .api import load
     s = Section("Ties and kinks: this policy, PyTorch and JAX")
-    family = {"pool": "max_pool1d", "adaptive": "adaptive_max_pool1d"}.get(op.spec.kind, op.name)
+    # fractional pooling's presets are adaptive pooling's (torch: first, last NaN; jax: split, nan)
+    family = {"pool": "max_pool1d", "adaptive": "adaptive_max_pool1d",
+              "fractional": "adaptive_max_pool1d"}.get(op.spec.kind, op.name)
     rows = [r for r in table.SITUATIONS if r[0] == family]
     intro = [f"The gradient of each input at ties, kinks, NaN and infinity with grad_output = 1, "
              f"measured by running the generated modules: this page's settings (tie policy "
@@ -897,8 +957,8 @@ def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) ->
                               " (grad_output) is 1, 2, 3, ... in that order; " + "; ".join(what)
                               + ". The numbers are what the generated module returns:"]))
     lines = []
-    width = max(len(n) for n in ex.names + ("grad_output",))
-    for nm, a in zip(ex.names, ex.inputs):
+    width = max(len(n) for n in ex.names + tuple(c for c, _ in ex.constants) + ("grad_output",))
+    for nm, a in tuple(zip(ex.names, ex.inputs)) + ex.constants:
         lines.append(f"{nm:<{width}} = {_array_text(a)}")
     lines.append(f"{'grad_output':<{width}} = {_array_text(ex.grad_output)}")
     lines.append(f"{'output':<{width}} = {_array_text(ex.output)}")

@@ -24,6 +24,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .derive import Derivation, Node
+from .ops import STATIC_WINDOW_KINDS
 from .indicators import Indicator, IsNan, MaxOf, MinOf
 
 
@@ -108,7 +109,7 @@ class Selection:
 
 @dataclass(frozen=True)
 class WindowKernel:
-    geometry: str  # "pool" | "maxout" | "reduction"
+    geometry: str  # "pool" | "maxout" | "fractional" | "reduction" | "adaptive"
     window: int  # elements per window (representative size for reductions)
     selection: Selection
     index_dtype: str | None  # scan: the saved window-local index type (static windows)
@@ -285,7 +286,7 @@ def lower(d: Derivation):
         )
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     geometry = op.spec.kind
-    static = geometry in ("pool", "maxout")
+    static = geometry in STATIC_WINDOW_KINDS
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,

@@ -10,6 +10,9 @@ Every op is one ``OpSpec`` in ``OPS``.  An op's forward is one of three shapes:
 * ``reduction``: the extremum of the elements along some dims; the window length is known only
   at run time, so it is derived on a representative window and lowered to a form valid for any
   length.
+* ``fractional``: fractional max pooling: static windows of kernel_size elements whose starts, per
+  (N, C) plane, follow PyTorch's pseudo-random sequence from the ``random_samples`` input (an input,
+  not differentiable: the windows are integers).
 * ``adaptive``: adaptive max pooling, PyTorch's windows for a given output size (start
   floor(i*L/out), end ceil((i+1)*L/out) per axis: they may overlap and differ in size, and depend
   on the input length L known only at run time): derived on a representative window, as the
@@ -33,6 +36,14 @@ from . import policy as _policy
 from .indicators import MaxOf, MinOf
 
 REPRESENTATIVE_REDUCTION_WINDOW = 4
+FRACTIONAL_WINDOWS = (
+    "per (N, C) plane and axis, window i starts at int((i + u) * alpha) - int(u * alpha), alpha = "
+    "(in - k) / (out - 1), computed in the input's dtype from that plane's sample u, the last at "
+    "in - k (PyTorch's sequence); windows may overlap")
+# which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
+# width's sample first, 3-d reads them in axis order)
+FRACTIONAL_SAMPLE_OF = {2: (1, 0), 3: (0, 1, 2)}
+STATIC_WINDOW_KINDS = ("pool", "maxout", "fractional")  # one window of kernel_size (or pieces) elements
 MAX_WINDOW = 1024  # the largest static window (pool, maxout) symgrad derives
 MAX_INT = 2**31 - 1  # the largest size parameter: index arithmetic stays far inside int64
 
@@ -40,7 +51,7 @@ MAX_INT = 2**31 - 1  # the largest size parameter: index arithmetic stays far in
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: str  # "ints" | "int" | "bool" | "float" | "optfloat" | "dim"
+    kind: str  # "ints" | "int" | "bool" | "float" | "optfloat" | "dim" | "ratios"
     default: Any
     help: str
     minimum: int | None = None
@@ -51,7 +62,7 @@ class Param:
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    kind: str  # "elementwise" | "pool" | "maxout" | "reduction" | "adaptive"
+    kind: str  # "elementwise" | "pool" | "maxout" | "fractional" | "reduction" | "adaptive" | ...
     summary: str
     inputs: tuple[str, ...] = ("x",)
     params: tuple[Param, ...] = ()
@@ -66,6 +77,7 @@ class OpSpec:
     nan_rules: tuple[str, ...] = ()
     policies_why: str = ""
     nan_why: str = ""
+    constant_inputs: tuple[str, ...] = ()  # inputs with no gradient (backward returns None)
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -104,7 +116,7 @@ class Op:
             return 1  # each output element receives at most the elements written to it
         if self.spec.kind == "logsumexp":
             return REPRESENTATIVE_REDUCTION_WINDOW
-        if self.spec.kind == "pool":
+        if self.spec.kind in ("pool", "fractional"):
             return math.prod(self.params["kernel_size"])
         if self.spec.kind == "maxout":
             return self.params["pieces"]
@@ -161,6 +173,25 @@ def _norm_ints_or_none(op: str, p: Param, v, dims: int) -> tuple:
     return _norm_ints(op, p, v, dims)
 
 
+def _norm_ratios(op: str, p: Param, v, dims: int):
+    """A tuple of ``dims`` real numbers strictly between 0 and 1 (one number: every dim), or None."""
+    if v is None:
+        return None
+    want = f"a number in (0, 1) or a tuple of {dims} such numbers"
+    given = v
+    if _is_real(v):
+        v = (v,) * dims
+    elif isinstance(v, (tuple, list)) and v and all(_is_real(e) for e in v):
+        v = tuple(v) * (dims if len(v) == 1 else 1)
+        if len(v) != dims:
+            raise ValueError(f"{op}: {p.name} must be {want}, got {given!r} ({len(given)} values)")
+    else:
+        raise TypeError(f"{op}: {p.name} must be {want}, got {given!r}")
+    if not all(0 < e < 1 for e in v):
+        raise ValueError(f"{op}: {p.name} must be {want}, got {given!r}")
+    return tuple(float(e) for e in v)
+
+
 def _norm_value(op: str, p: Param, v, dims: int):
     if p.kind == "ints" and p.none_entries:
         return _norm_ints_or_none(op, p, v, dims)
@@ -192,6 +223,8 @@ def _norm_value(op: str, p: Param, v, dims: int):
         if _is_int(v) and abs(v) <= 2**53:
             return int(v)  # exact as a float, and named without a fraction
         return float(v)
+    if p.kind == "ratios":
+        return _norm_ratios(op, p, v, dims)
     if p.kind == "dim":
         if v is None or (isinstance(v, (tuple, list)) and len(v) == 0):
             return None
@@ -266,7 +299,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         spec.check(norm)
     padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode)
-    if spec.kind in ("pool", "maxout") and op.window_size() > MAX_WINDOW:
+    if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > MAX_WINDOW:
         what = "pieces" if spec.kind == "maxout" else "kernel_size"
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
                          f"{what}={norm[what]!r} ({op.window_size()} elements)")
@@ -341,6 +374,15 @@ def _check_pool(spatial):
     return check
 
 
+def _check_fractional(spatial):
+    def check(params):
+        if (params["output_size"] is None) == (params["output_ratio"] is None):
+            raise ValueError(f"fractional_max_pool{spatial}d: expected exactly one of output_size and "
+                             f"output_ratio, got output_size={params['output_size']!r}, "
+                             f"output_ratio={params['output_ratio']!r}")
+    return check
+
+
 def _pool_params(d: int) -> tuple[Param, ...]:
     return (
         Param("kernel_size", "ints", None, "window size (int or tuple)", 1, required=True),
@@ -402,6 +444,18 @@ def _spec_list() -> list[OpSpec]:
             params=(Param("output_size", "ints", None, "output size (int or tuple; a None entry "
                           "keeps that input size)", 1, required=True, none_entries=True),),
             spatial=d, torch_name=f"F.adaptive_max_pool{d}d"))
+    for d in (2, 3):
+        specs.append(OpSpec(
+            f"fractional_max_pool{d}d", "fractional",
+            f"{d}-d fractional max pooling over (N, C, ...) or (C, ...) inputs: windows of kernel_size "
+            f"at pseudo-random starts, per (N, C) plane, from random_samples (N, C, {d}) in [0, 1)",
+            inputs=("x", "random_samples"), constant_inputs=("random_samples",),
+            params=(Param("kernel_size", "ints", None, "window size (int or tuple)", 1, required=True),
+                    Param("output_size", "ints", None, "output size (int or tuple); or give "
+                          "output_ratio", 1),
+                    Param("output_ratio", "ratios", None, "output size as a fraction of the input "
+                          "size, in (0, 1): int(in * ratio) (number or tuple)")),
+            spatial=d, check=_check_fractional(d), torch_name=f"F.fractional_max_pool{d}d"))
     specs.append(OpSpec("maxout", "maxout", "max over groups of `pieces` consecutive channels (dim 1)",
                         params=(Param("pieces", "int", None, "channels per group", 1, required=True),)))
     return specs

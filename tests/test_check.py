@@ -40,7 +40,9 @@ def _inputs(entry, rng):
     shapes = _extra_shapes(entry)
     if kind in ("pool", "adaptive"):  # small planes: every window is probed
         shapes = [s[:2] + tuple(min(n, 5) for n in s[2:]) for s in shapes]
-    return [_ints(rng, s) for s in shapes]
+    # fractional pooling's samples (no gradient, not probed) lie in [0, 1)
+    return [rng.random(s) if name in entry.spec.constant_inputs else _ints(rng, s)
+            for name, s in zip(entry.spec.inputs, shapes)]
 
 
 def _params(entry):

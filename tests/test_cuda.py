@@ -61,13 +61,14 @@ CONVENTIONS = ("torch", "jax")
 
 def _nan_cases():
     """One case of each geometry (elementwise with one and two inputs, reduction, pooling with
-    padding, adaptive pooling, maxout) under every tie policy and NaN rule it allows besides the
+    padding, adaptive pooling, maxout, fractional pooling) under every tie policy and NaN rule it allows besides the
     default, with PyTorch's (-inf padding never wins) and JAX's padding (-inf takes part)."""
     picked = {}
     for op, params, shapes in CASES:
         kind = (OPS[op].kind, len(shapes), "padding" in params)
         if kind in (("elementwise", 1, False), ("elementwise", 2, False), ("reduction", 1, False),
-                    ("pool", 1, True), ("adaptive", 1, False), ("maxout", 1, False)):
+                    ("pool", 1, True), ("adaptive", 1, False), ("maxout", 1, False),
+                    ("fractional", 2, False)):
             picked.setdefault(kind, (op, params, shapes))
     out = []
     for op, params, shapes in picked.values():

@@ -213,15 +213,16 @@ def test_worked_example_is_what_the_module_returns(op, stem):
     mod = load_module(stem)
     names = list(op.spec.inputs)
     inputs = [ex[n].astype(np.int64) if n == "indices" else ex[n] for n in names]
+    constant = ("indices",) + op.spec.constant_inputs  # unpooling's and fractional pooling's
     y, saved = mod.forward(*inputs)
     grads = mod.backward(ex["grad_output"], saved)
     assert np.array_equal(y, ex["output"]), stem
     for n, g in zip(names, grads):
-        if n == "indices":  # unpooling: integers, not differentiable
+        if n in constant:  # unpooling's indices, fractional pooling's samples: no gradient
             assert g is None and f"grad_{n}" not in ex, stem
             continue
         assert np.array_equal(g, ex[f"grad_{n}"]), (stem, n)
-    names = [n for n in names if n != "indices"]
+    names = [n for n in names if n not in constant]
     # and what the derivation says, independently of the module
     if op.spec.kind == "elementwise":
         d = derive(op)
@@ -262,7 +263,8 @@ def test_picture_is_xml_and_marks_the_modules_winners(op, stem):
         g[o] = 1.0
         grads = mod.backward(g.reshape(y.shape), saved)
         for n, gr in zip(names, grads):
-            routed |= {(o, f"{n}:{i}") for i in np.flatnonzero(gr.ravel())}
+            if gr is not None:  # None: fractional pooling's samples get no gradient
+                routed |= {(o, f"{n}:{i}") for i in np.flatnonzero(gr.ravel())}
     assert marked == routed, stem
     per_window = [sum(1 for w, _ in marked if w == o) for o in range(y.size)]
     if op.ties in ("first", "last"):

@@ -111,6 +111,8 @@ def _plausible(op: str, p) -> list:
         return FLOATS + ([None] if p.kind == "optfloat" else [])
     if p.kind == "dim":
         return [None, -4, -3, -2, -1, 0, 1, 2, 3, (), (0, 1), (1, 0), (-1, 0), (0, 0), (0, 2), (1, 2, 3)]
+    if p.kind == "ratios":
+        return [None, 0.5, 0.25, 0.99, (0.5, 0.5), (0.3, 0.7, 0.5), 1.0, 0, -0.5, 1e-300]
     raise AssertionError(p.kind)
 
 

@@ -179,7 +179,10 @@ def _catalog_inputs(entry, rng):
         return [pooled, indices]
     if kind == "logsumexp":
         return [torch.tensor(rng.standard_normal((3, 4, 5)))]
-    return [torch.tensor(rng.integers(0, 3, size=s).astype(np.float64)) for s in _extra_shapes(entry)]
+    # fractional pooling's samples (no gradient) lie in [0, 1)
+    return [torch.tensor(rng.random(s) if name in entry.spec.constant_inputs else
+                         rng.integers(0, 3, size=s).astype(np.float64))
+            for name, s in zip(entry.spec.inputs, _extra_shapes(entry))]
 
 
 @pytest.mark.parametrize("entry", catalog.entries(), ids=lambda e: f"{e.name}-{e.ties}-{e.params}")

@@ -14,7 +14,7 @@ from .. import __version__, naming
 from .. import policy as _policy
 from ..derive import Derivation
 from ..files import PROVENANCE
-from ..ops import Op
+from ..ops import FRACTIONAL_WINDOWS, Op
 from ..printers import text
 
 SPECIAL_KINDS = ("unpool", "logsumexp")  # ops that are not a max/min of pieces (derive_special.py)
@@ -132,6 +132,8 @@ def docstring(op: Op, d: Derivation) -> list[str]:
             "Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
             "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "
             "derived on a representative window and holds for every window size.")
+    if spec.kind == "fractional":
+        lines += [""] + wrap(f"Windows: {FRACTIONAL_WINDOWS}.")
     if spec.kind == "elementwise":
         lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:
@@ -148,6 +150,9 @@ def docstring(op: Op, d: Derivation) -> list[str]:
                        indent="        ")
         lines += ["", "Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"]
         lines += ["(overlapping windows accumulate)."]
+        if spec.constant_inputs:
+            lines += [f"{', '.join(spec.constant_inputs)} receive no gradient (None): the windows are "
+                      f"integers."]
     return lines + [""] + policy_lines(op)
 
 

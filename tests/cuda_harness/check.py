@@ -55,8 +55,11 @@ def inputs_for(rng, op: str, shapes, specials: bool) -> list[np.ndarray]:
     """Tie-heavy float64 inputs: kink values for one-input elementwise ops, small integers else;
     with NaN and +-inf sprinkled in when `specials`."""
     out = []
-    for shape in shapes:
+    for k, shape in enumerate(shapes):
         n = int(np.prod(shape))
+        if OPS[op].inputs[k] in OPS[op].constant_inputs:  # fractional pooling's samples, in [0, 1)
+            out.append(rng.random(shape))
+            continue
         if len(shapes) == 1 and OPS[op].kind == "elementwise":
             x = rng.choice(KINKS, size=n)
         else:
@@ -96,13 +99,19 @@ def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,
     if len(grads) != len(grads_ref):
         problems.append(f"{tag}: {len(grads)} gradients, want {len(grads_ref)}")
     for k, (a, b) in enumerate(zip(grads, grads_ref)):
+        if a is None or b is None:  # an input with no gradient (the samples of fractional pooling)
+            if (a is None) != (b is None):
+                problems.append(f"{tag}: gradient {k}: {a!r} where NumPy gives {b!r}")
+            continue
         m = mismatch(to_host(cp, a), b.astype(dtype))
         if m:
             problems.append(f"{tag}: gradient {k}: {m}")
     # forward mode: small-integer tangents of every input, in the inputs' layout
-    ts = [np.random.default_rng(seed + 1 + k).integers(-3, 4, size=x.shape).astype(dtype) for k, x in enumerate(xs)]
-    jvp_ref = numpy_module.jvp(*[t.astype(ref) for t in ts], saved_ref)
-    jvp = cuda_module.jvp(*[to_device(cp, t, layout) for t in ts], saved)
+    ts = [None if OPS[op].inputs[k] in OPS[op].constant_inputs else  # no tangent: integer windows
+          np.random.default_rng(seed + 1 + k).integers(-3, 4, size=x.shape).astype(dtype)
+          for k, x in enumerate(xs)]
+    jvp_ref = numpy_module.jvp(*[t if t is None else t.astype(ref) for t in ts], saved_ref)
+    jvp = cuda_module.jvp(*[t if t is None else to_device(cp, t, layout) for t in ts], saved)
     m = mismatch(to_host(cp, jvp), jvp_ref.astype(dtype))
     if m:
         problems.append(f"{tag}: jvp: {m}")
@@ -122,7 +131,7 @@ def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,
 
 def _channels_last_ok(op: str, shapes) -> bool:
     spec = OPS[op]
-    if spec.kind in ("pool", "adaptive"):
+    if spec.kind in ("pool", "adaptive", "fractional"):
         return len(shapes[0]) == spec.spatial + 2
     return spec.kind == "maxout" and len(shapes[0]) >= 3
 
@@ -168,6 +177,9 @@ def _extra_shapes(op):
         return [(2, 2) + (5,) * op.spec.spatial]
     if kind == "adaptive":  # windows that overlap and differ in size along every axis
         return [(2, 2) + tuple((o or 3) + 2 + a for a, o in enumerate(op.params["output_size"]))]
+    if kind == "fractional":  # overlapping windows where kernel_size exceeds the step
+        spatial = tuple(7 + a for a in range(op.spec.spatial))
+        return [(2, 2) + spatial, (2, 2, op.spec.spatial)]
     if kind == "maxout":
         return [(2, 2 * op.params["pieces"], 3)]
     if kind == "reduction":

@@ -13,7 +13,7 @@ from ... import naming
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
-from ...ops import Op
+from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ...pipeline import Artifacts
 from .printer import CUDA_REAL_TYPES, cuda_code
 from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
@@ -190,7 +190,33 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(pieces=op.params["pieces"])
     elif kernel.geometry == "adaptive":
         ctx.update(_cuda_adaptive(op, kernel))
+    elif kernel.geometry == "fractional":
+        ctx.update(_cuda_fractional(op, kernel))
     return ctx
+
+
+def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
+    """Fractional pooling: windows of kernel_size at per-plane starts from the samples."""
+    spatial = op.spec.spatial
+    local = "(i0 - s0)"  # an element's row-major index in its window
+    for a in range(1, spatial):
+        local = f"{local if a == 1 else f'({local})'} * K{a} + (i{a} - s{a})"
+    if kernel.selection.form == "scan":
+        saved = ("Saved state: forward saves each winner's row-major index in its window, which the "
+                 "loader stores in the smallest unsigned type holding it (the kernels read and write "
+                 "it as long long), and the samples; backward reads only them and grad_output (x is "
+                 "not kept).")
+    else:
+        saved = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                 "which elements attain each window's extremum"
+                 + ("; forward also saves their number per output (the loader stores it in the "
+                    "smallest unsigned type holding it; the kernels take it as long long)"
+                    if kernel.selection.counts else "") + "; and the samples.")
+    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+            "kernel_size": list(op.params["kernel_size"]),
+            "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
+            "windows_doc": f"Window starts: {FRACTIONAL_WINDOWS}.",
+            "saved_doc": wrap(saved, 96, "  ")}
 
 
 def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:

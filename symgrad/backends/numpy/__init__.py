@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ... import naming
 from ...lower import ElementwiseKernel, WindowKernel, backward_plan
-from ...ops import Op
+from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ...pipeline import Artifacts
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
@@ -82,9 +82,9 @@ def context(art: Artifacts) -> dict:
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
-    if op.spec.kind in ("pool", "adaptive"):
+    if op.spec.kind in ("pool", "adaptive", "fractional"):
         ctx["spatial"] = op.spec.spatial
-    if op.spec.kind == "adaptive":  # the per-window strategy: whole-row calls over each window
+    if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
@@ -92,7 +92,10 @@ def context(art: Artifacts) -> dict:
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
         ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
-    if kernel.geometry in ("pool", "maxout"):
+    if kernel.geometry == "fractional":
+        ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
+        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
+    if kernel.geometry in ("pool", "maxout", "fractional"):
         ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
     return ctx
 
@@ -111,7 +114,7 @@ _NUMPY_ADAPTIVE_COST = {
 }
 
 # geometries with a NumPy template of their own (the others use window.py.jinja)
-_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive"}
+_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive", "fractional": "fractional"}
 
 def _expression_context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
