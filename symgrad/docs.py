@@ -42,7 +42,7 @@ from .indicators import Indicator
 from .ops import FRACTIONAL_WINDOWS, STATIC_WINDOW_KINDS, Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
-from . import pipeline
+from . import geometry, pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -380,9 +380,8 @@ def _adaptive_example_windows(op: Op, mod):
     outs = y.shape[1:]
     axes = []
     for L, o in zip(lengths, outs):
-        i = np.arange(o)
-        start = (i * L) // o
-        axes.append((start, -((-(i + 1) * L) // o) - start))
+        bounds = np.array(geometry.ADAPTIVE.windows(L, o))
+        axes.append((bounds[:, 0], bounds[:, 1] - bounds[:, 0]))
     box = tuple(int(size.max()) for _, size in axes)
     windows = []
     for opos in np.ndindex(*outs):

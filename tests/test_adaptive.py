@@ -263,7 +263,7 @@ def test_cuda_harness_sees_a_wrong_window(fake_cupy_adaptive, monkeypatch, tmp_p
     params = {"output_size": 7}
     module = symgrad.load("adaptive_max_pool1d", backend="cuda", ties="first", **params)
     src = module.SOURCE.read_text()
-    edited = src.replace("return 1 + ((i + 1) * l - 1) / o;", "return ((i + 1) * l - 1) / o;")
+    edited = src.replace("return ((i + 1) * length + out - 1) / out;", "return ((i + 1) * length - 1) / out;")
     assert edited != src
     (tmp_path / module.SOURCE.name).write_text(edited)
     monkeypatch.setattr(module, "SOURCE", tmp_path / module.SOURCE.name)

@@ -214,15 +214,14 @@ def _check_rank(x) -> None:
 
 
 def _sizes(shape: tuple):
-    """(batched input shape, output spatial sizes, window box) of an input shape: window i of an
-    axis of length L covers [floor(i*L/out), ceil((i+1)*L/out)); the box is the largest window
-    extent along each axis."""
+    """(batched input shape, output spatial sizes, window box) of an input shape: along each
+    axis, window i covers [floor(i*length/out), ceil(length*(i + 1)/out)); input coordinate i is held by the windows [floor(i*out/length), ceil(out*(i + 1)/length)); the box is the largest window extent along each axis."""
     batched = tuple(shape) if len(shape) == SPATIAL + 2 else (1,) + tuple(shape)
     outs, box = [], []
-    for L, o in zip(batched[2:], OUTPUT_SIZE):
-        out = L if o is None else o
-        i = np.arange(out, dtype=np.int64)
-        extent = -((-(i + 1) * L) // out) - (i * L) // out
+    for length, o in zip(batched[2:], OUTPUT_SIZE):
+        out = length if o is None else o
+        i = np.arange(out, dtype=np.int64)  # the windows
+        extent = -(-((i + 1) * length) // out) - ((i * length) // out)
         outs.append(out)
         box.append(int(extent.max()))
     return batched, tuple(outs), tuple(box)

@@ -150,14 +150,14 @@ __device__ __forceinline__ long long sg_thread_count() {
 }
 
 // ---------------------------------------------------------------------------- the windows
-// Window i of o along an axis of length l starts at floor(i*l/o) and ends before ceil((i+1)*l/o)
-// (64-bit, overflow-free for sizes below 2^31).  With l and o swapped the same two functions give
-// the windows holding input coordinate e: floor(e*o/l) up to, not including, ceil((e+1)*o/l).
-__device__ __forceinline__ long long sg_window_start(const long long i, const long long o, const long long l) {
-  return (i / o) * l + ((i % o) * l) / o;
+// Along an axis of length `length` with `out` outputs, window i covers [floor(i*length/out), ceil(length*(i + 1)/out)); input coordinate i is held by the windows [floor(i*out/length), ceil(out*(i + 1)/length))
+// (symgrad.geometry; 64-bit integers, exact for sizes below 2^31).  With length and out swapped the
+// same two functions give the windows holding input coordinate i.
+__device__ __forceinline__ long long sg_window_start(const long long i, const long long out, const long long length) {
+  return (i * length) / out;
 }
-__device__ __forceinline__ long long sg_window_end(const long long i, const long long o, const long long l) {
-  return 1 + ((i + 1) * l - 1) / o;
+__device__ __forceinline__ long long sg_window_end(const long long i, const long long out, const long long length) {
+  return ((i + 1) * length + out - 1) / out;
 }
 
 constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output

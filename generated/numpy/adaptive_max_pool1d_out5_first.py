@@ -132,14 +132,15 @@ class _Axis(NamedTuple):
 
 
 def _axis(length: int, out: int) -> _Axis:
-    """Window i covers [floor(i*L/out), ceil((i+1)*L/out)); input coordinate e is held by the
-    windows floor(e*out/L) .. ceil((e+1)*out/L) - 1 (the same formula with L and out swapped)."""
-    i = np.arange(out, dtype=np.int64)
+    """Along an axis of length `length` with `out` outputs (as PyTorch's): window i covers
+    [floor(i*length/out), ceil(length*(i + 1)/out)); input coordinate i is held by the windows
+    [floor(i*out/length), ceil(out*(i + 1)/length))."""
+    i = np.arange(out, dtype=np.int64)  # the windows
     start = (i * length) // out
-    size = -((-(i + 1) * length) // out) - start
-    e = np.arange(length, dtype=np.int64)
-    first = (e * out) // length
-    holders = -((-(e + 1) * out) // length) - first
+    size = -(-((i + 1) * length) // out) - start
+    i = np.arange(length, dtype=np.int64)  # the input coordinates
+    first = (i * out) // length
+    holders = -(-((i + 1) * out) // length) - first
     return _Axis(length, out, start, size, int(size.max()), first, holders, int(holders.max()))
 
 

@@ -6,6 +6,8 @@ through Heaviside or a subtraction (``inf - inf`` is NaN)."""
 
 from __future__ import annotations
 
+import sympy as sp
+
 from ..lower import Shared
 
 INFIX = {"==": "==", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
@@ -28,3 +30,26 @@ def operand(printer, e, clean=lambda s: s) -> str:
     """An operand of a division: a shared temporary's name as it is, anything else in
     parentheses."""
     return printer._print(e) if isinstance(e, Shared) else f"({clean(printer._print(e))})"
+
+
+def integer_code(e: sp.Expr, floor_div, ceil_div) -> str:
+    """An integer expression of ``symgrad.geometry`` (sums and products of integers, floor and
+    ceiling of a quotient of nonnegative integers) as code: ``floor_div(p, q)`` and
+    ``ceil_div(p, q)`` print floor(p / q) and ceiling(p / q) from the printed p and q."""
+
+    def code(e, inner=False) -> str:
+        if e.is_Symbol or e.is_Integer:
+            return str(e)
+        if isinstance(e, (sp.floor, sp.ceiling)):
+            p, q = sp.fraction(sp.together(e.args[0]))
+            return (floor_div if isinstance(e, sp.floor) else ceil_div)(code(p), code(q, True))
+        if e.is_Add:
+            s = " + ".join(code(t) for t in sorted(e.args, key=lambda t: (t.is_number, sp.default_sort_key(t))))
+            return f"({s})" if inner else s
+        if e.is_Mul:
+            factors = sorted(e.args, key=lambda f: (not f.is_Add, sp.default_sort_key(f)))
+            s = " * ".join(code(f, True) for f in factors)
+            return f"({s})" if inner else s
+        raise ValueError(f"not an integer expression of the window geometry: {e}")
+
+    return code(e)

@@ -15,7 +15,9 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALU
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ...pipeline import Artifacts
-from .printer import CUDA_REAL_TYPES, cuda_code
+from ...geometry import ADAPTIVE
+from ..numpy.printer import numpy_integer_code
+from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
 
 
@@ -239,7 +241,11 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
                     if sel.counts else "."))
     return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
             "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
-            "saved_doc": wrap(saved, 96, "  ")}
+            "saved_doc": wrap(saved, 96, "  "), "windows_text": ADAPTIVE.doc(),
+            "cuda_window_start": cuda_integer_code(ADAPTIVE.start),
+            "cuda_window_end": cuda_integer_code(ADAPTIVE.end),
+            "window_start": numpy_integer_code(ADAPTIVE.start),  # the loader's Python
+            "window_end": numpy_integer_code(ADAPTIVE.end)}
 
 
 def render(art: Artifacts) -> dict[str, str]:

@@ -16,6 +16,7 @@ from sympy.printing.c import C99CodePrinter
 
 from ..printing import INFIX as _INFIX
 from ..printing import bare as _bare
+from ..printing import integer_code
 from ..printing import operand as _operand
 
 
@@ -169,3 +170,9 @@ class CudaPrinter(C99CodePrinter):
 def cuda_code(expr: sp.Basic, real_type: str) -> str:
     """One expression as CUDA C in the compute type real_type, without outer parentheses."""
     return _bare(CudaPrinter({"real_type": real_type}).doprint(expr))
+
+
+def cuda_integer_code(expr: sp.Expr) -> str:
+    """An integer expression of the window geometry in C's 64-bit integer arithmetic: for
+    nonnegative p and positive q, p / q is floor(p / q) and (p + q - 1) / q is ceiling(p / q)."""
+    return integer_code(expr, lambda p, q: f"({p}) / {q}", lambda p, q: f"({p} + {q} - 1) / {q}")

@@ -10,9 +10,10 @@ from ...lower import ElementwiseKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ...pipeline import Artifacts
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
-                      numpy_extremum_step, numpy_fold_winner, numpy_scan_winner)
+                      numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
+from ...geometry import ADAPTIVE
 from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
-                     header, special_docstring)
+                     header, special_docstring, wrap)
 
 
 def _templates():
@@ -92,6 +93,13 @@ def context(art: Artifacts) -> dict:
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
         ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+    if kernel.geometry == "adaptive":
+        ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
+                   window_end=numpy_integer_code(ADAPTIVE.end),
+                   first_holder=numpy_integer_code(ADAPTIVE.first_holder),
+                   end_holder=numpy_integer_code(ADAPTIVE.end_holder),
+                   windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
+                                    f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
     if kernel.geometry == "fractional":
         ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
         ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
