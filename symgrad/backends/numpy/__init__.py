@@ -93,7 +93,7 @@ def context(art: Artifacts) -> dict:
         ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     if kernel.geometry in ("pool", "maxout"):
-        ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
+        ctx["imports"] = ["itertools", "math", "sys"] if kernel.geometry == "pool" else ["math", "sys"]
     return ctx
 
 
