@@ -216,7 +216,7 @@ def module_for(op: Op):
     return _MODULES[key]
 
 
-PLUMBING = {"_check_backward", "_layout", "_path", "_as_input", "_sum_to_shape", "_batched_output_shape"}
+PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "_sum_to_shape", "_batched_output_shape"}
 
 
 def backward_source(source: str) -> str:

@@ -653,3 +653,88 @@ def test_fuzz_parameter_values_compute_correctly():
         np.testing.assert_allclose(gx, want_g, rtol=1e-15, atol=0)
 
     run()
+
+
+# ----------------------------------------------------------------------------- forged saved values
+
+SAVED_OPS = [
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, [(2, 3, 7, 6)]),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split"}, [(2, 3, 7, 6)]),
+    ("max_pool1d", {"kernel_size": 3, "stride": 1, "padding": 1, "convention": "jax"}, [(2, 3, 9)]),
+    ("max_pool1d", {"kernel_size": 5, "stride": 2, "padding": 2}, [(2, 3, 11)]),  # the scatter path
+    ("adaptive_max_pool2d", {"output_size": (3, 4)}, [(2, 3, 7, 6)]),
+    ("adaptive_max_pool2d", {"output_size": (3, 4), "ties": "split"}, [(2, 3, 7, 6)]),
+    ("maxout", {"pieces": 2}, [(2, 4, 3)]),
+    ("amax", {"dim": 1}, [(3, 4, 5)]),
+    ("amax", {"dim": 1, "ties": "split"}, [(3, 4, 5)]),
+    ("maximum", {}, [(3, 4), (4,)]),
+    ("relu", {"ties": "split"}, [(3, 4)]),
+    ("max_unpool2d", {"kernel_size": 2}, None),
+    ("max_unpool2d", {"kernel_size": 2, "ties": "all"}, None),
+    ("logsumexp", {"dim": -1}, [(3, 4)]),
+    ("fractional_max_pool2d", {"kernel_size": 2, "output_size": (3, 4)}, [(2, 3, 7, 6), (2, 3, 2)]),
+    ("fractional_max_pool2d", {"kernel_size": 2, "output_size": (3, 4), "ties": "split"},
+     [(2, 3, 7, 6), (2, 3, 2)]),
+]
+
+
+def _saved_mutations(saved, rng):
+    """Every field of saved replaced by values of the wrong type, dtype, shape or range, and every
+    pair of fields swapped."""
+    fields = saved._fields
+    for i, name in enumerate(fields):
+        v = saved[i]
+        values = [None, 1, "x", [1, 2], (1 << 40,), (), (2,) * 40, np.float32, np.dtype("int8"),
+                  np.dtype(np.float64), np.ones((1,) * 33)]
+        if isinstance(v, np.ndarray):
+            values += [v.astype(np.int64), v.astype(np.float64), v.astype(np.float16), v.astype(bool),
+                       v.astype(object), v[..., :1], v.reshape(-1), v[None]]
+            if v.dtype.kind in "ui":
+                values += [np.full_like(v, np.iinfo(v.dtype).max), v.astype(np.int64) - 300]
+                values += [rng.integers(0, 9, size=v.shape).astype(v.dtype) for _ in range(4)]
+            else:
+                values += [v * np.nan]
+        if isinstance(v, tuple):
+            values += [v + (1,), v[:-1], tuple(n + 1 for n in v), tuple(n * 1000 for n in v),
+                       (1 << 43,) + v[1:], tuple(-n for n in v), tuple(float(n) for n in v), list(v),
+                       (2**40,) * len(v), (True,) * len(v)]
+        for value in values:
+            yield name, saved._replace(**{name: value})
+    for a, b in itertools.permutations(range(len(fields)), 2):
+        yield f"{fields[a]}<->{fields[b]}", saved._replace(**{fields[a]: saved[b], fields[b]: saved[a]})
+
+
+@pytest.mark.parametrize("op,params,shapes", SAVED_OPS,
+                         ids=[f"{o}-{p.get('ties', p.get('convention', 'default'))}-{i}"
+                              for i, (o, p, _) in enumerate(SAVED_OPS)])
+def test_fuzz_forged_saved_values(op, params, shapes):
+    """A forged or mutated saved value: backward and jvp raise TypeError or ValueError (naming a
+    saved field) or compute, and nothing allocates more than a few MiB."""
+    import tracemalloc
+    m = symgrad.load(op, **params)
+    rng = np.random.default_rng(16)
+    if shapes is None:  # unpooling: values and their indices
+        xs = [rng.normal(size=(2, 3, 2, 2)), rng.integers(0, 16, size=(2, 3, 2, 2))]
+    else:
+        xs = [rng.integers(-2, 3, size=s).astype(np.float32) for s in shapes]
+    constant = OPS[op].constant_inputs  # fractional pooling's samples, in [0, 1), no tangent
+    xs = [rng.random(x.shape).astype(x.dtype) if name in constant else x for name, x in zip(OPS[op].inputs, xs)]
+    y, saved = m.forward(*xs)
+    g = np.ones_like(y)
+    tangents = [x if x.dtype.kind == "f" and name not in constant else None for name, x in zip(OPS[op].inputs, xs)]
+    escapes = []
+    tracemalloc.start()
+    try:
+        for name, forged in _saved_mutations(saved, rng):
+            for call in (lambda: m.backward(g, forged), lambda: m.jvp(*tangents, forged)):
+                try:
+                    call()
+                except (TypeError, ValueError) as exc:
+                    assert "saved" in str(exc) or "tangent" in str(exc) or "grad_output" in str(exc), str(exc)
+                except Exception as exc:  # noqa: BLE001 - the point of the test
+                    escapes.append(f"{name}: {type(exc).__name__}: {exc}")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not escapes, escapes[:5]
+    assert peak < 16 * 2**20, peak

@@ -110,6 +110,8 @@ def _as_input(cp, name: str, value):
     if value.dtype.name not in _DTYPES:
         raise TypeError(f"{OP}: {name} must be a cupy.ndarray of float16, bfloat16, float32 or float64, "
                         f"got dtype {value.dtype}")
+    if value.ndim > 32:  # NumPy's broadcasting (np.broadcast_shapes), which the loaders use, stops at 32
+        raise ValueError(f"{OP}: {name} must have at most 32 dims, got {value.ndim}")
     return value
 
 

@@ -27,6 +27,7 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -91,10 +92,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -166,6 +215,32 @@ def _index_dtype(n: int):
         if n - 1 <= np.iinfo(t).max:
             return t
     return np.uint64
+
+
+def _checked_layout(saved: Saved) -> tuple:
+    """The layout of the input forward saw, once saved's fields are checked against it."""
+    try:
+        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    batched, axes, out_batched, out_shape = layout = _layout(saved.input_shape)
+    if out_shape != saved.output_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {out_shape}, the output shape for "
+                         f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
+    index, box = saved.index, int(np.prod([a.extent for a in axes]))
+    if not isinstance(index, np.ndarray) or index.dtype != _index_dtype(box):
+        raise TypeError(f"{OP}: saved.index must be an ndarray of {np.dtype(_index_dtype(box))}, got "
+                        f"{_described(index)}")
+    if index.shape != out_batched:
+        raise ValueError(f"{OP}: saved.index must have shape {out_batched}, got {index.shape}")
+    if index.size and index.max() >= box:
+        raise ValueError(f"{OP}: saved.index must hold indices into the window box below {box}, got "
+                         f"{index.max()}")
+    # each index inside its own window, which may be smaller than the box along an axis
+    for a, stride, size in zip(axes, _box_strides(axes), _mesh([a.size for a in axes])):
+        if index.size and (index // index.dtype.type(stride) % index.dtype.type(a.extent) >= size).any():
+            raise ValueError(f"{OP}: saved.index names an element outside its window")
+    return layout
 
 
 def _mesh(arrays: list) -> tuple:
@@ -318,7 +393,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     windows add up in the order PyTorch's kernel adds them; either in gather form (one pass per
     holding window over all elements at once) or one write per window, whichever is cheaper."""
     grad_output = _check_backward(grad_output, saved)
-    batched, axes, out_batched, _ = _layout(saved.input_shape)
+    batched, axes, out_batched, _ = _checked_layout(saved)
     grad_output = grad_output.reshape(out_batched)
     grad = np.zeros(batched, dtype=saved.dtype)
     holders = int(np.prod([a.most for a in axes]))
@@ -347,7 +422,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of x: the tangent of each window's winner (the
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    batched, axes, out_batched, _ = _layout(saved.input_shape)
+    batched, axes, out_batched, _ = _checked_layout(saved)
     tangent = tangent.reshape(batched)
     out = np.zeros(out_batched, dtype=saved.dtype)
     index = saved.index.reshape(out_batched)

@@ -30,6 +30,7 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 from __future__ import annotations
 
 import math
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -96,10 +97,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -198,6 +247,32 @@ def _layout(shape: tuple):
             tuple(shape[:-SPATIAL]) + out)
 
 
+def _checked_layout(saved: Saved) -> tuple:
+    """The layout of the input forward saw, once saved's fields are checked against it."""
+    try:
+        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+        layout = _layout(saved.input_shape)
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    batched, _, _, _, out_shape = layout
+    if out_shape != saved.output_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {out_shape}, the output shape for "
+                         f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
+    samples = _saved_array(saved, "samples", batched[:2] + (SPATIAL,))
+    if not np.all((samples >= 0) & (samples < 1)):
+        raise ValueError(f"{OP}: saved.samples must lie in [0, 1)")
+    index = saved.index
+    if not isinstance(index, np.ndarray) or index.dtype != INDEX_DTYPE:
+        raise TypeError(f"{OP}: saved.index must be an ndarray of {np.dtype(INDEX_DTYPE)}, got "
+                        f"{_described(index)}")
+    if index.shape != out_shape:
+        raise ValueError(f"{OP}: saved.index must have shape {out_shape}, got {index.shape}")
+    if index.size and index.max() >= WINDOW:
+        raise ValueError(f"{OP}: saved.index must hold indices into a window of {WINDOW}, got "
+                         f"{index.max()}")
+    return layout
+
+
 def _windows(batched: tuple, out: tuple, samples: np.ndarray) -> tuple:
     """Each window's first coordinate along each spatial axis, per plane: (planes, out) each."""
     samples = samples.reshape(-1, SPATIAL)
@@ -235,7 +310,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, None]:
     output (row-major) order, as PyTorch's kernel adds overlapping windows; random_samples get
     None (the windows are integers)."""
     grad_output = _check_backward(grad_output, saved)
-    batched, planes, plane_shape, out_batched, _ = _layout(saved.input_shape)
+    batched, planes, plane_shape, out_batched, _ = _checked_layout(saved)
     positions = _positions(_windows(batched, out_batched, saved.samples), plane_shape)
     grads = grad_output.reshape(planes, -1)
     grad = np.zeros((planes, math.prod(plane_shape)), dtype=saved.dtype)
@@ -253,7 +328,7 @@ def jvp(tangent_x, tangent_random_samples, saved: Saved) -> np.ndarray:
     if tangent_random_samples is not None:
         raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    batched, planes, plane_shape, out_batched, _ = _layout(saved.input_shape)
+    batched, planes, plane_shape, out_batched, _ = _checked_layout(saved)
     positions = _positions(_windows(batched, out_batched, saved.samples), plane_shape)
     index = saved.index.reshape(planes, -1, 1).astype(np.intp)
     winners = np.take_along_axis(positions, index, axis=-1)[..., 0]

@@ -23,6 +23,7 @@ NaN and inf as torch.logsumexp: a slice holding NaN gives NaN; +inf gives +inf (
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -83,10 +84,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -139,6 +188,18 @@ def _layout(shape: tuple):
     return dims, kept, n, out
 
 
+def _saved_layout(saved) -> tuple:
+    """The layout of the input forward saw, once saved's shapes are checked against it."""
+    try:
+        layout = _layout(saved.input_shape)
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    if layout[3] != saved.output_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {layout[3]}, the output shape for "
+                         f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
+    return layout
+
+
 def _rows(x: np.ndarray, dims: tuple, kept: tuple, n: int) -> np.ndarray:
     """The input as (kept..., n), computed in at least float32: each reduced slice in row-major
     order along the last axis."""
@@ -150,6 +211,14 @@ def _unrows(grad_rows: np.ndarray, shape: tuple, dims: tuple) -> np.ndarray:
     kept = [s for i, s in enumerate(shape) if i not in dims]
     moved = grad_rows.reshape(tuple(kept) + tuple(shape[i] for i in dims))
     return np.asarray(np.moveaxis(moved, tuple(range(len(kept), len(shape))), dims), order="C")  # 0-d stays 0-d
+
+
+def _checked_layout(saved: Saved) -> tuple:
+    """The layout of the input forward saw, once saved's fields are checked against it."""
+    layout = _saved_layout(saved)
+    _saved_array(saved, "x", saved.input_shape)
+    _saved_array(saved, "output", saved.output_shape)
+    return layout
 
 
 def _weight(grad_output, v, y):
@@ -174,7 +243,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): grad_output * softmax(x / t) = grad_output * exp(x - y)."""
     grad_output = _check_backward(grad_output, saved)
-    dims, kept, n, _ = _layout(saved.input_shape)
+    dims, kept, n, _ = _checked_layout(saved)
     v = _rows(saved.x, dims, kept, n)
     y = saved.output.reshape(kept + (1,)).astype(v.dtype)
     grad_output = grad_output.reshape(kept + (1,)).astype(v.dtype)
@@ -188,7 +257,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     reduced dims, each term computed as backward computes its gradient (the transpose of backward:
     <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    dims, kept, n, _ = _layout(saved.input_shape)
+    dims, kept, n, _ = _checked_layout(saved)
     v = _rows(saved.x, dims, kept, n)
     y = saved.output.reshape(kept + (1,)).astype(v.dtype)
     with np.errstate(over="ignore", invalid="ignore"):  # in at least float32, rounded once

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -43,6 +45,7 @@ CEIL_MODE = False
 WINDOW = 9  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
 BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
+PLAN_CACHE_BYTES = 1 << 24  # the plans of recent input shapes kept, in bytes (a plan holds no array)
 # backward (_path): disjoint windows of up to WRITE_UP_TO elements (WRITE_SMALL_UP_TO while grad_x
 # is at most SMALL bytes, in cache) write grad_x through one view per window element, overlapping
 # ones of up to ACCUMULATE_UP_TO elements accumulate per element in phase planes, and the others
@@ -98,10 +101,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -132,8 +183,9 @@ class _Element(NamedTuple):
     phase: int  # the phase plane holding this element of every window
     start: int  # its flat position for the first window in a block of phase planes (wide layout)
     shift: tuple  # ... and per axis, in one phase plane
-    valid: np.ndarray | None  # per output position: inside the input (None: everywhere)
-    first: np.ndarray | None  # per output position: the window's first element inside the input
+    valid: tuple | None  # the windows where it is inside the input: a box of output positions,
+                         # one slice per axis (None: every window)
+    first: tuple | None  # ... where it is the window's first element inside the input (None: none)
     offset: int  # its flat position in an input plane, relative to its window's element 0
     input: tuple | None  # disjoint windows: where this element of the windows below sits in a plane
     output: tuple | None  # ... those windows (None: this element is padding in every window)
@@ -158,8 +210,7 @@ class _Plan(NamedTuple):
     elements: tuple  # _Element of every window element, in scan order
     disjoint: bool  # no input element is in two windows
     covered: bool  # every input element is in some window
-    origin: np.ndarray  # flat position in a plane of every window's element 0 (may be padding)
-    inside: np.ndarray | None  # padding that can win: (element, window) inside the input? (None: no)
+    padded: bool  # padding takes part and some window holds padding: a winner may be padding
 
 
 SPATIAL = 2
@@ -185,24 +236,33 @@ def _check_rank(x: np.ndarray) -> None:
 
 
 def _axis(length: int, k: int, s: int, p: int, d: int, out: int):
-    """One spatial axis cut into s phases (every s-th padded element, starting at 0..s-1).
+    """One spatial axis cut into phases (every s-th padded element, starting at residue r).
 
     Element j of window o is padded element o*s + j*d, that is element o + (j*d)//s of phase
     (j*d) % s: element j of every window is one slice of one phase, shifted by (j*d)//s.
-    Returns the phase length, the phases holding input (phase, input slice, phase slice) and,
-    per window element, (phase, shift, per window: inside the input?).
+    Returns the phase length, the phases holding input that windows use (residue, input slice,
+    phase slice), per window element (residue, shift, the windows [lo, hi) where it is inside the input, the windows
+    [first_lo, first_hi) where it is the first element inside the input), and whether every input
+    coordinate is in some window.  At most k residues, and windows as ranges: the cost follows
+    the lengths and the kernel size, not the stride.
     """
     wide = -(-max(p + length, (out - 1) * s + d * (k - 1) + 1) // s)
-    phases = []
-    for r in range(s):
+    elements, covered, earlier = [], np.zeros(length, dtype=bool), out
+    for j in range(k):
+        # element j of window o is input coordinate o*s + j*d - p: inside for o in [lo, hi)
+        lo = min(out, max(0, -(-(p - j * d) // s)))
+        hi = max(lo, min(out, -(-(length + p - j * d) // s)))
+        # an earlier element is inside for the windows from `earlier` on (the previous lo)
+        elements.append(((j * d) % s, (j * d) // s, lo, hi, lo, max(lo, min(hi, earlier))))
+        earlier = lo
+        if hi > lo:
+            covered[lo * s + j * d - p:(hi - 1) * s + j * d - p + 1:s] = True
+    phases = []  # of the residues some window element is in (input elsewhere is in no window)
+    for r in sorted({e[0] for e in elements}):
         q0, q1 = max(0, -(-(p - r) // s)), min(wide, -(-(length + p - r) // s))
         if q1 > q0:
             phases.append((r, slice(q0 * s + r - p, (q1 - 1) * s + r - p + 1, s), slice(q0, q1)))
-    elements = []
-    for j in range(k):
-        c = np.arange(out) * s + j * d - p  # input coordinate of element j of every window
-        elements.append(((j * d) % s, (j * d) // s, (c >= 0) & (c < length)))
-    return wide, phases, elements
+    return wide, phases, elements, bool(covered.all())
 
 
 def _plan(shape: tuple) -> _Plan:
@@ -220,89 +280,138 @@ def _plan(shape: tuple) -> _Plan:
         outs.append(out)
     outs = tuple(outs)
     axes = [_axis(*a) for a in zip(lengths, KERNEL_SIZE, STRIDE, PADDING, DILATION, outs)]
-    wide = tuple(a[0] for a in axes)
-    phases = tuple((int(np.ravel_multi_index([e[0] for e in combo], STRIDE)),
-                    tuple(e[1] for e in combo), tuple(e[2] for e in combo))
-                   for combo in itertools.product(*[a[1] for a in axes]))
-    plane = [math.prod(lengths[i + 1:]) for i in range(SPATIAL)]  # element strides of a plane
-    phase_plane = [math.prod(wide[i + 1:]) for i in range(SPATIAL)]  # ... and of a phase plane
-    elements, have, inside = [], np.zeros(outs, dtype=bool), []
-    for index, (offset, combo) in enumerate(zip(np.ndindex(*KERNEL_SIZE),
-                                                itertools.product(*[a[2] for a in axes]))):
-        valid = np.ones(outs, dtype=bool)
-        for axis, e in enumerate(combo):
-            valid = valid & e[2].reshape([-1 if i == axis else 1 for i in range(SPATIAL)])
-        first = valid & ~have
-        have |= valid
-        inside.append(valid.reshape(-1))
-        if PADDING_TAKES_PART:  # padding is an element of value -inf like any other
-            valid, first = np.ones(outs, dtype=bool), np.zeros(outs, dtype=bool)
-        elements.append(_Element(
-            index,
-            int(np.ravel_multi_index([e[0] for e in combo], STRIDE)),
-            sum(e[1] * f for e, f in zip(combo, phase_plane)),
-            tuple(e[1] for e in combo),
-            None if valid.all() else valid,
-            None if (index == 0 or not first.any()) else first,
-            sum(j * d * f for j, d, f in zip(offset, DILATION, plane)),
-            *_element_slices(combo, offset)))
-    if not have.all() and not PADDING_TAKES_PART:
+    # every window holds an element of x when, along every axis, each window has a first one
+    if not PADDING_TAKES_PART and any(sum(e[5] - e[4] for e in a[2]) < o for a, o in zip(axes, outs)):
         raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of "
                          f"x of spatial size {lengths} holds only padding; every window "
                          f"must hold an element of x")
-    origin = np.zeros(outs, dtype=np.intp)  # flat position of each window's element 0 in a plane
-    for axis in range(SPATIAL):
-        steps = (np.arange(outs[axis]) * STRIDE[axis] - PADDING[axis]) * plane[axis]
-        origin = origin + steps.reshape([-1 if i == axis else 1 for i in range(SPATIAL)])
+    wide = tuple(a[0] for a in axes)
+    # the residues of the window elements along each axis, numbered in order: a phase plane for
+    # each combination of them (at most WINDOW), however large the stride
+    numbers = [{r: i for i, r in enumerate(sorted({e[0] for e in a[2]}))} for a in axes]
+    counts = tuple(len(m) for m in numbers)
+
+    def phase(combo) -> int:
+        return int(np.ravel_multi_index([m[e[0]] for m, e in zip(numbers, combo)], counts))
+
+    phases = tuple((phase(combo), tuple(e[1] for e in combo), tuple(e[2] for e in combo))
+                   for combo in itertools.product(*[a[1] for a in axes]))
+    plane = [math.prod(lengths[i + 1:]) for i in range(SPATIAL)]  # element strides of a plane
+    phase_plane = [math.prod(wide[i + 1:]) for i in range(SPATIAL)]  # ... and of a phase plane
+    elements, padded = [], False
+    for index, (offset, combo) in enumerate(zip(np.ndindex(*KERNEL_SIZE),
+                                                itertools.product(*[a[2] for a in axes]))):
+        # where this element is inside the input, and where it is the first such: boxes of
+        # windows, one range of output positions per axis
+        everywhere = all(e[2] == 0 and e[3] == o for e, o in zip(combo, outs))
+        padded |= not everywhere
+        starts = all(e[5] > e[4] for e in combo)
+        elements.append(_Element(
+            index,
+            phase(combo),
+            sum(e[1] * f for e, f in zip(combo, phase_plane)),
+            tuple(e[1] for e in combo),
+            None if everywhere or PADDING_TAKES_PART else tuple(slice(e[2], e[3]) for e in combo),
+            tuple(slice(e[4], e[5]) for e in combo) if index and starts and not PADDING_TAKES_PART
+            else None,
+            sum(j * d * f for j, d, f in zip(offset, DILATION, plane)),
+            *_element_slices(combo, offset)))
     # no two elements of a window share a phase: no input element is in two windows
     disjoint = all(len({e[0] for e in a[2]}) == len(a[2]) for a in axes)
-    covered = np.zeros(lengths, dtype=bool)
-    for e in elements:
-        if e.input is not None:
-            covered[e.input] = True
     n, c = batched[:2]
-    return _Plan(n * c, lengths, outs, tuple(shape[:-SPATIAL]) + outs, wide, math.prod(STRIDE),
-                 phases, tuple(elements), disjoint, bool(covered.all()), origin.reshape(-1),
-                 # padding that takes part can win: which window elements are inside the input
-                 np.stack(inside) if PADDING_TAKES_PART and not all(map(np.all, inside)) else None)
+    return _Plan(n * c, lengths, outs, tuple(shape[:-SPATIAL]) + outs, wide, math.prod(counts),
+                 phases, tuple(elements), disjoint, all(a[3] for a in axes),
+                 PADDING_TAKES_PART and padded)  # padding that takes part can win
 
 
 def _element_slices(combo, offset):
     """(input slices, output slices): where element `offset` of the windows that hold it inside
     the input sits, and those windows; (None, None) when it is padding in every window."""
     ins, os_ = [], []
-    for (_, _, inside), j, s, p, d in zip(combo, offset, STRIDE, PADDING, DILATION):
-        o = np.flatnonzero(inside)
-        if o.size == 0:
+    for (_, _, lo, hi, _, _), j, s, p, d in zip(combo, offset, STRIDE, PADDING, DILATION):
+        if hi <= lo:
             return None, None
-        c0 = o[0] * s + j * d - p
-        ins.append(slice(int(c0), int(c0 + (o.size - 1) * s + 1), s))
-        os_.append(slice(int(o[0]), int(o[-1]) + 1))
+        c0 = lo * s + j * d - p
+        ins.append(slice(c0, c0 + (hi - lo - 1) * s + 1, s))
+        os_.append(slice(lo, hi))
     return tuple(ins), tuple(os_)
 
 
-_PLANS: dict = {}
+def _origins(plan: _Plan, windows: np.ndarray) -> np.ndarray:
+    """The flat position in a plane of element 0 (maybe padding) of these windows of a plane
+    (numbered in row-major order)."""
+    origin = np.zeros(windows.shape, dtype=np.intp)
+    step = 1  # element stride of a plane along the axis
+    for axis in reversed(range(SPATIAL)):
+        windows, o = np.divmod(windows, plan.out_plane[axis])
+        origin += (o * STRIDE[axis] - PADDING[axis]) * step
+        step *= plan.plane_shape[axis]
+    return origin
 
 
-def _layout(shape: tuple):
-    """The plan of an input shape (cached), and the masks of each element on the wide grid."""
-    cached = _PLANS.get(shape)
+def _inside(plan: _Plan, index: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    """Whether window element `index` of each of these windows (numbered in row-major order in
+    a plane) is inside the input, not padding."""
+    inside = np.ones(np.shape(index), dtype=bool)
+    index = index.astype(np.intp)
+    for axis in reversed(range(SPATIAL)):
+        index, j = np.divmod(index, KERNEL_SIZE[axis])
+        windows, o = np.divmod(windows, plan.out_plane[axis])
+        c = o * STRIDE[axis] + j * DILATION[axis] - PADDING[axis]
+        inside &= (c >= 0) & (c < plan.plane_shape[axis])
+    return inside
+
+
+_PLANS: dict = {}  # input shape: (plan, its bytes), the least recently used first
+
+
+def _layout(shape: tuple) -> _Plan:
+    """The plan of an input shape, kept while the plans kept take at most PLAN_CACHE_BYTES."""
+    cached = _PLANS.pop(shape, None)  # put back last: the most recently used
     if cached is None:
         plan = _plan(shape)
-        masks = []
-        for e in plan.elements:
-            wide = []
-            for mask in (e.valid, e.first):
-                if mask is not None:
-                    grid = np.zeros(plan.wide, dtype=bool)
-                    grid[tuple(slice(0, n) for n in plan.out_plane)] = mask
-                    mask = grid.reshape(-1)
-                wide.append(mask)
-            masks.append(tuple(wide))
-        if len(_PLANS) >= 64:
-            _PLANS.clear()
-        cached = _PLANS[shape] = (plan, tuple(masks))
-    return cached
+        cached = (plan, _bytes(plan))
+    plan, size = cached
+    if size <= PLAN_CACHE_BYTES:
+        _PLANS[shape] = cached
+        for key in list(_PLANS):  # the oldest go first
+            if sum(s for _, s in list(_PLANS.values())) <= PLAN_CACHE_BYTES:
+                break
+            _PLANS.pop(key, None)
+    return plan
+
+
+def _bytes(value) -> int:
+    """The memory a plan takes: its Python objects, counted recursively (shared ones repeatedly)."""
+    if isinstance(value, tuple):
+        return sys.getsizeof(value) + sum(_bytes(v) for v in value)
+    if isinstance(value, slice):
+        return sys.getsizeof(value) + _bytes((value.start, value.stop, value.step))
+    return sys.getsizeof(value) + (value.nbytes if isinstance(value, np.ndarray) else 0)
+
+
+def _outside(box: tuple) -> list:
+    """Indices that together cover everything outside a box (one slice per axis) of a block of
+    planes, (planes, *grid): two slabs per axis."""
+    slabs = []
+    for axis, s in enumerate(box):
+        lead = (slice(None),) * (axis + 1)
+        slabs += [lead + (slice(0, s.start),), lead + (slice(s.stop, None),)]
+    return slabs
+
+
+def _saved_plan(saved: Saved) -> _Plan:
+    """The plan of the input forward saw, once saved's fields are checked against it."""
+    try:
+        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+        plan = _layout(saved.input_shape)
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    if saved.output_shape != plan.out_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {plan.out_shape}, the output shape for "
+                         f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
+    _check_index(saved.index, plan)
+    return plan
 
 
 def _block(plan: _Plan) -> int:
@@ -358,7 +467,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
     _check_rank(x)
-    plan, masks = _layout(x.shape)
+    plan = _layout(x.shape)
     planes = x.reshape((plan.planes,) + plan.plane_shape)
     output = np.empty((plan.planes,) + plan.out_plane, dtype=x.dtype)
     index = np.empty(output.shape, dtype=INDEX_DTYPE)
@@ -375,11 +484,12 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
             v = _elements(buf, w, n, plan)
             # a later element takes over when it beats the running winner
             take = (v > best) | (np.isnan(v) & ~np.isnan(best))
-            valid, first = masks[w.index]
-            if valid is not None:
-                take &= valid  # padding never wins
-            if first is not None:
-                take |= first  # the first element inside the input starts the window
+            grid = take.reshape((n,) + plan.wide)
+            if w.valid is not None:
+                for at in _outside(w.valid):
+                    grid[at] = False  # padding never wins
+            if w.first is not None:
+                grid[(slice(None),) + w.first] = True  # the first element inside the input starts the window
             _replace(best, v, take)
             # indices grow along the scan: the running winner's index is the largest one taken
             np.maximum(best_index, np.multiply(take, w.index, dtype=INDEX_DTYPE), out=best_index)
@@ -391,7 +501,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each window's gradient routed to its winner, overlaps accumulated."""
     grad_output = _check_backward(grad_output, saved)
-    plan, _ = _layout(saved.input_shape)
+    plan = _saved_plan(saved)
     grads = grad_output.reshape((plan.planes,) + plan.out_plane)
     path = _path(plan, math.prod(saved.input_shape) * grads.itemsize)
     if path == "write":
@@ -401,6 +511,25 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     else:
         grad = _scatter(grads, saved.index, plan)
     return (grad.reshape(saved.input_shape),)
+
+
+def _check_index(index, plan: _Plan) -> None:
+    """saved.index as forward makes it: INDEX_DTYPE, one per output, each a window element that is
+    inside the input where padding never wins (checked on the slabs of windows where some element
+    is padding: no larger than the output)."""
+    if not isinstance(index, np.ndarray) or index.dtype != INDEX_DTYPE:
+        raise TypeError(f"{OP}: saved.index must be an ndarray of {np.dtype(INDEX_DTYPE)}, got "
+                        f"{_described(index)}")
+    if index.shape != (plan.planes,) + plan.out_plane:
+        raise ValueError(f"{OP}: saved.index must have shape {(plan.planes,) + plan.out_plane}, "
+                         f"got {index.shape}")
+    if index.size and index.max() >= WINDOW:
+        raise ValueError(f"{OP}: saved.index must hold window-local indices below {WINDOW}, got "
+                         f"{index.max()}")
+    for e in plan.elements:
+        if e.valid is not None and any((index[at] == e.index).any() for at in _outside(e.valid)):
+            raise ValueError(f"{OP}: saved.index names element {e.index} of a window where it is "
+                             f"padding, which never wins")
 
 
 def _path(plan: _Plan, grad_bytes: int) -> str:
@@ -453,7 +582,7 @@ def _accumulate(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray
     acc = np.empty((plan.phase_count, block * size + max(e.start for e in plan.elements)), dtype)
     won = np.empty(block * size, dtype=bool)
     term = np.empty(block * size, dtype=u)
-    grad = np.empty((plan.planes,) + plan.plane_shape, dtype)  # every element is in a phase
+    grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, dtype)
     for b0 in range(0, plan.planes, block):
         b1 = min(b0 + block, plan.planes)
         n = b1 - b0
@@ -478,34 +607,30 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     grad = np.empty(plan.planes * size, dtype=grads.dtype)
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
     g, index = grads.reshape(-1), index.reshape(-1)
-    # a step's positions (and np.add.at's copies) take about 24 bytes per window: keep them
+    # a step's positions (and np.add.at's copies) take about 40 bytes per window: keep them
     # within grad_output's size
-    step = min(SCATTER, max(1024, grads.nbytes // 32))
-    # steps: (windows i0:i1, their planes start at `at`, first window's place in its plane,
-    # end of the planes to zero first: a step's planes are zeroed just before it, in cache)
+    step = min(SCATTER, max(1024, grads.nbytes // 48))
+    # steps: (windows i0:i1 (numbered over all planes), the first of their planes, the end of the
+    # planes to zero first: a step's planes are zeroed just before it, in cache)
     if count <= step:  # whole planes per step
         per = max(1, min(plan.planes, step // max(1, count)))
-        origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
-        steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0,
-                  min(b + per, plan.planes) * size) for b in range(0, plan.planes, per)]
+        steps = [(b * count, min(b + per, plan.planes) * count, b, min(b + per, plan.planes) * size)
+                 for b in range(0, plan.planes, per)]
     else:  # pieces of a plane per step; the first piece zeroes the plane
-        origin = plan.origin
-        steps = [(b * count + k, b * count + min(k + step, count), b * size, k,
-                  (b + 1) * size if k == 0 else None)
+        steps = [(b * count + k, b * count + min(k + step, count), b, (b + 1) * size if k == 0 else None)
                  for b in range(plan.planes) for k in range(0, count, step)]
-    positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
-    for i0, i1, at, k, zero_to in steps:
+    for i0, i1, b, zero_to in steps:
         if zero_to is not None:
-            grad[at:zero_to] = 0
-        # (mode="wrap" never wraps, an index is below WINDOW; it lets np.take write in place)
-        position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
-        position += origin[k:k + i1 - i0]
+            grad[b * size:zero_to] = 0
+        planes, windows = np.divmod(np.arange(i0, i1), count)
+        position = np.take(offsets, index[i0:i1])
+        position += _origins(plan, windows) + (planes - b) * size  # in grad from plane b on
         values = g[i0:i1]
-        if plan.inside is not None:  # a padding winner's gradient is dropped: +0.0 at the start
-            inside = plan.inside[index[i0:i1], np.arange(i0, i1) % count]
+        if plan.padded:  # a padding winner's gradient is dropped: +0.0 at the start
+            inside = _inside(plan, index[i0:i1], windows)
             position[~inside] = 0
             values = np.where(inside, values, values.dtype.type(0))
-        np.add.at(grad[at:], position, values)
+        np.add.at(grad[b * size:], position, values)
     return grad
 
 
@@ -513,16 +638,16 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of x: the tangent of each window's winner (the
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    plan, _ = _layout(saved.input_shape)
-    windows = math.prod(plan.out_plane)
+    plan = _saved_plan(saved)
+    windows = np.arange(math.prod(plan.out_plane))
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
-    index = saved.index.reshape(plan.planes, windows)
-    position = np.take(offsets, index) + plan.origin  # each winner's flat position in its plane
-    if plan.inside is not None:  # a padding winner has tangent 0
-        inside = plan.inside[index, np.arange(windows)]
+    index = saved.index.reshape(plan.planes, windows.size)
+    position = np.take(offsets, index) + _origins(plan, windows)  # each winner's flat position in its plane
+    if plan.padded:  # a padding winner has tangent 0
+        inside = _inside(plan, index, windows)
         position[~inside] = 0
     out = np.take_along_axis(tangent.reshape(plan.planes, math.prod(plan.plane_shape)), position,
                              axis=1)
-    if plan.inside is not None:
+    if plan.padded:
         out[~inside] = 0
     return out.reshape(saved.output_shape)

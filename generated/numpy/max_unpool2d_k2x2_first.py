@@ -27,6 +27,7 @@ Unpooling compares no values: NaN and +-inf are moved like any other number.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -91,10 +92,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -184,10 +233,39 @@ def forward(input: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, Saved]:
     return output.reshape(out_shape), Saved(flat, wins, x.shape, out_shape, x.dtype)
 
 
+def _check_state(saved: Saved) -> None:
+    """saved's shapes, indices and writers checked against each other, as forward makes them."""
+    shape = saved.input_shape
+    if len(shape) not in (SPATIAL + 1, SPATIAL + 2):
+        raise ValueError(f"{OP}: saved.input_shape must have {SPATIAL + 1} or {SPATIAL + 2} dims, got {shape}")
+    lead, in_spatial = shape[:-SPATIAL], shape[-SPATIAL:]
+    try:
+        out_spatial = tuple(_output_spatial(in_spatial))
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    if tuple(lead) + out_spatial != saved.output_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {tuple(lead) + out_spatial}, the output "
+                         f"shape for saved.input_shape {shape}, got {saved.output_shape}")
+    planes, n = int(np.prod(lead, dtype=np.int64)), int(np.prod(in_spatial, dtype=np.int64))
+    size = int(np.prod(out_spatial, dtype=np.int64))
+    indices = saved.indices
+    if not isinstance(indices, np.ndarray) or indices.dtype != np.int64:
+        raise TypeError(f"{OP}: saved.indices must be an ndarray of int64, got {_described(indices)}")
+    if indices.shape != (planes, n):
+        raise ValueError(f"{OP}: saved.indices must have shape {(planes, n)}, got {indices.shape}")
+    if indices.size and (indices.min() < 0 or indices.max() >= size):
+        raise ValueError(f"{OP}: saved.indices must be in [0, {size}), got "
+                         f"{indices.min() if indices.min() < 0 else indices.max()}")
+    if not isinstance(saved.wins, np.ndarray) or saved.wins.dtype != bool or saved.wins.shape != (planes, n):
+        raise TypeError(f"{OP}: saved.wins must be a bool ndarray of shape {(planes, n)}, got "
+                        f"{_described(saved.wins)}")
+
+
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, None]:
     """Return (grad_input, None): grad_output gathered at the indices (W^T g); the indices are
     integers, not differentiable, so their gradient is None (as in PyTorch)."""
     grad_output = _check_backward(grad_output, saved)
+    _check_state(saved)
     planes = saved.indices.shape[0]
     gathered = np.take_along_axis(grad_output.reshape(planes, -1), saved.indices, axis=1)
     grad_input = np.where(saved.wins, gathered, np.zeros((), dtype=saved.dtype))
@@ -201,6 +279,7 @@ def jvp(tangent_input, tangent_indices, saved: Saved) -> np.ndarray:
     if tangent_indices is not None:
         raise ValueError(f"{OP}: tangent_indices must be None: the indices are integers")
     tangent = _as_tangent("tangent_input", tangent_input, saved)
+    _check_state(saved)
     planes, n = saved.indices.shape
     size = int(np.prod(saved.output_shape[-SPATIAL:], dtype=np.int64))
     keys = saved.indices + np.arange(planes, dtype=np.int64)[:, None] * size

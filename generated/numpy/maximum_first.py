@@ -25,6 +25,7 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -82,10 +83,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -147,6 +196,27 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     return output, Saved(a, b, output.shape, dtype)
 
 
+def _saved_inputs(saved: Saved) -> tuple:
+    """The inputs forward kept, checked against saved: floating arrays whose shapes broadcast to
+    saved.output_shape and whose dtypes give saved.dtype."""
+    inputs = (saved.a, saved.b)
+    for name, x in zip(INPUTS, inputs):
+        if not isinstance(x, np.ndarray) or x.dtype.type not in _FLOATS:
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray of float16, float32 or float64, got "
+                            f"{_described(x)}")
+    try:
+        shape = np.broadcast_shapes(*[x.shape for x in inputs])
+    except ValueError:
+        shape = None
+    if shape != saved.output_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be the shape of the saved inputs broadcast together, "
+                         f"got {saved.output_shape} for {[x.shape for x in inputs]}")
+    if np.result_type(*inputs) != saved.dtype:
+        raise TypeError(f"{OP}: saved.dtype must be the saved inputs' dtype {np.result_type(*inputs)}, "
+                        f"got {saved.dtype}")
+    return inputs
+
+
 def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
@@ -170,7 +240,7 @@ def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
     grad_output = _check_backward(grad_output, saved)
-    inputs = (saved.a, saved.b)
+    inputs = _saved_inputs(saved)
     returned = inputs
     if any(x.shape != saved.output_shape for x in inputs):
         grads = _gradients(grad_output, *inputs, saved.dtype)
@@ -187,7 +257,7 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
     backward: <jvp(t), g> == <t, backward(g)>."""
     _check_saved(saved)
     tangents = (tangent_a, tangent_b)
-    inputs = (saved.a, saved.b)
+    inputs = _saved_inputs(saved)
     returned = (True, True)
     total, k = None, 0
     for name, tangent, x, differentiated in zip(INPUTS, tangents, inputs, returned):

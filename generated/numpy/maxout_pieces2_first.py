@@ -23,6 +23,8 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +40,7 @@ PIECES = 2
 WINDOW = 2  # elements per window
 INDEX_DTYPE = np.uint8  # smallest unsigned type holding a window-local index
 BLOCK = 1 << 16  # elements per array operation: enough to amortize each call, few enough for cache
+PLAN_CACHE_BYTES = 1 << 24  # the plans of recent input shapes kept, in bytes (a plan holds no array)
 # backward (_path): disjoint windows of up to WRITE_UP_TO elements (WRITE_SMALL_UP_TO while grad_x
 # is at most SMALL bytes, in cache) write grad_x through one view per window element, overlapping
 # ones of up to ACCUMULATE_UP_TO elements accumulate per element in phase planes, and the others
@@ -93,10 +96,58 @@ def _as_input(name: str, value) -> np.ndarray:
     return array
 
 
+def _described(value) -> str:
+    """A value as an error message names it: an array by its dtype and shape, else its type."""
+    if isinstance(value, np.ndarray):
+        return f"an ndarray of {value.dtype} with shape {value.shape}"
+    return type(value).__name__
+
+
 def _check_saved(saved) -> None:
+    """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
+    (what each module reads from them, with index ranges, is checked where it is read)."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+                        f"{saved.dtype!r}")
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape"):
+            if not (isinstance(value, tuple) and len(value) <= 32
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
+                raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
+                                f"got {value!r}"[:300])
+            size = saved.dtype.itemsize
+            for n in value:
+                size *= n
+            if size > _memory():
+                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
+                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
+                                 f"that forward saw")
+        elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
+        elif isinstance(value, np.ndarray) and value.ndim > 32:
+            raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (no bound where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 2**63
+
+
+def _saved_array(saved: Saved, name: str, shape: tuple) -> np.ndarray:
+    """Field `name` of saved: an ndarray of saved.dtype with this shape, as forward keeps it."""
+    value = getattr(saved, name)
+    if not isinstance(value, np.ndarray) or value.dtype != saved.dtype:
+        raise TypeError(f"{OP}: saved.{name} must be an ndarray of saved.dtype {saved.dtype}, got "
+                        f"{_described(value)}")
+    if value.shape != shape:
+        raise ValueError(f"{OP}: saved.{name} must have shape {shape}, got {value.shape}")
+    return value
 
 
 def _check_backward(grad_output, saved) -> np.ndarray:
@@ -127,8 +178,9 @@ class _Element(NamedTuple):
     phase: int  # the phase plane holding this element of every window
     start: int  # its flat position for the first window in a block of phase planes (wide layout)
     shift: tuple  # ... and per axis, in one phase plane
-    valid: np.ndarray | None  # per output position: inside the input (None: everywhere)
-    first: np.ndarray | None  # per output position: the window's first element inside the input
+    valid: tuple | None  # the windows where it is inside the input: a box of output positions,
+                         # one slice per axis (None: every window)
+    first: tuple | None  # ... where it is the window's first element inside the input (None: none)
     offset: int  # its flat position in an input plane, relative to its window's element 0
     input: tuple | None  # disjoint windows: where this element of the windows below sits in a plane
     output: tuple | None  # ... those windows (None: this element is padding in every window)
@@ -153,8 +205,7 @@ class _Plan(NamedTuple):
     elements: tuple  # _Element of every window element, in scan order
     disjoint: bool  # no input element is in two windows
     covered: bool  # every input element is in some window
-    origin: np.ndarray  # flat position in a plane of every window's element 0 (may be padding)
-    inside: np.ndarray | None  # padding that can win: (element, window) inside the input? (None: no)
+    padded: bool  # padding takes part and some window holds padding: a winner may be padding
 
 
 def _check_rank(x: np.ndarray) -> None:
@@ -182,34 +233,68 @@ def _plan(shape: tuple) -> _Plan:
                      for k in range(PIECES))
     phases = tuple((k, (slice(None), k, slice(None)), (slice(None), slice(None)))
                    for k in range(PIECES))
-    origin = (np.arange(groups[0], dtype=np.intp)[:, None] * (PIECES * rest)
-              + np.arange(rest, dtype=np.intp)).reshape(-1)
     return _Plan(n, (c // PIECES, PIECES, rest), groups, (n, c // PIECES) + tuple(shape[2:]),
-                 groups, PIECES, phases, elements, True, True, origin, None)
+                 groups, PIECES, phases, elements, True, True, False)
 
 
-_PLANS: dict = {}
+def _origins(plan: _Plan, windows: np.ndarray) -> np.ndarray:
+    """The flat position in a plane of element 0 of these windows of a plane (numbered in
+    row-major order over (group, rest))."""
+    rest = plan.out_plane[1]
+    group, r = np.divmod(windows, rest)
+    return group * (PIECES * rest) + r
 
 
-def _layout(shape: tuple):
-    """The plan of an input shape (cached), and the masks of each element on the wide grid."""
-    cached = _PLANS.get(shape)
+_PLANS: dict = {}  # input shape: (plan, its bytes), the least recently used first
+
+
+def _layout(shape: tuple) -> _Plan:
+    """The plan of an input shape, kept while the plans kept take at most PLAN_CACHE_BYTES."""
+    cached = _PLANS.pop(shape, None)  # put back last: the most recently used
     if cached is None:
         plan = _plan(shape)
-        masks = []
-        for e in plan.elements:
-            wide = []
-            for mask in (e.valid, e.first):
-                if mask is not None:
-                    grid = np.zeros(plan.wide, dtype=bool)
-                    grid[tuple(slice(0, n) for n in plan.out_plane)] = mask
-                    mask = grid.reshape(-1)
-                wide.append(mask)
-            masks.append(tuple(wide))
-        if len(_PLANS) >= 64:
-            _PLANS.clear()
-        cached = _PLANS[shape] = (plan, tuple(masks))
-    return cached
+        cached = (plan, _bytes(plan))
+    plan, size = cached
+    if size <= PLAN_CACHE_BYTES:
+        _PLANS[shape] = cached
+        for key in list(_PLANS):  # the oldest go first
+            if sum(s for _, s in list(_PLANS.values())) <= PLAN_CACHE_BYTES:
+                break
+            _PLANS.pop(key, None)
+    return plan
+
+
+def _bytes(value) -> int:
+    """The memory a plan takes: its Python objects, counted recursively (shared ones repeatedly)."""
+    if isinstance(value, tuple):
+        return sys.getsizeof(value) + sum(_bytes(v) for v in value)
+    if isinstance(value, slice):
+        return sys.getsizeof(value) + _bytes((value.start, value.stop, value.step))
+    return sys.getsizeof(value) + (value.nbytes if isinstance(value, np.ndarray) else 0)
+
+
+def _outside(box: tuple) -> list:
+    """Indices that together cover everything outside a box (one slice per axis) of a block of
+    planes, (planes, *grid): two slabs per axis."""
+    slabs = []
+    for axis, s in enumerate(box):
+        lead = (slice(None),) * (axis + 1)
+        slabs += [lead + (slice(0, s.start),), lead + (slice(s.stop, None),)]
+    return slabs
+
+
+def _saved_plan(saved: Saved) -> _Plan:
+    """The plan of the input forward saw, once saved's fields are checked against it."""
+    try:
+        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+        plan = _layout(saved.input_shape)
+    except ValueError as exc:
+        raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+    if saved.output_shape != plan.out_shape:
+        raise ValueError(f"{OP}: saved.output_shape must be {plan.out_shape}, the output shape for "
+                         f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
+    _check_index(saved.index, plan)
+    return plan
 
 
 def _block(plan: _Plan) -> int:
@@ -265,7 +350,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
     _check_rank(x)
-    plan, masks = _layout(x.shape)
+    plan = _layout(x.shape)
     planes = x.reshape((plan.planes,) + plan.plane_shape)
     output = np.empty((plan.planes,) + plan.out_plane, dtype=x.dtype)
     index = np.empty(output.shape, dtype=INDEX_DTYPE)
@@ -282,11 +367,12 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
             v = _elements(buf, w, n, plan)
             # a later element takes over when it beats the running winner
             take = (v > best) | (np.isnan(v) & ~np.isnan(best))
-            valid, first = masks[w.index]
-            if valid is not None:
-                take &= valid  # padding never wins
-            if first is not None:
-                take |= first  # the first element inside the input starts the window
+            grid = take.reshape((n,) + plan.wide)
+            if w.valid is not None:
+                for at in _outside(w.valid):
+                    grid[at] = False  # padding never wins
+            if w.first is not None:
+                grid[(slice(None),) + w.first] = True  # the first element inside the input starts the window
             _replace(best, v, take)
             # indices grow along the scan: the running winner's index is the largest one taken
             np.maximum(best_index, np.multiply(take, w.index, dtype=INDEX_DTYPE), out=best_index)
@@ -298,7 +384,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each window's gradient routed to its winner, overlaps accumulated."""
     grad_output = _check_backward(grad_output, saved)
-    plan, _ = _layout(saved.input_shape)
+    plan = _saved_plan(saved)
     grads = grad_output.reshape((plan.planes,) + plan.out_plane)
     path = _path(plan, math.prod(saved.input_shape) * grads.itemsize)
     if path == "write":
@@ -308,6 +394,25 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     else:
         grad = _scatter(grads, saved.index, plan)
     return (grad.reshape(saved.input_shape),)
+
+
+def _check_index(index, plan: _Plan) -> None:
+    """saved.index as forward makes it: INDEX_DTYPE, one per output, each a window element that is
+    inside the input where padding never wins (checked on the slabs of windows where some element
+    is padding: no larger than the output)."""
+    if not isinstance(index, np.ndarray) or index.dtype != INDEX_DTYPE:
+        raise TypeError(f"{OP}: saved.index must be an ndarray of {np.dtype(INDEX_DTYPE)}, got "
+                        f"{_described(index)}")
+    if index.shape != (plan.planes,) + plan.out_plane:
+        raise ValueError(f"{OP}: saved.index must have shape {(plan.planes,) + plan.out_plane}, "
+                         f"got {index.shape}")
+    if index.size and index.max() >= WINDOW:
+        raise ValueError(f"{OP}: saved.index must hold window-local indices below {WINDOW}, got "
+                         f"{index.max()}")
+    for e in plan.elements:
+        if e.valid is not None and any((index[at] == e.index).any() for at in _outside(e.valid)):
+            raise ValueError(f"{OP}: saved.index names element {e.index} of a window where it is "
+                             f"padding, which never wins")
 
 
 def _path(plan: _Plan, grad_bytes: int) -> str:
@@ -360,7 +465,7 @@ def _accumulate(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray
     acc = np.empty((plan.phase_count, block * size + max(e.start for e in plan.elements)), dtype)
     won = np.empty(block * size, dtype=bool)
     term = np.empty(block * size, dtype=u)
-    grad = np.empty((plan.planes,) + plan.plane_shape, dtype)  # every element is in a phase
+    grad = (np.empty if plan.covered else np.zeros)((plan.planes,) + plan.plane_shape, dtype)
     for b0 in range(0, plan.planes, block):
         b1 = min(b0 + block, plan.planes)
         n = b1 - b0
@@ -385,34 +490,30 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     grad = np.empty(plan.planes * size, dtype=grads.dtype)
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
     g, index = grads.reshape(-1), index.reshape(-1)
-    # a step's positions (and np.add.at's copies) take about 24 bytes per window: keep them
+    # a step's positions (and np.add.at's copies) take about 40 bytes per window: keep them
     # within grad_output's size
-    step = min(SCATTER, max(1024, grads.nbytes // 32))
-    # steps: (windows i0:i1, their planes start at `at`, first window's place in its plane,
-    # end of the planes to zero first: a step's planes are zeroed just before it, in cache)
+    step = min(SCATTER, max(1024, grads.nbytes // 48))
+    # steps: (windows i0:i1 (numbered over all planes), the first of their planes, the end of the
+    # planes to zero first: a step's planes are zeroed just before it, in cache)
     if count <= step:  # whole planes per step
         per = max(1, min(plan.planes, step // max(1, count)))
-        origin = (plan.origin + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
-        steps = [(b * count, min(b + per, plan.planes) * count, b * size, 0,
-                  min(b + per, plan.planes) * size) for b in range(0, plan.planes, per)]
+        steps = [(b * count, min(b + per, plan.planes) * count, b, min(b + per, plan.planes) * size)
+                 for b in range(0, plan.planes, per)]
     else:  # pieces of a plane per step; the first piece zeroes the plane
-        origin = plan.origin
-        steps = [(b * count + k, b * count + min(k + step, count), b * size, k,
-                  (b + 1) * size if k == 0 else None)
+        steps = [(b * count + k, b * count + min(k + step, count), b, (b + 1) * size if k == 0 else None)
                  for b in range(plan.planes) for k in range(0, count, step)]
-    positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
-    for i0, i1, at, k, zero_to in steps:
+    for i0, i1, b, zero_to in steps:
         if zero_to is not None:
-            grad[at:zero_to] = 0
-        # (mode="wrap" never wraps, an index is below WINDOW; it lets np.take write in place)
-        position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
-        position += origin[k:k + i1 - i0]
+            grad[b * size:zero_to] = 0
+        planes, windows = np.divmod(np.arange(i0, i1), count)
+        position = np.take(offsets, index[i0:i1])
+        position += _origins(plan, windows) + (planes - b) * size  # in grad from plane b on
         values = g[i0:i1]
-        if plan.inside is not None:  # a padding winner's gradient is dropped: +0.0 at the start
-            inside = plan.inside[index[i0:i1], np.arange(i0, i1) % count]
+        if plan.padded:  # a padding winner's gradient is dropped: +0.0 at the start
+            inside = _inside(plan, index[i0:i1], windows)
             position[~inside] = 0
             values = np.where(inside, values, values.dtype.type(0))
-        np.add.at(grad[at:], position, values)
+        np.add.at(grad[b * size:], position, values)
     return grad
 
 
@@ -420,16 +521,16 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of x: the tangent of each window's winner (the
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    plan, _ = _layout(saved.input_shape)
-    windows = math.prod(plan.out_plane)
+    plan = _saved_plan(saved)
+    windows = np.arange(math.prod(plan.out_plane))
     offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
-    index = saved.index.reshape(plan.planes, windows)
-    position = np.take(offsets, index) + plan.origin  # each winner's flat position in its plane
-    if plan.inside is not None:  # a padding winner has tangent 0
-        inside = plan.inside[index, np.arange(windows)]
+    index = saved.index.reshape(plan.planes, windows.size)
+    position = np.take(offsets, index) + _origins(plan, windows)  # each winner's flat position in its plane
+    if plan.padded:  # a padding winner has tangent 0
+        inside = _inside(plan, index, windows)
         position[~inside] = 0
     out = np.take_along_axis(tangent.reshape(plan.planes, math.prod(plan.plane_shape)), position,
                              axis=1)
-    if plan.inside is not None:
+    if plan.padded:
         out[~inside] = 0
     return out.reshape(saved.output_shape)

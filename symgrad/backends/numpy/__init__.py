@@ -104,7 +104,8 @@ def context(art: Artifacts) -> dict:
         ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
         ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
     if kernel.geometry in ("pool", "maxout", "fractional"):
-        ctx["imports"] = ["itertools", "math"] if kernel.geometry == "pool" else ["math"]
+        ctx["imports"] = {"pool": ["itertools", "math", "sys"], "maxout": ["math", "sys"],
+                          "fractional": ["math"]}[kernel.geometry]
     return ctx
 
 

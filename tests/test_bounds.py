@@ -1,0 +1,215 @@
+"""Resource bounds of the generated modules (issue 16): the cost of a call follows the input and
+output sizes, not the parameters' magnitudes; the pooling plan cache is bounded in bytes and
+forward's extra memory stays within a few times the input; inputs beyond NumPy's 32 dims are
+refused up front by the CUDA loaders as by the NumPy modules; a forged or mutated `saved` gives a
+TypeError or ValueError naming the field.
+
+Memory is measured with tracemalloc (NumPy reports its buffers to it): counts of bytes, not times.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import symgrad
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _brute_pool(x: np.ndarray, k: int, s: int, p: int, d: int) -> np.ndarray:
+    """max_pool1d by brute force over the windows (padding never wins), batched (N, C, L)."""
+    L = x.shape[-1]
+    out = (L + 2 * p - d * (k - 1) - 1) // s + 1
+    y = np.empty(x.shape[:-1] + (out,), x.dtype)
+    for o in range(out):
+        taps = [o * s + j * d - p for j in range(k)]
+        y[..., o] = np.max(x[..., [t for t in taps if 0 <= t < L]], axis=-1)
+    return y
+
+
+# ----------------------------------------------------------------------------- parameters' magnitudes
+
+HUGE = textwrap.dedent("""
+    import json, numpy as np, symgrad
+    rng = np.random.default_rng(0)
+    for op, params, shape in {cases!r}:
+        m = symgrad.load(op, **params)
+        x = rng.normal(size=shape)
+        y, saved = m.forward(x)
+        (g,) = m.backward(np.ones_like(y), saved)
+        t = m.jvp(x, saved)
+        print(json.dumps([y.ravel().tolist(), g.shape == x.shape, t.ravel().tolist()]), flush=True)
+""")
+
+
+def test_huge_stride_dilation_and_padding_cost_what_the_input_costs(tmp_path):
+    """max_pool1d(kernel_size=2, stride=10**8) on 10 elements took 29 s and 767 MB (stride 10**9:
+    killed at 6 GB) when the phase planes were one per stride residue; run in a subprocess with a
+    generous limit, and the values against brute force."""
+    cases = [("max_pool1d", {"kernel_size": 2, "stride": s}, (1, 2, 10)) for s in (10**8, 10**9, 2**31 - 1)]
+    cases += [("max_pool2d", {"kernel_size": 2, "stride": (2**31 - 1, 3)}, (1, 1, 5, 7)),
+              ("max_pool3d", {"kernel_size": 2, "stride": 2**31 - 1, "padding": 1}, (1, 1, 3, 3, 3)),
+              ("max_pool1d", {"kernel_size": 3, "stride": 10**9, "dilation": 10**5}, (1, 1, 2 * 10**5 + 1)),
+              ("adaptive_max_pool1d", {"output_size": 10**5}, (1, 1, 10))]
+    env = {"PYTHONPATH": str(ROOT), "SYMGRAD_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", HUGE.format(cases=cases)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == len(cases)
+    rng = np.random.default_rng(0)
+    for (op, params, shape), line in zip(cases, lines):
+        x = rng.normal(size=shape)
+        values, same_shape, tangent = json.loads(line)
+        assert same_shape and tangent == values  # jvp with the input as tangent: the winners' values
+        if op == "max_pool1d":
+            k, s, d = params["kernel_size"], params["stride"], params.get("dilation", 1)
+            np.testing.assert_array_equal(np.array(values), _brute_pool(x, k, s, 0, d).ravel())
+        elif op == "max_pool2d":  # one window along the first axis, windows of 2 along the second
+            want = np.maximum(x[..., 0, 0:6:3], x[..., 0, 1:7:3])
+            want = np.maximum(want, np.maximum(x[..., 1, 0:6:3], x[..., 1, 1:7:3]))
+            np.testing.assert_array_equal(np.array(values), want.ravel())
+        elif op == "max_pool3d":  # one window: element (0, 0, 0) of x with padding 1 before it
+            assert values == [x[0, 0, 0, 0, 0]]
+
+
+# ----------------------------------------------------------------------------- memory
+
+def _traced(fn):
+    """(peak bytes during fn beyond what was allocated before, bytes still allocated after)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] - base
+        del result
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    return peak, kept
+
+
+def test_pooling_plan_cache_and_forward_memory_are_bounded():
+    """max_pool2d k8 s1 p4 on one plane: forward peaked at ~50x the input and the plan cache kept
+    ~45x the input per new shape (validity masks of every window element, per shape)."""
+    m = symgrad.load("max_pool2d", kernel_size=8, stride=1, padding=4)
+    x = np.random.default_rng(1).normal(size=(1, 1, 1024, 1024)).astype(np.float32)
+    m.forward(x[..., :16, :16])  # what a first call imports (numpy.ma) is not the module's to keep
+    peak, kept = _traced(lambda: m.forward(x))
+    assert peak < 8 * x.nbytes, peak / x.nbytes
+    assert kept < x.nbytes / 16, kept  # the plan kept for this shape holds no array of its size
+    assert sum(size for _, size in m._PLANS.values()) <= m.PLAN_CACHE_BYTES
+    y, saved = m.forward(x)
+    g = np.ones_like(y)
+    peak, _ = _traced(lambda: m.backward(g, saved))
+    assert peak < 2.5 * x.nbytes  # the gradient it returns, and about as much again
+    for n in range(40):  # more shapes than the old cache's 64 entries in bytes: evicted by bytes
+        m.forward(np.ones((1, 1, 30 + n, 31), np.float32))
+    assert sum(size for _, size in m._PLANS.values()) <= m.PLAN_CACHE_BYTES
+
+
+def test_pooling_results_unchanged_at_edges_against_brute_force():
+    """Padding, dilation, ceil_mode and strides beyond the kernel: the window boxes of the plan give
+    the brute force's values and gradients (first policy: the first maximal element in the window)."""
+    rng = np.random.default_rng(5)
+    for k, s, p, d, L in [(3, 2, 1, 1, 9), (4, 5, 2, 1, 11), (3, 1, 1, 3, 10), (2, 7, 1, 1, 8), (5, 3, 2, 2, 13)]:
+        m = symgrad.load("max_pool1d", kernel_size=k, stride=s, padding=p, dilation=d)
+        x = rng.integers(-2, 3, size=(2, 3, L)).astype(np.float64)
+        y, saved = m.forward(x)
+        np.testing.assert_array_equal(y, _brute_pool(x, k, s, p, d))
+        g = rng.normal(size=y.shape)
+        want = np.zeros_like(x)
+        for o in range(y.shape[-1]):
+            taps = [t for t in (o * s + j * d - p for j in range(k)) if 0 <= t < L]
+            win = np.argmax(x[..., taps], axis=-1)
+            for i in np.ndindex(x.shape[:-1]):
+                want[i + (taps[win[i]],)] += g[i + (o,)]
+        np.testing.assert_allclose(m.backward(g, saved)[0], want, rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- forged saved values
+
+FORGED = [("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, [(2, 3, 7, 6)]),
+          ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split"}, [(2, 3, 7, 6)]),
+          ("adaptive_max_pool2d", {"output_size": (3, 4)}, [(2, 3, 7, 6)]),
+          ("amax", {"dim": 1}, [(3, 4, 5)]), ("amax", {"dim": 1, "ties": "split"}, [(3, 4, 5)]),
+          ("maximum", {}, [(3, 4), (4,)]), ("logsumexp", {"dim": -1}, [(3, 4)])]
+
+
+@pytest.mark.parametrize("op,params,shapes", FORGED, ids=[f"{c[0]}-{c[1].get('ties', 'first')}" for c in FORGED])
+def test_forged_saved_fields_are_named(op, params, shapes):
+    m = symgrad.load(op, **params)
+    rng = np.random.default_rng(2)
+    xs = [rng.normal(size=s).astype(np.float32) for s in shapes]
+    y, saved = m.forward(*xs)
+    g = np.ones_like(y)
+    array = next(n for n in saved._fields if isinstance(getattr(saved, n), np.ndarray))
+    cases = [({"dtype": np.dtype(np.int8)}, TypeError, "saved.dtype"),
+             ({array: None}, TypeError, f"saved.{array}"),
+             ({array: getattr(saved, array).astype(np.float64 if array != "index" else np.int64)}, TypeError,
+              "saved."),  # the array's own field, or (maximum) the dtype its inputs no longer give
+             ({"output_shape": (2**40,) * 2}, ValueError, "saved.output_shape")]
+    if "input_shape" in saved._fields:
+        cases.append(({"input_shape": (1 << 43,) + saved.input_shape[1:]}, ValueError, "saved.input_shape"))
+    if "index" in saved._fields:
+        cases.append(({"index": np.full_like(saved.index, 255)}, ValueError, "saved.index"))
+    for change, error, field in cases:
+        forged = saved._replace(**change)
+        with pytest.raises(error, match=field.replace(".", r"\.")):
+            m.backward(g, forged)
+        with pytest.raises(error, match=field.replace(".", r"\.")):
+            m.jvp(*xs, forged)
+
+
+def test_forged_pool_winner_in_padding_is_refused():
+    """A winner index that names a padding element of its window would route the gradient to
+    another window's element (or past the plane); forward never saves one."""
+    m = symgrad.load("max_pool1d", kernel_size=3, stride=2, padding=1)
+    y, saved = m.forward(np.arange(7.0)[None, None])
+    index = saved.index.copy()
+    index[..., 0] = 0  # element 0 of window 0 is the left padding
+    with pytest.raises(ValueError, match=r"saved\.index names element 0 of a window where it is padding"):
+        m.backward(np.ones_like(y), saved._replace(index=index))
+
+
+def test_forged_unpool_indices_are_refused():
+    m = symgrad.load("max_unpool2d", kernel_size=2)
+    x = np.ones((1, 2, 2, 2))
+    y, saved = m.forward(x, np.zeros((1, 2, 2, 2), np.int64))
+    for change, field in [({"indices": saved.indices + 100}, "saved.indices"),
+                          ({"indices": saved.indices.astype(np.float64)}, "saved.indices"),
+                          ({"wins": None}, "saved.wins"), ({"output_shape": (1, 2, 2**30, 4)}, "saved.output_shape")]:
+        with pytest.raises((TypeError, ValueError), match=field.replace(".", r"\.")):
+            m.jvp(x, None, saved._replace(**change))
+        with pytest.raises((TypeError, ValueError), match=field.replace(".", r"\.")):
+            m.backward(np.ones_like(y), saved._replace(**change))
+
+
+# ----------------------------------------------------------------------------- CUDA loaders: > 32 dims
+
+@pytest.fixture(scope="module")
+def fake_cupy(tmp_path_factory):
+    harness = pytest.importorskip("cuda_harness")
+    if harness.find_cxx() is None:
+        pytest.skip("no C++ compiler: the CPU execution harness needs one")
+    return harness.fake_cupy(tmp_path_factory.mktemp("host"))
+
+
+@pytest.mark.parametrize("op,params,inputs", [("maximum", {}, 2), ("amax", {"ties": "split"}, 1),
+                                              ("relu", {}, 1), ("logsumexp", {}, 1)])
+def test_cuda_loader_refuses_more_than_32_dims(fake_cupy, monkeypatch, tmp_path, op, params, inputs):
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    loader = symgrad.load(op, backend="cuda", **params)
+    with pytest.raises(ValueError, match="must have at most 32 dims, got 33"):
+        loader.forward(*[np.ones((1,) * 33, np.float32)] * inputs)
