@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ops import OPS
+from .ops import OPS, resolve
 from .policy import POLICIES
 
 H = 2.0 ** -12  # finite-difference step
@@ -374,7 +374,6 @@ def _where(element) -> str:
 def _unpool_writers(target, xs, y0) -> dict:
     """{output position: [elements]} of the writers of each slot, for unpooling ops (from the
     indices: only the writer that stays moves the output, so probing cannot see the others)."""
-    from .ops import OPS
     if target.op not in OPS or OPS[target.op].kind != "unpool":
         return {}
     x, idx = xs[0], xs[1]
@@ -418,7 +417,6 @@ class _Pieces:
 
     @classmethod
     def of(cls, name, params, order, ties):
-        from .ops import OPS, resolve
         if name not in OPS or OPS[name].kind != "elementwise":
             return cls(None, ties)
         try:

@@ -24,7 +24,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .derive import Derivation, Node
-from .ops import STATIC_WINDOW_KINDS
+from .ops import STATIC_WINDOW_KINDS, _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf
 
 
@@ -701,7 +701,6 @@ def lower_special(d: Derivation):
         each = policy.winners == "each"
         return UnpoolKernel(op.spec.spatial, policy.keeps, each,
                             ("indices",) if each else ("indices", "wins"))
-    from .ops import _num
     t = sp.S.One if op.params["temperature"] == 1 else _num(op.params["temperature"])
     scaled = (lambda e: e) if t == 1 else (lambda e: Quotient(e, t))  # noqa: E731 (t = 1: no division)
     shift = Select(IsFinite(MAX_VALUE), MAX_VALUE, sp.S.Zero)

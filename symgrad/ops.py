@@ -33,6 +33,7 @@ from typing import Any, Callable
 import sympy as sp
 
 from . import policy as _policy
+from .conventions import preset_for
 from .indicators import MaxOf, MinOf
 
 REPRESENTATIVE_REDUCTION_WINDOW = 4
@@ -251,7 +252,6 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if name not in OPS:
         raise ValueError(f"unknown op {name!r}; expected one of: {', '.join(OPS)}")
     spec = OPS[name]
-    from .conventions import preset_for  # the presets are data about these ops
     preset = preset_for(convention, name)
     origin = []
     for key, given, default in (("ties", ties, _policy.DEFAULT_POLICY),

@@ -16,6 +16,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from . import backends
 from .derivations import derive
 from .derive import Derivation
 from .lower import lower, lower_expression, piecewise_linear
@@ -50,5 +51,4 @@ def build(op: Op) -> Artifacts:
 
 def render(op: Op, backend: str) -> dict[str, str]:
     """{file name: file text} of one backend of an op."""
-    from . import backends  # the backends import Artifacts from here
     return backends.get(backend).render(build(op))

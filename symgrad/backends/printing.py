@@ -53,3 +53,10 @@ def integer_code(e: sp.Expr, floor_div, ceil_div) -> str:
         raise ValueError(f"not an integer expression of the window geometry: {e}")
 
     return code(e)
+
+
+def python_integer_code(expr: sp.Expr) -> str:
+    """An integer expression of the window geometry in Python's integer arithmetic (ints and NumPy
+    integer arrays, in the NumPy modules and the CUDA loaders): floor division ``//``, and
+    ceiling(p / q) as -(-p // q)."""
+    return integer_code(expr, lambda p, q: f"({p}) // {q}", lambda p, q: f"-(-({p}) // {q})")

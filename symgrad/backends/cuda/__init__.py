@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import sympy as sp
 
 from ... import naming
+from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ...pipeline import Artifacts
-from ...geometry import ADAPTIVE
-from ..numpy.printer import numpy_integer_code
-from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
+from ..printing import python_integer_code
+from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
+
+if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...pipeline import Artifacts
 
 
 def file_names(op: Op) -> tuple[str, ...]:
@@ -244,8 +247,8 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
             "saved_doc": wrap(saved, 96, "  "), "windows_text": ADAPTIVE.doc(),
             "cuda_window_start": cuda_integer_code(ADAPTIVE.start),
             "cuda_window_end": cuda_integer_code(ADAPTIVE.end),
-            "window_start": numpy_integer_code(ADAPTIVE.start),  # the loader's Python
-            "window_end": numpy_integer_code(ADAPTIVE.end)}
+            "window_start": python_integer_code(ADAPTIVE.start),  # the loader's Python
+            "window_end": python_integer_code(ADAPTIVE.end)}
 
 
 def render(art: Artifacts) -> dict[str, str]:

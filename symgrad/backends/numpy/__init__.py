@@ -4,16 +4,19 @@ template (``templates/``: vectorized NumPy; the module needs nothing else)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import naming
+from ...geometry import ADAPTIVE
 from ...lower import ElementwiseKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ...pipeline import Artifacts
+from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
+                      header, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
-from ...geometry import ADAPTIVE
-from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
-                     header, special_docstring, wrap)
+
+if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...pipeline import Artifacts
 
 
 def _templates():
