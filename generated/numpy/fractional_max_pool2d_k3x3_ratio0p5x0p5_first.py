@@ -250,7 +250,7 @@ def _layout(shape: tuple):
 def _checked_layout(saved: Saved) -> tuple:
     """The layout of the input forward saw, once saved's fields are checked against it."""
     try:
-        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+        _check_rank(np.broadcast_to(np.empty((), dtype=bool), saved.input_shape))  # no memory
         layout = _layout(saved.input_shape)
     except ValueError as exc:
         raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None

@@ -403,7 +403,7 @@ def _outside(box: tuple) -> list:
 def _saved_plan(saved: Saved) -> _Plan:
     """The plan of the input forward saw, once saved's fields are checked against it."""
     try:
-        _check_rank(np.broadcast_to(np.empty((), dtype=np.uint8), saved.input_shape))  # no memory
+        _check_rank(np.broadcast_to(np.empty((), dtype=bool), saved.input_shape))  # no memory
         plan = _layout(saved.input_shape)
     except ValueError as exc:
         raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
