@@ -36,6 +36,8 @@ import sympy as sp
 from . import policy as _policy
 from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
 from .ops import MAX_WINDOW, STATIC_WINDOW_KINDS, Op
+from .derivation import Derivation, Node, Step
+from .derive_special import derive_special
 from .printers import text
 
 EXHAUSTIVE_UP_TO = 4
@@ -51,49 +53,6 @@ ALL_VARIABLES_UP_TO = 32
 # indicators each, O(n^2) SymPy objects to build, differentiate, check and cache (minutes and
 # gigabytes at n = 1000), where the rule it yields does not depend on n.
 REPRESENTATIVE_STATIC_WINDOW = ALL_VARIABLES_UP_TO
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of a derivation: a title, one sentence, and labelled SymPy objects."""
-
-    title: str
-    note: str
-    items: tuple[tuple[str, sp.Basic], ...]
-
-
-@dataclass
-class Node:
-    """One max/min of the forward, written in the W-matrix view."""
-
-    symbol: sp.Symbol  # its value: y for the output, u0, u1, ... for inner nodes
-    kind: str  # "max" | "min"
-    pieces: tuple[sp.Expr, ...]
-    weights: list[sp.Expr]  # w_i
-    count: sp.Expr | None  # C for split (w_i = E_i / C), else None
-    w_form: sp.Expr = None
-    raw: dict = field(default_factory=dict)  # var -> derivative with DiracDelta terms
-    delta_groups: dict = field(default_factory=dict)  # var -> [(delta, coeff, sifted)]
-    partials: dict = field(default_factory=dict)  # var -> final partial (no delta)
-
-    @property
-    def forward(self) -> sp.Expr:
-        return (MaxOf if self.kind == "max" else MinOf)(*self.pieces)
-
-
-@dataclass
-class Derivation:
-    op: Op
-    inputs: tuple[sp.Symbol, ...]
-    forward: sp.Expr  # nested MaxOf/MinOf in the inputs
-    nodes: list[Node]  # inner nodes first, the output node last
-    partials: dict  # input symbol -> dy/dinput (may use inner node symbols)
-    steps: list[Step]
-    checks: list[str]
-
-    @property
-    def output(self) -> Node:
-        return self.nodes[-1]
 
 
 # ---------------------------------------------------------------------------------- symbols
@@ -602,7 +561,6 @@ def derive(op: Op, display: bool = True) -> Derivation:
         from .expr import parse
         return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
     if op.spec.kind in ("unpool", "logsumexp"):  # not a max/min of pieces: derive_special.py
-        from .derive_special import derive_special
         return derive_special(op)
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op, display)

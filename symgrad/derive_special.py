@@ -28,6 +28,7 @@ import itertools
 import sympy as sp
 
 from . import policy as _policy
+from .derivation import Derivation, Step
 from .ops import Op
 
 UNPOOL_INPUTS = 2  # representative plane: input elements
@@ -72,7 +73,6 @@ def _writes(x, idx, slots: int, keep: str) -> list:
 
 @functools.lru_cache(maxsize=8)
 def _unpool(ties: str):
-    from .derive import Step  # derive imports this module lazily
     xs, idx, gs = unpool_symbols()
     W = unpool_weights(idx, UNPOOL_SLOTS, ties)
     y = W * sp.Matrix(xs)
@@ -142,7 +142,6 @@ def lse_symbols():
 
 @functools.lru_cache(maxsize=4)
 def _logsumexp():
-    from .derive import Step
     xs, t = lse_symbols()
     m = sp.Symbol("m", real=True)
     d = sp.Symbol("d", positive=True)
@@ -205,7 +204,6 @@ def _logsumexp():
 
 def derive_special(op: Op):
     """The Derivation of an unpool or logsumexp op (no max/min nodes: ``nodes`` is empty)."""
-    from .derive import Derivation
     if op.spec.kind == "unpool":
         xs, y, jac, steps, checks = _unpool(op.ties)
         partials = {x: sp.Matrix(jac[:, i]) for i, x in enumerate(xs)}
