@@ -32,7 +32,6 @@ Piecewise the derivative of the branch in force.
 from __future__ import annotations
 
 import ast
-import builtins
 import keyword
 import operator
 import re
@@ -54,52 +53,7 @@ MAX_INT_DIGITS = 30
 
 _ALLOWED_CHARS = re.compile(r"[A-Za-z0-9_+\-*/().,<>= \t\n]*")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-# intermediate values of the generated code (u0, s0, h0, g_...) and the output
-_INTERNAL = re.compile(r"(?:[ush][0-9]+|g_.*|grad_.*|sg_.*|M_.*|FP_.*)")
-
-_C_WORDS = {
-    "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
-    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
-    "unsigned", "void", "volatile", "while", "class", "namespace", "template", "typename", "this",
-    "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using",
-    "true", "false", "nullptr", "typeid", "throw", "try", "catch", "explicit", "mutable",
-    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "half", "dim3",
-    # C++11-20 keywords and alternative tokens, and macros nvcc and the .cu file define
-    "alignas", "alignof", "asm", "char8_t", "char16_t", "char32_t", "wchar_t", "concept", "consteval",
-    "constexpr", "constinit", "const_cast", "co_await", "co_return", "co_yield", "decltype",
-    "dynamic_cast", "export", "noexcept", "reinterpret_cast", "requires", "static_assert",
-    "static_cast", "thread_local", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor",
-    "xor_eq", "NULL", "EOF", "INT_MAX", "INT_MIN", "UINT_MAX", "LLONG_MAX", "LLONG_MIN",
-    "SYMGRAD_STORAGE_TYPES",
-}
-# names the generated modules use for their own values
-_TEMPLATE_WORDS = {
-    "np", "numpy", "dtype", "shape", "order", "operands", "output", "saved", "grad_output", "grads",
-    "forward", "backward", "cp", "cupy", "ix", "index", "Saved", "INPUTS", "OP", "TIES", "PARAMS",
-    "NamedTuple", "annotations", "out", "n", "i", "t", "tr", "acc", "T", "I", "lead", "axes",
-    "wide", "name", "value", "array", "exc", "math",
-    # fields of Saved and names of the generated modules besides forward/backward
-    "output_shape", "input_shape", "jvp", "tangents", "PIECEWISE_LINEAR", "BLOCK",
-}
-
-
-# the C math library's functions and macros (expf(expf) would not compile; NAN is a macro)
-_C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO", "MATH_ERREXCEPT",
-           "math_errhandling", "isnan", "isinf", "isfinite", "isnormal", "signbit", "fpclassify",
-           "isgreater", "isless", "isunordered", "fmax", "fmin", "fmaxf", "fminf", "fma", "fmaf",
-           "rsqrt", "rsqrtf", "exp10", "exp10f", "sincos", "sincosf", "nan", "nanf", "assert"}
-
-
-def _forbidden_names() -> set:
-    import math
-    libm = {n for n in dir(math) if not n.startswith("_") and callable(getattr(math, n))}
-    libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
-    return (set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
-            | _C_WORDS | _TEMPLATE_WORDS | libm | _C_MATH)
-
-
-_FORBIDDEN = _forbidden_names()
+from .naming import is_reserved_name  # noqa: E402 (the one list of reserved names, every backend)
 
 
 class ExprError(ValueError):
@@ -199,7 +153,7 @@ def check_name(name: object, what: str = "input") -> str:
                         f"digits or _ (at most {MAX_NAME} characters, no leading underscore)")
     if name in FUNCTIONS or name in SPECIAL or name in CONSTANTS:
         raise ExprError(f"{what} name {name!r} is a known function or constant; choose another name")
-    if name in _FORBIDDEN or _INTERNAL.fullmatch(name):
+    if is_reserved_name(name):
         raise ExprError(f"{what} name {name!r} is reserved (a keyword, builtin or a name of the "
                         f"generated code); choose another name")
     return name
