@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -625,6 +626,7 @@ NODE_NOTES = {
     "max": "max of pieces in the order written: the tie policy decides a tie",
     "min": "min of pieces in the order written: the tie policy decides a tie",
     "smooth": "a smooth piece, differentiated by SymPy",
+    "copy": "a piece written again in a max/min: a piece of its own, with the value of the first",
 }
 
 
@@ -633,7 +635,7 @@ class ExprNode:
     """One node of an expression: its value in inputs and earlier nodes, its a.e. partials."""
 
     symbol: sp.Symbol
-    kind: str  # "smooth" | "max" | "min" | "heaviside" | "heaviside0" | "sign" | "piecewise"
+    kind: str  # "smooth" | "copy" | "max" | "min" | "heaviside" | "heaviside0" | "sign" | "piecewise"
     value: sp.Expr
     partials: dict = field(default_factory=dict)  # atom -> partial (a.e.; no delta)
     wnode: Node | None = None  # the W-form of max/min (and of heaviside/sign: max(0,u), max(u,-u))
@@ -653,8 +655,36 @@ class ExprDerivation(Derivation):
     root_partials: dict = field(default_factory=dict)  # atom -> dout/datom
 
 
+MAX_EXPANDED_TERMS = 256  # affine_in_node expands only expressions of at most this many terms
+
+
+def expanded_terms(e: sp.Expr) -> int:
+    """An upper bound on the number of terms of sp.expand(e), computed without expanding (and
+    saturating, so that it stays cheap): a sum adds its terms' counts, a product multiplies them,
+    a power (a+b+...)**n with n a positive integer has at most C(n + t - 1, t - 1) terms for t
+    terms of the base, anything else (a symbol, a function call, another power) is one term."""
+    cap = 10 ** 9
+    if e.is_Add:
+        return min(cap, sum(expanded_terms(a) for a in e.args))
+    if e.is_Mul:
+        out = 1
+        for a in e.args:
+            out = min(cap, out * expanded_terms(a))
+        return out
+    if e.is_Pow and e.exp.is_Integer and e.exp > 1:
+        t = expanded_terms(e.base)
+        if t == 1:
+            return 1
+        return min(cap, math.comb(min(int(e.exp), 10 ** 4) + t - 1, t - 1)) if t < 64 else cap
+    return 1
+
+
 def _is_affine(e: sp.Expr) -> bool:
-    return e.is_number or e.is_Symbol or all(sp.diff(e, s).is_number for s in e.free_symbols)
+    """An affine piece with exact coefficients (a max/min's W-form sifts and cancels its delta
+    groups exactly; a folded constant such as sqrt(2)*x is a Float: its piece becomes a node)."""
+    if e.is_number or e.is_Symbol:
+        return True
+    return not e.has(sp.Float) and all(sp.diff(e, s).is_number for s in e.free_symbols)
 
 
 class _Nodes:
@@ -675,10 +705,23 @@ class _Nodes:
         self.memo[key] = sym
         return sym
 
+    def copy(self, value: sp.Expr) -> sp.Symbol:
+        """A node holding value again, under a symbol of its own (never shared)."""
+        sym = sp.Symbol(f"s{self.counts['s']}", real=True)
+        self.counts["s"] += 1
+        self.nodes.append(ExprNode(sym, "copy", value))
+        return sym
+
     def affine_in_node(self, e: sp.Expr) -> sp.Expr:
-        """e as c*s + k for a smooth node s with value v (e = c*v + k), else e (-x*y: -s0)."""
+        """e as c*s + k for a smooth node s with value v (e = c*v + k), else e (-x*y: -s0).
+
+        Only tried where expanding is cheap (expanded_terms): (x+y+z+w)**64 - exp(x) would expand
+        to tens of thousands of terms (billions with 8 inputs).  Not finding a relation costs
+        nothing but a node: e then becomes a smooth node of its own, a piece like any other."""
+        if expanded_terms(e) > MAX_EXPANDED_TERMS:
+            return e
         for n in self.nodes:
-            if n.kind != "smooth":
+            if n.kind != "smooth" or expanded_terms(n.value) > MAX_EXPANDED_TERMS:
                 continue
             k = sp.expand(e - n.value)
             if k.is_number:
@@ -700,8 +743,10 @@ class _Nodes:
 
     def cut(self, e: sp.Expr) -> sp.Expr:
         """e over inputs and node symbols (innermost nodes created first)."""
-        from .expr import HeavisideOf, PiecewiseOf, SignOf
-        if not e.args or e.is_number:
+        from .expr import HeavisideOf, PiecewiseOf, SignOf, policy_constants
+        if e.is_number:  # Heaviside(0), sign(0): the policy's values
+            return policy_constants(e, self.ties)
+        if not e.args:
             return e
         if isinstance(e, _Extremum):
             pieces = []
@@ -711,14 +756,21 @@ class _Nodes:
                     a = self.affine_in_node(a)
                 if not _is_affine(a):
                     a = self.add("s", "smooth", a)
-                if a not in pieces:  # an equal piece never changes the value (see README)
-                    pieces.append(a)
+                if a.is_Float:  # a folded constant as the exact rational it is: deltas cancel exactly
+                    a = sp.Rational(a)
+                pieces.append(a)
             nums = [p for p in pieces if p.is_number]
             if nums:  # a number below another number never wins nor ties
                 best = (max if e.kind == "max" else min)(nums)
                 pieces = [p for p in pieces if not p.is_number or p == best]
             if len(pieces) == 1:
                 return pieces[0]
+            # pieces are taken in the order written, each on its own: an equal piece written
+            # again (Max(x, x), Max(x, y, x), Max(1, x, 1)) is a copy of it, a piece of its own
+            # that ties with it, as maximum(a, a) ties two arrays (under 'all' each gets 1)
+            for i, p in enumerate(pieces):
+                if p in pieces[:i]:
+                    pieces[i] = self.copy(p)
             return self.add("u", e.kind, type(e)(*pieces))
         if isinstance(e, HeavisideOf):
             args = [self.cut(a) for a in e.args]
@@ -758,7 +810,7 @@ def _derive_expression(text: str, expr: sp.Expr, inputs: tuple, ties: str, op: O
     root = cutter.cut(expr)
     checks = []
     for node in cutter.nodes:
-        if node.kind == "smooth":
+        if node.kind in ("smooth", "copy"):
             node.partials = {a: cutter.share(sp.diff(node.value, a)) for a in _ordered(node.value, syms)}
         elif node.kind in ("max", "min"):
             w = _make_node(node.symbol, node.value, ties)
@@ -805,7 +857,8 @@ def _expr_steps(d: ExprDerivation) -> list[Step]:
     items = [(str(n.symbol), n.value) for n in d.nodes] + [("out", d.root)]
     steps = [Step("forward", f"{d.text}, cut into nodes (innermost first); equal subexpressions "
                   "share a node", tuple(items))]
-    notes = tuple((f"{n.symbol} ({n.kind})", sp.Symbol(n.note)) for n in d.nodes if n.kind != "smooth")
+    notes = tuple((f"{n.symbol} ({n.kind})", sp.Symbol(n.note)) for n in d.nodes
+                  if n.kind not in ("smooth", "copy"))
     steps.append(Step("non-smooth nodes", "what each becomes, and its value at its kink", notes))
     wf = []
     for n in d.nodes:

@@ -32,11 +32,12 @@ Piecewise the derivative of the branch in force.
 from __future__ import annotations
 
 import ast
-import builtins
 import keyword
+import operator
 import re
 from dataclasses import dataclass
 
+import mpmath
 import sympy as sp
 
 from .indicators import Indicator, MaxOf, MinOf
@@ -52,52 +53,7 @@ MAX_INT_DIGITS = 30
 
 _ALLOWED_CHARS = re.compile(r"[A-Za-z0-9_+\-*/().,<>= \t\n]*")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
-# intermediate values of the generated code (u0, s0, h0, g_...) and the output
-_INTERNAL = re.compile(r"(?:[ush][0-9]+|g_.*|grad_.*|sg_.*|M_.*|FP_.*)")
-
-_C_WORDS = {
-    "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
-    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
-    "unsigned", "void", "volatile", "while", "class", "namespace", "template", "typename", "this",
-    "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using",
-    "true", "false", "nullptr", "typeid", "throw", "try", "catch", "explicit", "mutable",
-    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "half", "dim3",
-    # C++11-20 keywords and alternative tokens, and macros nvcc and the .cu file define
-    "alignas", "alignof", "asm", "char8_t", "char16_t", "char32_t", "wchar_t", "concept", "consteval",
-    "constexpr", "constinit", "const_cast", "co_await", "co_return", "co_yield", "decltype",
-    "dynamic_cast", "export", "noexcept", "reinterpret_cast", "requires", "static_assert",
-    "static_cast", "thread_local", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor",
-    "xor_eq", "NULL", "EOF", "INT_MAX", "INT_MIN", "UINT_MAX", "LLONG_MAX", "LLONG_MIN",
-    "SYMGRAD_STORAGE_TYPES",
-}
-# names the generated modules use for their own values
-_TEMPLATE_WORDS = {
-    "np", "numpy", "dtype", "shape", "order", "operands", "output", "saved", "grad_output", "grads",
-    "forward", "backward", "cp", "cupy", "ix", "index", "Saved", "INPUTS", "OP", "TIES", "PARAMS",
-    "NamedTuple", "annotations", "out", "n", "i", "t", "tr", "acc", "T", "I", "lead", "axes",
-    "wide", "name", "value", "array", "exc", "math",
-    # fields of Saved and names of the generated modules besides forward/backward
-    "output_shape", "input_shape", "jvp", "tangents", "PIECEWISE_LINEAR", "BLOCK",
-}
-
-
-# the C math library's functions and macros (expf(expf) would not compile; NAN is a macro)
-_C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO", "MATH_ERREXCEPT",
-           "math_errhandling", "isnan", "isinf", "isfinite", "isnormal", "signbit", "fpclassify",
-           "isgreater", "isless", "isunordered", "fmax", "fmin", "fmaxf", "fminf", "fma", "fmaf",
-           "rsqrt", "rsqrtf", "exp10", "exp10f", "sincos", "sincosf", "nan", "nanf", "assert"}
-
-
-def _forbidden_names() -> set:
-    import math
-    libm = {n for n in dir(math) if not n.startswith("_") and callable(getattr(math, n))}
-    libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
-    return (set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
-            | _C_WORDS | _TEMPLATE_WORDS | libm | _C_MATH)
-
-
-_FORBIDDEN = _forbidden_names()
+from .naming import is_reserved_name  # noqa: E402 (the one list of reserved names, every backend)
 
 
 class ExprError(ValueError):
@@ -197,7 +153,7 @@ def check_name(name: object, what: str = "input") -> str:
                         f"digits or _ (at most {MAX_NAME} characters, no leading underscore)")
     if name in FUNCTIONS or name in SPECIAL or name in CONSTANTS:
         raise ExprError(f"{what} name {name!r} is a known function or constant; choose another name")
-    if name in _FORBIDDEN or _INTERNAL.fullmatch(name):
+    if is_reserved_name(name):
         raise ExprError(f"{what} name {name!r} is reserved (a keyword, builtin or a name of the "
                         f"generated code); choose another name")
     return name
@@ -236,10 +192,175 @@ def canonical_text(text: str) -> str:
     return " ".join(text.split())
 
 
+# ----------------------------------------------------------------------------- constants
+#
+# A constant part of an expression (no input in it: exp(10**29), sign(2), Max(1, 2), 1e308*1e308)
+# is folded to one number while the expression is built, so that the generated code holds only
+# plain literals.  Sums, products and powers of integers and decimals stay exact (SymPy's
+# rationals); anything else is computed with mpmath at 113 bits and rounded once when printed.
+# A value beyond 2**4096 counts as infinite (as in every float type) and then follows IEEE rules
+# (exp(inf) = inf, 1/inf = 0); it is kept as the number BEYOND, which every printer writes as
+# +-inf.  An undefined constant (inf - inf, sin(inf)) is refused.  Heaviside(0) and sign(0) depend
+# on the tie policy: they stay as they are here and the derivation gives them the policy's value.
+
+_PREC = 113
+_LIMIT = mpmath.mpf(2) ** 4096
+BEYOND = sp.Float(sp.Integer(2) ** 4097, 30)  # an infinite constant (printed as inf)
+_ROOTS = {"sqrt", "log"}  # functions whose argument must be >= 0 (NaN below)
+
+
+class _PolicyConstant(Exception):
+    """Heaviside(0) or sign(0) (their value is the tie policy's)."""
+
+
+def _saturate(v):
+    if mpmath.isfinite(v) and abs(v) >= _LIMIT:
+        return mpmath.inf if v > 0 else -mpmath.inf
+    return v
+
+
+def _mp(e: sp.Expr):
+    """The value of a constant SymPy expression as an mpf (inf beyond 2**4096, nan if undefined)."""
+    with mpmath.workprec(_PREC):
+        if e.is_Rational:
+            return _saturate(mpmath.mpf(int(e.p)) / int(e.q))
+        if e.is_Float:
+            return _saturate(mpmath.mpf(e._mpf_))
+        if e is sp.pi:
+            return +mpmath.pi
+        if e is sp.E:
+            return +mpmath.e
+        args = [_mp(a) for a in e.args]
+        if e.is_Add:
+            v = mpmath.fsum(args)
+        elif e.is_Mul:
+            v = args[0]
+            for a in args[1:]:
+                v = v * a
+        elif e.is_Pow:
+            base, exp = args
+            if base < 0 and not (mpmath.isfinite(exp) and exp == int(exp)):
+                v = mpmath.nan
+            elif base == 0 and exp < 0:
+                v = mpmath.inf
+            else:
+                v = base ** exp if mpmath.isfinite(base) or exp != 0 else mpmath.mpf(1)
+        elif isinstance(e, (MaxOf, MinOf)):
+            v = mpmath.nan if any(mpmath.isnan(a) for a in args) else (max if e.kind == "max" else min)(args)
+        elif isinstance(e, HeavisideOf):
+            u = args[0]
+            if u == 0:
+                if len(args) == 1:
+                    raise _PolicyConstant
+                v = args[1]
+            else:
+                v = u if mpmath.isnan(u) else mpmath.mpf(u > 0)
+        elif isinstance(e, SignOf):
+            u = args[0]
+            if u == 0:
+                raise _PolicyConstant
+            v = u if mpmath.isnan(u) else mpmath.mpf(1 if u > 0 else -1)
+        elif type(e).__name__ in _MP_FUNCTIONS:
+            v = _MP_FUNCTIONS[type(e).__name__](args[0])
+        else:
+            raise ExprError(f"the constant part {sp.sstr(e)!r} cannot be evaluated")
+        return _saturate(v)
+
+
+def _mp_exp(u):
+    if mpmath.isinf(u) or abs(u) > 4096:  # beyond 2**4096 (or 0) without computing it
+        return mpmath.inf if u > 0 else mpmath.mpf(0)
+    return mpmath.exp(u)
+
+
+def _mp_periodic(f):
+    def g(u):  # sin(inf) is NaN; beyond 2**1100 no double argument is that large either
+        return mpmath.nan if not mpmath.isfinite(u) or abs(u) > mpmath.mpf(2) ** 1100 else f(u)
+    return g
+
+
+def _mp_log(u):
+    if u < 0:
+        return mpmath.nan
+    return -mpmath.inf if u == 0 else mpmath.log(u)
+
+
+_MP_FUNCTIONS = {
+    "exp": _mp_exp, "log": _mp_log,
+    "sinh": lambda u: mpmath.sign(u) * _mp_exp(abs(u)) / 2 if abs(u) > 4096 else mpmath.sinh(u),
+    "cosh": lambda u: _mp_exp(abs(u)) / 2 if abs(u) > 4096 else mpmath.cosh(u),
+    "tanh": lambda u: mpmath.sign(u) if abs(u) > 4096 else mpmath.tanh(u),
+    "sin": _mp_periodic(mpmath.sin), "cos": _mp_periodic(mpmath.cos), "tan": _mp_periodic(mpmath.tan),
+    "atan": lambda u: mpmath.atan(u),
+    "sigmoid": lambda u: (mpmath.mpf(u > 0) if abs(u) > 4096 else 1 / (1 + mpmath.exp(-u))),
+}
+
+
+def _as_sympy(v) -> sp.Expr:
+    if mpmath.isinf(v):
+        return BEYOND if v > 0 else -BEYOND
+    if v == int(v) and abs(v) <= 2 ** 53:  # sign(2), Heaviside(1), Max(1, 2): exact
+        return sp.Integer(int(v))
+    return sp.Float._new(v._mpf_, _PREC) if v != 0 else sp.S.Zero
+
+
+def fold_constant(e: sp.Expr) -> sp.Expr:
+    """e with a constant value folded to one number (e itself when it holds an input, is an exact
+    rational, or holds Heaviside(0)/sign(0), whose value is the tie policy's)."""
+    if not e.is_number or e.is_Rational or e.is_Float or e in (sp.pi, sp.E):
+        return e
+    if isinstance(e, PiecewiseOf) or e.has(Indicator):
+        return e
+    try:
+        v = _mp(e)
+    except _PolicyConstant:
+        return e
+    if mpmath.isnan(v):
+        raise ExprError(f"the constant part {sp.sstr(e)!r} is undefined (NaN): a number was "
+                        f"expected (inf - inf, 0*inf, sin(inf) and roots of negative numbers are not)")
+    return _as_sympy(v)
+
+
+def policy_constants(e: sp.Expr, ties: str) -> sp.Expr:
+    """e with Heaviside(0) and sign(0) given the tie policy's values (H(0): the weight of u in
+    max(0, u) at u = 0; sign(0): that of u minus that of -u in max(u, -u)), then folded."""
+    h0 = {"first": sp.S.Zero, "last": sp.S.One, "split": sp.S.Half, "all": sp.S.One}[ties]
+    s0 = {"first": sp.S.One, "last": sp.S.NegativeOne, "split": sp.S.Zero, "all": sp.S.Zero}[ties]
+    table = {}
+    for a in sp.preorder_traversal(e):
+        if isinstance(a, (HeavisideOf, SignOf)) and a.args[0].is_number:
+            u = a.args[0]
+            if _mp(u) == 0:
+                table[a] = (h0 if len(a.args) == 1 else a.args[1]) if isinstance(a, HeavisideOf) else s0
+    return fold_constant(e.xreplace(table)) if table else e
+
+
+def _domain_base(b: sp.Expr) -> sp.Expr:
+    """A base whose sign decides a domain, up to a positive factor (sqrt(2*x) is sqrt(2)*sqrt(x))."""
+    c, rest = b.as_coeff_Mul()
+    return rest if c.is_positive else b
+
+
+def _domain_bases(e: sp.Expr) -> set:
+    """The bases that e's roots, fractional powers and logs need to be >= 0."""
+    out = set()
+    for a in sp.preorder_traversal(e):
+        if a.is_Pow and a.exp.is_integer is not True:
+            b = a.base
+        elif isinstance(a, sp.log):
+            b = a.args[0]
+        else:
+            continue
+        if not b.is_number:
+            out.add(_domain_base(b))
+    return out
+
+
 # ----------------------------------------------------------------------------- the builder
 
 _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
            ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_PY_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 _COMPARE = {ast.Lt: sp.StrictLessThan, ast.LtE: sp.LessThan, ast.Gt: sp.StrictGreaterThan,
             ast.GtE: sp.GreaterThan}
 
@@ -249,8 +370,54 @@ class _Builder:
         self.declared = declared
         self.names: list[str] = []  # free names in order of first appearance
         self.symbols: dict[str, sp.Symbol] = {}
+        self.needs: dict[int, frozenset] = {}  # id(AST node) -> bases that must be >= 0 (as written)
+        self.values: dict[int, sp.Expr] = {}  # id(AST node) -> its value
 
     def build(self, node: ast.AST) -> sp.Expr:
+        """The SymPy value of an AST node, its constant parts folded to numbers (fold_constant),
+        and what its domain needs as written (the bases of its roots, powers and logs)."""
+        e = fold_constant(self._build(node))
+        needs = set(self._child_needs(node))
+        base = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ROOTS \
+                and node.args:
+            base = self._built_base(node.args[0])
+        elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exp = self._built_base(node.right)
+            if exp is not None and exp.is_integer is not True:
+                base = self._built_base(node.left)
+        if base is not None and not base.is_number and base.is_nonnegative is not True:
+            needs.add(_domain_base(base))
+        self.needs[id(node)] = frozenset(needs)
+        self.values[id(node)] = e
+        return e
+
+    def _built_base(self, node: ast.AST):
+        return self.values.get(id(node))
+
+    def _child_needs(self, node: ast.AST):
+        for child in ast.iter_child_nodes(node):
+            if id(child) in self.needs:
+                yield from self.needs[id(child)]
+            else:  # a tuple or comparison of Piecewise: its parts were built
+                yield from self._child_needs(child)
+
+    def keep_domain(self, node: ast.AST, where: str) -> None:
+        """Refuse when SymPy's automatic simplification dropped a domain requirement of the
+        expression as written: sqrt(z)*sqrt(z) is z, defined where sqrt(z) is not (NaN)."""
+        value = self.values.get(id(node))
+        if value is None:
+            return
+        kept = _domain_bases(value)
+        for b in sorted(self.needs.get(id(node), ()), key=sp.default_sort_key):
+            if b not in kept:
+                raise ExprError(
+                    f"SymPy would simplify {where} {ast.unparse(node)!r} to {sp.sstr(value)!r}, "
+                    f"which is defined where {sp.sstr(b)} < 0 although the expression as written "
+                    f"is not (NaN there: a root, fractional power or log of a negative number); "
+                    f"write it without that cancellation (it must keep the expression's domain)")
+
+    def _build(self, node: ast.AST) -> sp.Expr:
         if isinstance(node, ast.Constant):
             return self._number(node.value)
         if isinstance(node, ast.Name):
@@ -338,8 +505,13 @@ class _Builder:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
             raise ExprError(f"{fname} takes {want} argument(s), got {len(node.args)}")
         args = [self.build(a) for a in node.args]
+        for a in node.args:
+            self.keep_domain(a, f"the argument of {fname}")
         if fname == "Heaviside" and len(args) == 2 and not args[1].is_number:
             raise ExprError("Heaviside(u, h0): h0 (the value at 0) must be a number")
+        if all(a.is_number for a in args):  # folded by build(), not by SymPy (exp(1e9565))
+            with sp.evaluate(False):
+                return make(*args)
         return make(*args)
 
     def _piecewise(self, args) -> sp.Expr:
@@ -354,19 +526,41 @@ class _Builder:
             if last:
                 if not (isinstance(cond, ast.Constant) and cond.value is True):
                     raise ExprError("Piecewise: the last pair must be (value, True)")
-                flat.append(self.build(value))
+                flat.append(self._branch(value))
                 break
-            flat += [self.build(value), self._condition(cond)]
+            v, c = self._branch(value), self._condition(cond)
+            if c is sp.S.Zero:  # a condition on constants that does not hold: never taken
+                continue
+            if c is sp.S.One:  # one that holds: taken wherever no earlier branch is
+                flat.append(v)
+                break
+            flat += [v, c]
         if len(flat) == 1:
             return flat[0]
         return PiecewiseOf(*flat)
+
+    def _branch(self, node: ast.AST) -> sp.Expr:
+        v = self.build(node)
+        self.keep_domain(node, "the Piecewise value")
+        return v
 
     def _condition(self, node: ast.AST) -> Indicator:
         if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE):
             raise ExprError("Piecewise: a condition must be one comparison a < b, a <= b, a > b "
                             "or a >= b (before the last pair, whose condition is True)")
         a, b = self.build(node.left), self.build(node.comparators[0])
-        return Indicator(_COMPARE[type(node.ops[0])](a, b, evaluate=False))
+        for side in (node.left, node.comparators[0]):
+            self.keep_domain(side, "the Piecewise condition's side")
+        rel = _COMPARE[type(node.ops[0])]
+        if a.is_number and b.is_number:  # decided here, on the folded values
+            try:
+                holds = _PY_COMPARE[type(node.ops[0])](_mp(a), _mp(b))
+            except _PolicyConstant:
+                raise ExprError(f"Piecewise: the condition {ast.unparse(node)!r} compares constants "
+                                f"whose value depends on the tie policy (Heaviside(0), sign(0)); "
+                                f"write the constant it should be") from None
+            return sp.S.One if holds else sp.S.Zero
+        return Indicator(rel(a, b, evaluate=False))
 
 
 def _describe(node: ast.AST) -> str:
@@ -416,6 +610,7 @@ def parse(text: object, inputs: object = None) -> Parsed:
     _check_size(tree)
     builder = _Builder(declared)
     expr = builder.build(tree.body)
+    builder.keep_domain(tree.body, "the expression")
     if expr.has(sp.zoo, sp.nan, sp.oo, sp.S.NegativeInfinity, sp.I) or any(
             a.is_number and a.is_real is False for a in sp.preorder_traversal(expr)):
         raise ExprError("the expression has an infinite, undefined or non-real constant part")

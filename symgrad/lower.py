@@ -345,7 +345,7 @@ def _weight_code(w: Node, coeffs: list) -> sp.Expr:
 
 def node_code(n) -> sp.Expr:
     """The value of an expression node as code."""
-    if n.kind in ("smooth", "max", "min"):
+    if n.kind in ("smooth", "copy", "max", "min"):
         return n.value
     if n.kind == "heaviside":
         return _weight_code(n.wnode, [0, 1])
@@ -362,7 +362,7 @@ def node_code(n) -> sp.Expr:
 
 def _term(n, partial: sp.Expr, bar: sp.Expr) -> sp.Expr:
     """bar * partial as code, for one consumer node (None: the output)."""
-    if n is None or n.kind == "smooth":
+    if n is None or n.kind in ("smooth", "copy"):
         return bar * partial
     if n.kind in ("max", "min"):
         return lower_partial(partial, "dominate", factor_roles([n.wnode])).xreplace({GRAD_OUTPUT: bar})

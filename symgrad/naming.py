@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
+import keyword
+import re
 
 from . import __version__
 from .ops import Op
@@ -23,6 +26,71 @@ def _value(v) -> str:
         return "none"
     s = repr(v).replace("-", "neg").replace(".", "p").replace("+", "")
     return s
+
+
+# ----------------------------------------------------------------------------- reserved input names
+#
+# The one list of names an expression's input may not take, for every backend: each name here
+# would break a generated NumPy module (a Python keyword or builtin, a name the module uses) or a
+# generated .cu file (a C++ keyword or alternative token, a macro of nvcc's includes, the C math
+# library).  An op can be generated for any backend, so a name reserved in one is refused for all.
+
+# intermediate values of the generated code (u0, s0, h0, g_...) and the output
+INTERNAL = re.compile(r"(?:[ush][0-9]+|g_.*|grad_.*|sg_.*|M_.*|FP_.*)")
+
+C_WORDS = {
+    "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict",
+    "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+    "unsigned", "void", "volatile", "while", "class", "namespace", "template", "typename", "this",
+    "new", "delete", "operator", "private", "public", "protected", "virtual", "friend", "using",
+    "true", "false", "nullptr", "typeid", "throw", "try", "catch", "explicit", "mutable",
+    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "half", "dim3",
+    # C++11-20 keywords and alternative tokens, and macros nvcc and the .cu file define
+    "alignas", "alignof", "asm", "char8_t", "char16_t", "char32_t", "wchar_t", "concept", "consteval",
+    "constexpr", "constinit", "const_cast", "co_await", "co_return", "co_yield", "decltype",
+    "dynamic_cast", "export", "noexcept", "reinterpret_cast", "requires", "static_assert",
+    "static_cast", "thread_local", "and_eq", "bitand", "bitor", "compl", "not_eq", "or_eq", "xor",
+    "xor_eq", "NULL", "EOF", "INT_MAX", "INT_MIN", "UINT_MAX", "LLONG_MAX", "LLONG_MIN",
+    "SYMGRAD_STORAGE_TYPES",
+}
+# names the generated modules use for their own values
+TEMPLATE_WORDS = {
+    "np", "numpy", "dtype", "shape", "order", "operands", "output", "saved", "grad_output", "grads",
+    "forward", "backward", "cp", "cupy", "ix", "index", "Saved", "INPUTS", "OP", "TIES", "PARAMS",
+    "NamedTuple", "annotations", "out", "n", "i", "t", "tr", "acc", "T", "I", "lead", "axes",
+    "wide", "name", "value", "array", "exc", "math",
+    # fields of Saved and names of the generated modules besides forward/backward
+    "output_shape", "input_shape", "jvp", "tangents", "PIECEWISE_LINEAR", "BLOCK",
+}
+
+
+# the C math library's functions and macros (expf(expf) would not compile; NAN is a macro)
+C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO", "MATH_ERREXCEPT",
+           "math_errhandling", "isnan", "isinf", "isfinite", "isnormal", "signbit", "fpclassify",
+           "isgreater", "isless", "isunordered", "fmax", "fmin", "fmaxf", "fminf", "fma", "fmaf",
+           "rsqrt", "rsqrtf", "exp10", "exp10f", "sincos", "sincosf", "nan", "nanf", "assert"}
+
+
+def _reserved_by_backend() -> dict:
+    """{backend: names an input may not take there}; an input name is refused if any has it."""
+    import math
+    from .cuda_macros import CUDA_MACROS
+    libm = {n for n in dir(math) if not n.startswith("_") and callable(getattr(math, n))}
+    libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
+    python = set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
+    return {"numpy": frozenset(python | TEMPLATE_WORDS),
+            "cuda": frozenset(C_WORDS | C_MATH | libm | CUDA_MACROS | TEMPLATE_WORDS | python)}
+
+
+RESERVED_BY_BACKEND = _reserved_by_backend()
+RESERVED = frozenset().union(*RESERVED_BY_BACKEND.values())
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether an input name is reserved: in RESERVED (for every backend: a module is generated
+    for any backend from the same op) or a name of the generated code's own values."""
+    return name in RESERVED or INTERNAL.fullmatch(name) is not None
 
 
 MAX_NAME = 100  # longer names (huge parameter values) put a hash in place of the parameters

@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -635,3 +636,195 @@ def test_names_that_break_generated_code_are_reserved(name):
     the .cu) as an input name: one ValueError naming it, before any code is generated."""
     with pytest.raises(ValueError, match=f"input name {name!r} is reserved"):
         symgrad.load_expr(f"Max({name}, y)", inputs=[name, "y"])
+
+
+# ----------------------------------------------------------------------------- constants (issue 16)
+
+def _heaviside(u, h0):
+    return np.where(u > 0, 1.0, np.where(u == 0, h0, 0.0))
+
+
+# expression, its forward written with NumPy (floats, as written), inputs
+CONSTANT_CASES = [
+    ("x*Heaviside(1)", lambda x: x * 1.0),
+    ("x + sign(2)", lambda x: x + np.sign(2.0)),
+    ("x*Heaviside(-3) + x*sign(-0.5)", lambda x: x * 0.0 + x * np.sign(-0.5)),
+    ("x*Heaviside(0, 0.25)", lambda x: x * _heaviside(np.float64(0), 0.25)),
+    ("x*Max(2, exp(1)) + Min(1, 3)", lambda x: x * max(2.0, np.e) + 1.0),
+    ("x*exp(10**29)", lambda x: x * np.exp(1e29)),
+    ("(10**29)**x", lambda x: 1e29 ** x),
+    ("x*1e308*1e308", lambda x: x * np.inf),
+    ("x*exp(-exp(3)) + x*tanh(10**29) - atan(10**29)", lambda x: x * np.exp(-np.exp(3.0)) + x - np.pi / 2),
+    ("x/exp(800) + x*sqrt(2)", lambda x: x / np.inf + x * np.sqrt(2.0)),
+    ("Piecewise((x, 1 < 2), (2*x, True))", lambda x: x),
+    ("Piecewise((2*x, 10**29 < 1), (x, x < 0), (3*x, True))", lambda x: np.where(x < 0, x, 3 * x)),
+]
+
+
+@pytest.mark.parametrize("text,oracle", CONSTANT_CASES, ids=[c[0] for c in CONSTANT_CASES])
+def test_constant_parts_are_numbers(text, oracle):
+    """Constant sub-expressions (Heaviside(1), sign(2), exp(10**29), 1e308*1e308, a constant
+    Piecewise condition) are numbers in the generated code: forward equals NumPy evaluating the
+    expression as written (inf where a constant overflows), backward equals central differences
+    (here every case is linear or exponential in x, away from its kinks)."""
+    with np.errstate(all="ignore"):
+        m = symgrad.load_expr(text)
+        x = np.array([-2.5, -0.75, 0.5, 1.25, 3.0])
+        out, saved = m.forward(x)
+        np.testing.assert_allclose(out, oracle(x), rtol=1e-14, equal_nan=False)
+        (g,) = m.backward(np.ones_like(x), saved)
+        h = 1e-6
+        fd = (oracle(x + h) - oracle(x - h)) / (2 * h)
+    finite = np.isfinite(fd)
+    np.testing.assert_allclose(g[finite], fd[finite], rtol=1e-6)
+    assert np.array_equal(np.isinf(g), np.isinf(fd) | (np.isnan(fd) & np.isinf(out))) or not finite.all()
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+def test_heaviside_and_sign_of_zero_are_the_policy_values(ties):
+    """Heaviside(0) and sign(0) written as constants take the README's kink values."""
+    h0 = {"first": 0.0, "last": 1.0, "split": 0.5, "all": 1.0}[ties]
+    s0 = {"first": 1.0, "last": -1.0, "split": 0.0, "all": 0.0}[ties]
+    m = symgrad.load_expr("x*Heaviside(0) + 3*x*sign(1 - 1) + Heaviside(0)", ties=ties)
+    x = np.array([-1.0, 2.0])
+    out, saved = m.forward(x)
+    np.testing.assert_array_equal(out, x * h0 + 3 * x * s0 + h0)
+    np.testing.assert_array_equal(m.backward(np.ones(2), saved)[0], np.full(2, h0 + 3 * s0))
+
+
+@pytest.mark.parametrize("text", ["x*exp(10**29)", "(10**29)**x + y", "x*1e308*1e308 - Max(y, 1e308*1e308)",
+                                  "x*12345678901234567890123 + y/98765432109876543210",
+                                  "Max(x, exp(1000)) + y*exp(-1000)"])
+def test_numbers_in_generated_code_are_float_literals(text, tmp_path):
+    """No integer literal beyond a double's exact range (a Python int NumPy refuses, a 617-digit
+    literal) in either backend; inf where a constant overflows; the .cu compiles with nvcc."""
+    py = symgrad.generate_expr(text, tmp_path, name="big", backend="numpy")
+    symgrad.generate_expr(text, tmp_path, name="big", backend="cuda")
+    cu = next(tmp_path.glob("big_*.cu"))
+    import io
+    import tokenize
+    numbers = [t.string for t in tokenize.generate_tokens(io.StringIO(py.read_text()).readline)
+               if t.type == tokenize.NUMBER]
+    c_code = re.sub(r"//[^\n]*|/\*.*?\*/", "", cu.read_text(), flags=re.S)
+    numbers += re.findall(r"(?<![\w.])\d[\d.]*(?:e[+-]?\d+)?f?", c_code)
+    assert numbers and not [n for n in numbers if len(n.rstrip("f").split("e")[0].replace(".", "")) > 17]
+    nvcc = harness.find_nvcc()
+    if nvcc is not None:
+        r = subprocess.run([nvcc, "--fatbin", "-gencode=arch=compute_80,code=sm_80", "-Werror",
+                            "all-warnings", str(cu), "-o", str(tmp_path / "big.fatbin")],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------- bounded cost
+
+def test_expression_cost_is_bounded():
+    """Max(exp(x), (x+y+...)**64): the derivation does not expand the power (56 s with 4 inputs,
+    killed at 6 GB with 8); run in a subprocess under a 2 GB address-space limit and 120 s."""
+    code = (
+        "import resource, time, numpy as np, symgrad\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "t = time.time()\n"
+        "m = symgrad.load_expr('Max(exp(a), (a+b+c+d+e+f+g+h)**64)', ties='split')\n"
+        "v = [np.array([0.2 * k]) for k in range(8)]\n"
+        "out, saved = m.forward(*v)\n"
+        "s = sum(0.2 * k for k in range(8))\n"
+        "assert np.allclose(out, s ** 64), out\n"
+        "g = m.backward(np.ones(1), saved)\n"
+        "assert all(np.allclose(gi, 64 * s ** 63) for gi in g), g\n"
+        "print(time.time() - t)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert float(r.stdout.split()[-1]) < 60
+
+
+# ----------------------------------------------------------------------------- domain
+
+DOMAIN_CASES = [
+    # (text, its forward written with NumPy as written)
+    ("sqrt(z)*sqrt(z)", lambda z: np.sqrt(z) * np.sqrt(z)),
+    ("(-(z**(1/3)))**3", lambda z: (-(z ** (1 / 3))) ** 3),
+    ("exp(log(z))", lambda z: np.exp(np.log(z))),
+    ("sqrt(z)**2 + z", lambda z: np.sqrt(z) ** 2 + z),
+    ("Piecewise((sqrt(z)**2, z < -1), (sqrt(z), True))", lambda z: np.where(z < -1, np.sqrt(z) ** 2, np.sqrt(z))),
+    ("Max(sqrt(z)*sqrt(z), 1)", lambda z: np.maximum(np.sqrt(z) * np.sqrt(z), 1)),
+    ("z**(1/4)*z**(3/4)", lambda z: z ** 0.25 * z ** 0.75),
+    # kept by SymPy: accepted, and NaN where the written expression is NaN
+    ("sqrt(z)*sqrt(z)*sqrt(z)", lambda z: np.sqrt(z) * np.sqrt(z) * np.sqrt(z)),
+    ("sqrt(2*z) + z", lambda z: np.sqrt(2 * z) + z),
+    ("log(exp(z))", lambda z: np.log(np.exp(z))),
+    ("sqrt(z**2)", lambda z: np.sqrt(z ** 2)),
+    ("sqrt(z)*log(z)", lambda z: np.sqrt(z) * np.log(z)),
+]
+
+
+@pytest.mark.parametrize("text,oracle", DOMAIN_CASES, ids=[c[0] for c in DOMAIN_CASES])
+def test_simplification_keeps_the_domain_or_is_refused(text, oracle):
+    """SymPy's automatic simplification (sqrt(z)*sqrt(z) -> z, (-(z**(1/3)))**3 -> -z) must not
+    give numbers where the expression as written is NaN: either forward is NaN exactly where
+    NumPy evaluating the written expression is, or the expression is refused, naming the domain."""
+    z = np.array([-4.0, -2.0, -0.5, 0.25, 0.5, 2.0, 9.0])
+    with np.errstate(all="ignore"):
+        want = oracle(z)
+        try:
+            m = symgrad.load_expr(text)
+        except ValueError as exc:
+            assert "domain" in str(exc) and "\n" not in str(exc)
+            assert np.isnan(want).any()  # refused only where the domain would really change
+            return
+        out, saved = m.forward(z)
+        g = m.backward(np.ones_like(z), saved)[0]
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(want))
+    np.testing.assert_allclose(out[~np.isnan(want)], want[~np.isnan(want)], rtol=1e-12)
+    assert np.isnan(g[np.isnan(want)]).all()
+
+
+# ----------------------------------------------------------------------------- repeated pieces (issue 15)
+
+REPEATED = [
+    # (text, pieces written with SymPy in the order written, kind, points)
+    ("Max(x, x)", [X, X], "max", [(1.5, 0), (-2, 0), (0, 0)]),
+    ("Min(x, x)", [X, X], "min", [(1.5, 0), (-2, 0)]),
+    ("Max(x, y, x)", [X, Y, X], "max", [(1, 1), (2, 1), (1, 2), (0, 0), (-1, -1)]),
+    ("Min(x, y, x)", [X, Y, X], "min", [(1, 1), (2, 1), (1, 2), (-3, -3)]),
+    ("Max(y, x, x, y)", [Y, X, X, Y], "max", [(1, 1), (2, 1), (1, 2)]),
+    ("Max(x + y, y + x, 2*x)", [X + Y, X + Y, 2 * X], "max", [(1, 1), (2, 1), (1, 2), (0, 0)]),
+    ("Max(x, 1, 1)", [X, sp.S.One, sp.S.One], "max", [(1, 0), (2, 0), (0, 0)]),
+    ("Min(x*y, x*y, x)", [X * Y, X * Y, X], "min", [(1, 1), (2, 3), (2, 0.5), (-1, 2)]),
+]
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("case", REPEATED, ids=[c[0] for c in REPEATED])
+def test_repeated_pieces_keep_their_identity(case, ties):
+    """A piece written twice is two pieces, in the order written (README): the gradient is the
+    W-form applied by hand to the pieces as written (policy_weights above), at ties and off."""
+    text, pieces, kind, points = case
+    names = [s.name for s in (X, Y) if any(p.has(s) for p in pieces)]
+    m = symgrad.load_expr(text, ties=ties, inputs=names)
+    for point in points:
+        env = dict(zip(("x", "y"), point))
+        values = [float(p.subs({X: env["x"], Y: env["y"]})) for p in pieces]
+        w = policy_weights(values, ties, kind)
+        args = [np.array([float(env[n])]) for n in names]
+        out, saved = m.forward(*args)
+        grads = m.backward(np.ones(1), saved)
+        for n, g in zip(names, grads):
+            s = sp.Symbol(n, real=True)
+            want = sum(float(wi) * float(sp.diff(p, s).subs({X: env["x"], Y: env["y"]}))
+                       for wi, p in zip(w, pieces))
+            assert g[0] == pytest.approx(want, abs=1e-12), (text, ties, point, n)
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+def test_max_of_x_and_x_is_maximum_of_a_and_a(ties):
+    """Max(x, x) gives what maximum(a, a) gives in total (1 to each piece under 'all')."""
+    a = np.array([-1.0, 0.0, 2.0])
+    m = symgrad.load("maximum", ties=ties)
+    out, saved = m.forward(a, a)
+    want = sum(m.backward(np.ones(3), saved))
+    e = symgrad.load_expr("Max(x, x)", ties=ties)
+    out2, saved2 = e.forward(a)
+    np.testing.assert_array_equal(out2, out)
+    np.testing.assert_array_equal(e.backward(np.ones(3), saved2)[0], want)

@@ -738,3 +738,117 @@ def test_fuzz_forged_saved_values(op, params, shapes):
         tracemalloc.stop()
     assert not escapes, escapes[:5]
     assert peak < 16 * 2**20, peak
+
+
+# ----------------------------------------------------------------------------- expressions
+
+EXPR_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXPR_EXAMPLES", "120"))
+EXPR_LEAVES = ["x", "y", "z", "0", "1", "2", "0.5", "-1", "1/3", "10**29", "1e308", "pi", "E"]
+EXPR_CALLS = ["exp", "log", "sqrt", "tanh", "sin", "atan", "sigmoid", "Abs", "relu", "Heaviside", "sign"]
+
+
+@st.composite
+def small_expressions(draw, depth=3):
+    """Small expressions of every construct, constants included (Heaviside(1), sign(2),
+    exp(10**29), 1e308*1e308, Piecewise with constant conditions, repeated pieces)."""
+    if depth == 0 or draw(st.integers(0, 3)) == 0:
+        return draw(st.sampled_from(EXPR_LEAVES))
+    sub = small_expressions(depth - 1)
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        return f"({draw(sub)}) {draw(st.sampled_from('+-*/'))} ({draw(sub)})"
+    if kind == 1:
+        return f"({draw(sub)})**({draw(st.sampled_from(['2', '3', '-1', '0.5', '1/3']))})"
+    if kind in (2, 3):
+        return f"{draw(st.sampled_from(EXPR_CALLS))}({draw(sub)})"
+    if kind == 4:
+        a = draw(sub)
+        args = [a] + [draw(st.sampled_from([a, draw(sub)])) for _ in range(draw(st.integers(1, 3)))]
+        return f"{draw(st.sampled_from(['Max', 'Min']))}({', '.join(args)})"
+    return f"Piecewise(({draw(sub)}, {draw(sub)} < {draw(sub)}), ({draw(sub)}, True))"
+
+
+@settings(max_examples=EXPR_EXAMPLES, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(text=small_expressions(), ties=st.sampled_from(list(POLICIES)))
+def test_fuzz_expressions_only_value_and_type_errors_escape(text, ties):
+    """Every small expression either generates NumPy and CUDA code whose NumPy forward and
+    backward run (on ties, zeros, negatives) or is refused with one ValueError/TypeError line;
+    no AssertionError, printer error, OverflowError or Python int reaches the generated code."""
+    import types
+
+    from symgrad import expr as _expr
+    from symgrad import pipeline
+    _count("expressions")
+    try:
+        op, _ = _expr.make_op(text, ties=ties)
+    except (ValueError, TypeError) as exc:
+        assert "\n" not in str(exc), str(exc)
+        return
+    files = pipeline.render(op, "numpy")
+    pipeline.render(op, "cuda")
+    source = next(v for k, v in files.items() if k.endswith(".py"))
+    module = types.ModuleType("fuzzed_expression")
+    exec(compile(source, "fuzzed_expression", "exec"), module.__dict__)
+    values = np.array([-2.0, -0.5, 0.0, 0.5, 1.0, 3.0])
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for dtype in (np.float64, np.float32):
+            args = [values.astype(dtype) for _ in module.INPUTS]
+            out, saved = module.forward(*args)
+            assert out.dtype == dtype
+            grads = module.backward(np.ones_like(out), saved)
+            assert all(g.dtype == dtype for g in grads)
+
+
+def test_reserved_names_are_refused_for_every_backend(tmp_path):
+    """Every name of the one reserved list (naming.RESERVED, per backend) is refused as an input
+    name, by load_expr for each backend and by the CLI (exit 2, one line), before any code."""
+    from symgrad import naming
+    for backend, names in naming.RESERVED_BY_BACKEND.items():
+        for name in sorted(names):
+            if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name):
+                continue
+            with pytest.raises(ValueError, match=re.escape(repr(name))):
+                symgrad.load_expr(f"Max({name}, q) + q", inputs=[name, "q"], backend=backend)
+    for name in ("output_shape", "constexpr", "xor", "NULL", "unix", "CHAR_BIT", "SYMGRAD_STORAGE_TYPES"):
+        rc, out, err = run_cli(["generate", "--expr", f"Max({name}, q)", "--name", "r", "--backend", "all",
+                                "--out", str(tmp_path)])
+        assert rc == 2 and err.count("\n") == 1 and name in err, err
+    assert not list(tmp_path.iterdir())
+
+
+def test_no_accepted_name_is_a_macro_of_the_cuda_compiler(tmp_path):
+    """The preprocessor of nvcc, run on a generated .cu, defines no macro that an input may be
+    named (``unix`` is 1 there, ``CHAR_BIT`` 8); and a kernel whose inputs are accepted names
+    that look like C/CUDA identifiers compiles."""
+    import shutil
+    from symgrad import expr as _expr
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    symgrad.generate_expr("Max(x, y)", tmp_path, name="m", backend="cuda")
+    cu = next(tmp_path.glob("m_*.cu"))
+    r = subprocess.run([nvcc, "-E", "-Xcompiler", "-dM", str(cu)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    macros = set(re.findall(r"^#define ([A-Za-z][A-Za-z0-9_]*)", r.stdout, flags=re.M))
+    accepted = []
+    for name in sorted(macros):
+        try:
+            _expr.check_name(name)
+            accepted.append(name)
+        except ValueError:
+            pass
+    assert not accepted, accepted[:20]
+    names = ["size_t", "float4", "atomicAdd", "printf", "malloc", "std", "errno", "Null", "xor_",
+             "int8_t", "uint", "half2", "real", "idx", "value_type", "scalar_t"]
+    for k in range(0, len(names), 8):
+        group = names[k:k + 8]
+        symgrad.generate_expr(f"Max({', '.join(group)}) + {' * '.join(group)}", tmp_path,
+                              name=f"n{k}", backend="cuda")
+        source = next(tmp_path.glob(f"n{k}_*.cu"))
+        r = subprocess.run([nvcc, "--fatbin", "-gencode=arch=compute_80,code=sm_80", "-Werror",
+                            "all-warnings", str(source), "-o", str(tmp_path / f"n{k}.fatbin")],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]

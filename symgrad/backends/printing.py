@@ -13,6 +13,22 @@ from ..lower import Shared
 INFIX = {"==": "==", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
 
+def float_value(expr) -> float:
+    """A SymPy number as the double nearest to it (one rounding), +-inf where it overflows, as
+    NumPy reads a literal beyond the range of double (float() of a large int raises instead)."""
+    import math
+    from fractions import Fraction
+
+    import sympy as sp
+    expr = sp.sympify(expr)
+    if expr.is_Rational:
+        try:
+            return float(Fraction(int(expr.p), int(expr.q)))
+        except OverflowError:
+            return math.inf if expr > 0 else -math.inf
+    return float(expr)  # a Float: mpmath rounds to the nearest double, inf beyond the range
+
+
 def bare(s: str) -> str:
     """Drop one pair of parentheses that wraps the whole string."""
     if not (s.startswith("(") and s.endswith(")")):

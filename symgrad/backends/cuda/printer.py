@@ -15,6 +15,7 @@ import sympy as sp
 from sympy.printing.c import C99CodePrinter
 
 from ..printing import INFIX as _INFIX
+from ..printing import float_value
 from ..printing import bare as _bare
 from ..printing import integer_code
 from ..printing import operand as _operand
@@ -53,20 +54,24 @@ class CudaPrinter(C99CodePrinter):
             text = str(value32)
             suffix = "f"
         else:
-            text = repr(float(value))
+            value = float(value)
+            if not math.isfinite(value):  # beyond double's range: +-inf, as NumPy reads it
+                return (f"({'-' if value < 0 else ''}(double)sg_inf_f())" if not math.isnan(value)
+                        else "((double)sg_nan_f())")
+            text = repr(value)
             suffix = ""
         if "e" not in text and "." not in text:
             text += ".0"
         return text + suffix
 
     def _print_Float(self, expr):
-        return self._literal(float(expr))
+        return self._literal(float_value(expr))
 
     def _print_Integer(self, expr):
-        return self._literal(float(int(expr)))
+        return self._literal(float_value(expr))
 
     def _print_Rational(self, expr):
-        return self._literal(int(expr.p) / int(expr.q))
+        return self._literal(float_value(expr))
 
     def _print_Zero(self, expr):
         return self._literal(0.0)

@@ -10,9 +10,21 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from ..printing import INFIX as _INFIX
+from ..printing import float_value
 from ..printing import bare as _bare
 from ..printing import python_integer_code as numpy_integer_code  # noqa: F401 (the backend's name)
 from ..printing import operand as _operand
+
+
+_EXACT = 2 ** 53  # integers up to this size are doubles exactly
+
+
+def _float_literal(value: float) -> str:
+    if value != value:
+        return "np.nan"
+    if value in (float("inf"), float("-inf")):
+        return "np.inf" if value > 0 else "(-np.inf)"
+    return repr(value)
 
 
 class NumpyPrinter(NumPyPrinter):
@@ -103,8 +115,22 @@ class NumpyPrinter(NumPyPrinter):
             out = f"{fn}({out}, {self._print(a)})"
         return out
 
+    # numbers: Python floats (weak scalars: NumPy computes with them in the working dtype); an
+    # integer or fraction that a double holds exactly is printed as written (3, 1/3 is 3 and 1/3
+    # rounded once), a larger one as the double it rounds to, inf where it overflows, never as a
+    # Python int that NumPy would refuse or overflow on
     def _print_Float(self, expr):
-        return repr(float(expr))
+        return _float_literal(float_value(expr))
+
+    def _print_Integer(self, expr):
+        if abs(int(expr)) <= _EXACT:
+            return super()._print_Integer(expr)
+        return _float_literal(float_value(expr))
+
+    def _print_Rational(self, expr):
+        if abs(int(expr.p)) <= _EXACT and int(expr.q) <= _EXACT:
+            return super()._print_Rational(expr)
+        return _float_literal(float_value(expr))
 
 
 _ARG = {("max", "first"): "np.argmax({a}, axis=-1)",
