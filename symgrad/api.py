@@ -16,7 +16,7 @@ from .derive import Derivation
 from .ops import OPS, resolve
 from . import backends as _backends
 from .backends.common import generator_hash
-from .files import check_out, write_all
+from .files import check_out, shown, write_all
 from .pipeline import render
 from . import cache as _cache
 from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)
@@ -124,19 +124,36 @@ def _load(spec, backend: str) -> ModuleType:
 
 def _write_entry(folder: Path, names: list, files: dict) -> Path:
     """Write an entry into the cache; where the cache cannot be written (a file in its place,
-    read-only, full, or someone else's file in the way), into a private temporary directory
-    instead.  Returns the folder the files are in.  The module is imported from the source just
-    rendered either way, never read back."""
+    read-only, full, a directory or a special file in the way) or is not private (someone else's
+    directory, or one others can write), into a private temporary directory instead, removed
+    when the process exits.  Returns the folder the files are in.  The module is imported from
+    the source just rendered either way, never read back."""
+    if _cache.usable(folder):
+        try:
+            for n in names:  # the module last
+                _cache.write_entry(folder / n, files[n])
+            return folder
+        except OSError:
+            pass
+    import atexit
+    import tempfile
     try:
-        for n in names:  # the module last
-            _cache.write_entry(folder / n, files[n])
-        return folder
-    except OSError:
-        import tempfile
         private = Path(tempfile.mkdtemp(prefix="symgrad-"))  # mode 0700, this process's own
+        atexit.register(_remove_private, private, os.getpid())
         for n in names:
             _cache.write_entry(private / n, files[n])
-        return private
+    except OSError as exc:
+        raise ValueError(f"cannot write the generated module {names[-1]}: not into the cache "
+                         f"({shown(folder)}), nor into a temporary directory "
+                         f"({shown(exc.filename or tempfile.gettempdir())}: {exc.strerror or exc})") from None
+    return private
+
+
+def _remove_private(folder: Path, pid: int) -> None:
+    """At exit, the private directory of a process's own modules (not from a forked child's)."""
+    if os.getpid() == pid:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- expressions

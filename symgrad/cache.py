@@ -6,21 +6,30 @@ SHA-256 of the module's bytes in ``sha256sum`` format.  An entry is used only wh
 as absent and is generated again.  Both files are written atomically (``files.write_atomic``),
 the module first and its hash second.  Generation is deterministic, so processes that fill the same
 entry at once write the same bytes, and every interleaving leaves one intact entry.
+
+The hash guards against damage, not against another user: an entry is read only when its files
+and its directory belong to this user and nobody else can write them (``read_private``), which is
+how the cache writes them (directories 0700, files 0600).  Reads never follow a link, never block
+on a FIFO and never read more than a module can be (``files.read_bounded``).  ``clear`` walks the
+cache through directory descriptors opened without following links, and removes only what
+symgrad wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
-import shutil
+import stat
 from pathlib import Path
 
-from .files import write_atomic
+from .files import HEADER_BYTES, MAX_FILE_BYTES, TEMPORARY, has_provenance, read_bounded, write_atomic
 
 HASH_SUFFIX = ".sha256"
 DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
 _KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (backends.common.generator_hash)
+_DERIVATION = re.compile(r"[0-9a-f]{24}\.pickle")  # derivations.key(op) + ".pickle"
 
 
 def cache_dir() -> Path:
@@ -54,156 +63,202 @@ def key_line(source: str) -> str | None:
 def read_keyed(path: Path, key: str) -> str | None:
     """The source of a module whose '# key:' line is key, else None (no hash: the catalog)."""
     try:
-        source = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        source = read_bounded(path, follow=True)[0].decode("utf-8")
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
     return source if key_line(source) == key else None
 
 
-def trusted(path: Path) -> bool:
-    """Written by this user: the file and its directory belong to us and nobody else can write
-    them, and the file is a regular file (not a link, FIFO or device).  The hash beside a module
-    guards against damage; this guards against another user of a shared cache directory."""
-    import stat
-    if not hasattr(os, "getuid"):
-        return True  # no POSIX ownership (Windows): the cache is in the user's profile
+def private(st: os.stat_result) -> bool:
+    """Owned by this user and writable by nobody else (always, where there is no POSIX owner:
+    on Windows the cache is in the user's profile)."""
+    return not hasattr(os, "getuid") or (
+        st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def usable(folder: Path) -> bool:
+    """A cache directory symgrad may read from and write into: absent (it will be made private),
+    or a real directory (not a link) that is private."""
     try:
-        for p in (path, path.parent):
-            st = os.lstat(p)
-            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
-                    or (p is path and not stat.S_ISREG(st.st_mode)):
-                return False
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return True
     except OSError:
         return False
-    return True
+    return stat.S_ISDIR(st.st_mode) and private(st)
+
+
+def read_private(path: Path, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """The bytes of a file this user wrote into a private directory, else None: a file that is
+    a link, a FIFO, a device or a directory, larger than limit, or not private, or whose
+    directory is not.  Ownership is checked on the very file that is read (fstat)."""
+    if not path.parent.exists() or not usable(path.parent):
+        return None
+    try:
+        data, st = read_bounded(path, limit)
+    except (OSError, ValueError):
+        return None
+    return data if private(st) else None
 
 
 def read_entry(path: Path, key: str) -> str | None:
     """The source of an intact entry (hash and key match, written by this user), else None."""
-    if not (trusted(path) and trusted(hash_path(path))):
+    data = read_private(path)
+    recorded = read_private(hash_path(path), HEADER_BYTES)
+    if data is None or recorded is None:
+        return None
+    recorded = recorded.split()
+    if not recorded or recorded[0] != digest(data).encode():
         return None
     try:
-        data = path.read_bytes()
-        recorded = hash_path(path).read_text(encoding="ascii").split()
         source = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         return None
-    if not recorded or recorded[0] != digest(data) or key_line(source) != key:
-        return None
-    return source
+    return source if key_line(source) == key else None
 
 
 def write_entry(path: Path, source: str) -> None:
-    """Write an entry: the module, then its hash (both atomic)."""
+    """Write an entry: the module, then its hash (both atomic, owner-only)."""
     line = f"{digest(source.encode('utf-8'))}  {path.name}\n"
     for attempt in range(3):  # a concurrent `symgrad cache clear` may remove the directory
         try:
-            write_atomic(path, source)
-            write_atomic(hash_path(path), line)
+            write_atomic(path, source, private=True)
+            write_atomic(hash_path(path), line, private=True)
             return
         except FileNotFoundError:
             if attempt == 2:
                 raise
 
 
-def entries(root: Path | None = None) -> list[Path]:
-    """The entry directories <root>/<backend>/<key>/ (nothing else under root counts)."""
-    root = cache_dir() if root is None else root
-    found = []
-    try:
-        backends = sorted(p for p in root.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for b in backends:
-        if b.is_symlink():  # a link out of the cache is never walked into
-            continue
-        try:
-            found += sorted(p for p in b.iterdir()
-                            if p.is_dir() and not p.is_symlink() and _KEY_DIR.fullmatch(p.name))
-        except OSError:
-            continue
-    return found
+# ----------------------------------------------------------------------------- info and clear
 
-
-def info(root: Path | None = None) -> dict:
-    """{'location', 'entries', 'bytes'} of the cache."""
-    root = cache_dir() if root is None else root
-    found = entries(root)
-    size = 0
-    for d in found:
-        for dirpath, _, files in os.walk(d):
-            for f in files:
-                try:
-                    size += os.lstat(os.path.join(dirpath, f)).st_size
-                except OSError:
-                    pass
-    for p in _derivation_files(root):  # cached derivations count towards the size
-        try:
-            size += p.lstat().st_size
-        except OSError:
-            pass
-    return {"location": root, "entries": len(found), "bytes": size}
-
-
-def _derivation_files(root: Path) -> list[Path]:
-    """symgrad's files in <root>/derivations/: cached derivations and their temporary files."""
-    try:
-        return sorted(p for p in (root / DERIVATIONS).iterdir() if p.is_file() and not p.is_symlink()
-                      and (p.suffix == ".pickle" or (p.name.startswith(".") and p.name.endswith(".tmp"))))
-    except OSError:
-        return []
-
-
+_DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+              | getattr(os, "O_CLOEXEC", 0))
 _HASH_LINE = re.compile(rb"[0-9a-f]{64}  \S+\n?")
 
 
-def _ours(p: Path) -> bool:
-    """A file symgrad wrote: a regular file (never a link) that is a module or kernel with
-    symgrad's provenance header, a hash file in sha256sum format, or a temporary file of an
-    atomic write."""
-    from .files import has_provenance
-    if p.is_symlink() or not p.is_file():
-        return False
-    n = p.name
-    if n.endswith((".py", ".cu")):
-        return has_provenance(p)
-    if n.endswith((".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX)):
+@contextlib.contextmanager
+def _directory(name, dir_fd: int | None = None, follow: bool = False):
+    """A descriptor of the directory name (in dir_fd), opened without following a link unless
+    follow (the cache location itself may be a link the user made); None where it is not one."""
+    try:
+        fd = os.open(name, _DIR_FLAGS & ~getattr(os, "O_NOFOLLOW", 0) if follow else _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _listdir(fd: int) -> list[str]:
+    try:
+        return sorted(os.listdir(fd))
+    except OSError:
+        return []
+
+
+def _ours(dir_fd: int, name: str, derivations: bool) -> os.stat_result | None:
+    """The lstat of a file symgrad wrote, else None.  In an entry: a module or kernel with
+    symgrad's provenance header, a hash file in sha256sum format, or the temporary file of an
+    atomic write of one of those; in derivations/: a derivation or its temporary file.  Never a
+    link, never anything but a regular file, and only its first HEADER_BYTES are read."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    temporary = TEMPORARY.fullmatch(name)
+    target = temporary.group(1) if temporary else name
+    if derivations:
+        return st if _DERIVATION.fullmatch(target) else None
+    if not target.endswith((".py", ".cu", ".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX)):
+        return None
+    if temporary:
+        return st
+    if name.endswith(HASH_SUFFIX):
         try:
-            with open(p, "rb") as f:
-                return bool(_HASH_LINE.fullmatch(f.read(200)))
-        except OSError:
-            return False
-    return n.startswith(".") and n.endswith(".tmp")
+            head = read_bounded(name, HEADER_BYTES, head=True, dir_fd=dir_fd)[0]
+        except (OSError, ValueError):
+            return None
+        return st if _HASH_LINE.fullmatch(head) else None
+    return st if has_provenance(name, follow=False, dir_fd=dir_fd) else None
 
 
-def clear(root: Path | None = None) -> int:
-    """Remove every entry; return how many.  Only symgrad's files are removed (``_ours``: a module
-    needs symgrad's provenance header, nothing is reached through a symbolic link): a directory
-    that holds anything else is left in place (with that content), so a cache location set by
-    mistake to a directory of other files, or an entry that links elsewhere, loses nothing but
-    symgrad's own files."""
+def _sweep(root: Path, remove: bool) -> dict:
+    """What info reports and clear removes, in one walk so that the two always agree:
+    {'modules': entry directories (removed, for clear), 'derivations': derivation files,
+    'files': symgrad's files in all, 'bytes': their size, 'kept': entry directories left in place
+    because they hold something that is not symgrad's (clear only)}."""
+    n = dict(modules=0, derivations=0, files=0, bytes=0, kept=0)
+
+    def take(dir_fd: int, name: str, st: os.stat_result) -> None:
+        if remove:
+            try:
+                os.unlink(name, dir_fd=dir_fd)  # unlink never follows a link
+            except OSError:
+                return
+        n["files"] += 1
+        n["bytes"] += st.st_size
+
+    with _directory(root, follow=True) as root_fd:
+        if root_fd is None:
+            return n
+        for backend in _listdir(root_fd):
+            with _directory(backend, root_fd) as b_fd:
+                if b_fd is None:  # a file, or a link out of the cache: never walked into
+                    continue
+                if backend == DERIVATIONS:
+                    for name in _listdir(b_fd):
+                        st = _ours(b_fd, name, derivations=True)
+                        if st is not None:
+                            take(b_fd, name, st)
+                            n["derivations"] += not TEMPORARY.fullmatch(name)
+                    if remove:
+                        with contextlib.suppress(OSError):
+                            os.rmdir(backend, dir_fd=root_fd)
+                    continue
+                for entry in _listdir(b_fd):
+                    if not _KEY_DIR.fullmatch(entry):
+                        continue
+                    with _directory(entry, b_fd) as e_fd:
+                        if e_fd is None:
+                            continue
+                        for name in _listdir(e_fd):
+                            st = _ours(e_fd, name, derivations=False)
+                            if st is not None:
+                                take(e_fd, name, st)
+                    if not remove:
+                        n["modules"] += 1
+                        continue
+                    try:
+                        os.rmdir(entry, dir_fd=b_fd)
+                        n["modules"] += 1
+                    except OSError:
+                        n["kept"] += 1  # not empty: something that is not symgrad's
+                if remove:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(backend, dir_fd=root_fd)  # a backend directory, once empty
+    return n
+
+
+def info(root: Path | None = None) -> dict:
+    """{'location', 'modules', 'derivations', 'files', 'bytes'} of the cache: the entries of
+    generated modules, the cached derivations, and the files and bytes of symgrad's that
+    ``clear`` would remove (a foreign file inside the cache is neither counted nor removed)."""
     root = cache_dir() if root is None else root
-    removed = 0
-    parents = set()
-    for d in entries(root):
-        for p in d.iterdir():
-            if p.name == "__pycache__" and p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            elif _ours(p):
-                p.unlink(missing_ok=True)
-        try:
-            d.rmdir()
-            removed += 1
-            parents.add(d.parent)
-        except OSError:
-            pass  # not empty: something that is not symgrad's
-    for p in _derivation_files(root):  # cached derivations go too (not counted as entries)
-        p.unlink(missing_ok=True)
-    if (root / DERIVATIONS).is_dir():
-        parents.add(root / DERIVATIONS)
-    for b in sorted(parents):
-        try:
-            b.rmdir()  # a backend directory, once its entries are gone
-        except OSError:
-            pass
-    return removed
+    n = _sweep(root, remove=False)
+    del n["kept"]
+    return {"location": root, **n}
+
+
+def clear(root: Path | None = None) -> dict:
+    """Remove symgrad's files from the cache; return what was removed, counted as ``info`` counts
+    (plus 'kept': entries left in place because they hold something else).  Only symgrad's files
+    go (``_ours``: a module needs symgrad's provenance header, and nothing is reached through a
+    symbolic link), so a cache location set by mistake to a directory of other files, or an entry
+    that links elsewhere, loses nothing but symgrad's own files."""
+    root = cache_dir() if root is None else root
+    return {"location": root, **_sweep(root, remove=True)}

@@ -215,7 +215,7 @@ def cmd_conventions(ns, out) -> int:
     if target is None:
         print(md, end="", file=out)
         return 0
-    text = target.read_text(encoding="utf-8")
+    text = _files.read_text(target, strict=True)  # a regular file, bounded; errors name it
     new = table.update(text, md)
     if ns.check:
         if new != text:
@@ -415,18 +415,29 @@ def _check_out_dir(d: Path) -> None:
     try:
         _files.check_out(d)
     except ValueError as exc:
-        raise ValueError(f"--out {d}: {exc}") from None
+        raise ValueError(f"--out {_files.shown(d)}: {exc}") from None
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def cmd_cache(action: str, out) -> int:
+    """info: the entries of generated modules, the cached derivations, and the files and bytes of
+    symgrad's in the cache; clear removes exactly those and says so, counted the same way."""
     from . import cache
+    n = cache.clear() if action == "clear" else cache.info()
+    what = (f"{_count(n['modules'], 'module entry', 'module entries')}, "
+            f"{_count(n['derivations'], 'derivation', 'derivations')}")
+    files = _count(n["files"], "file", "files")
     if action == "clear":
-        root = cache.cache_dir()
-        print(f"removed {cache.clear(root)} entries from {root}", file=out)
-        return 0
-    i = cache.info()
-    print(f"location: {i['location']}\nentries: {i['entries']}\n"
-          f"size: {i['bytes']} bytes ({i['bytes'] / 1024:.1f} KiB)", file=out)
+        kept = (f"; kept {_count(n['kept'], 'module entry', 'module entries')} holding files that "
+                f"are not symgrad's" if n["kept"] else "")
+        print(f"removed {what} ({files}, {n['bytes']} bytes) from {_files.shown(n['location'])}{kept}",
+              file=out)
+    else:
+        print(f"location: {_files.shown(n['location'])}\nentries: {what}\n"
+              f"size: {n['bytes']} bytes ({n['bytes'] / 1024:.1f} KiB) in {files}", file=out)
     return 0
 
 
@@ -488,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:
-        print(f"symgrad: error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
+        name = _files.shown(exc.filename) if exc.filename is not None else ""
+        print(f"symgrad: error: {exc.strerror or exc}: {name}".rstrip(": "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("symgrad: interrupted", file=sys.stderr)

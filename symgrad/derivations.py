@@ -2,12 +2,18 @@
 
 A derivation depends on the op, its normalized parameters, the tie policy and order (the key also
 names the NaN rule, convention and padding mode), on symgrad's own derivation code (``derive.py``,
-``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key of an entry hashes all of them, so editing one of those files or upgrading SymPy never serves a
-stale derivation.  Entries are pickles, written atomically, and read only when the file and its
-directory belong to the user and are writable by nobody else, through an unpickler that finds
-classes of SymPy and symgrad only (no function: a planted pickle cannot run code); an entry that
-cannot be read is derived again and replaced, and a cache directory that cannot be written only
-costs the time of deriving again.
+``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key of an entry hashes all of them,
+so editing one of those files or upgrading SymPy never serves a stale derivation.
+
+Entries are pickles, and unpickling runs whatever the bytes say, so nothing is unpickled that this
+user did not write: each entry starts with an HMAC-SHA256 of its key and its bytes under a
+per-user secret kept outside the cache (``key_file()``, mode 0600), checked before anything is
+unpickled.  A planted or copied file fails the check and is derived again and replaced; where the
+secret cannot be read or created, derivations are neither read from disk nor written.  As a
+second fence, the unpickler finds classes of SymPy and symgrad only (no function).  Entries are
+read only when the file and its directory belong to the user and nobody else can write them, and
+never through a link or past a size limit (``cache.read_private``); a cache directory that cannot
+be written only costs the time of deriving again.
 """
 
 from __future__ import annotations
@@ -16,8 +22,12 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import hmac
+import io
 import json
+import os
 import pickle
+import secrets
 import threading
 from pathlib import Path
 
@@ -29,6 +39,8 @@ from .derive import derive as _derive
 from .ops import Op
 
 SOURCES = ("derive.py", "policy.py", "indicators.py", "ops.py")  # what a derivation is made by
+KEY_FILE_ENV = "SYMGRAD_KEY_FILE"  # where the per-user secret is, if not in the config directory
+MAGIC = b"symgrad derivation hmac-sha256 "  # + the MAC in hex + a newline, then the pickle
 
 _MEMO: dict = {}
 _LOCK = threading.Lock()
@@ -85,7 +97,8 @@ def derive(op: Op, display: bool = True) -> Derivation:
         d = _derive(op, display)
         _write(path, dataclasses.replace(d, op=None))  # the op is the caller's (its spec holds code)
     with _LOCK:
-        return _MEMO.setdefault(k, d)
+        d = _MEMO.setdefault(k, d)
+    return d if d.op is op else dataclasses.replace(d, op=op)  # derive's own cache: an equal op
 
 
 class _Unpickler(pickle.Unpickler):
@@ -115,16 +128,65 @@ def _reconstructor(cls, base, state):
     return copyreg._reconstructor(cls, base, state)
 
 
+def key_file() -> Path:
+    """$SYMGRAD_KEY_FILE, else $XDG_CONFIG_HOME/symgrad/key, else ~/.config/symgrad/key: outside
+    the cache, so that whoever can write the cache cannot also read the secret."""
+    if os.environ.get(KEY_FILE_ENV):
+        return Path(os.path.expanduser(os.environ[KEY_FILE_ENV]))
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "symgrad" / "key"
+
+
+def secret() -> bytes | None:
+    return _secret(str(key_file()))
+
+
+@functools.lru_cache(maxsize=None)
+def _secret(path: str) -> bytes | None:
+    """The per-user secret at path (created on first use: 32 random bytes in hex, written
+    atomically, mode 0600 in a directory made 0700), or None where it cannot be created or is not
+    this user's alone (owned by another user, readable or writable by others, a link)."""
+    from .cache import private, usable
+    from .files import read_bounded, write_atomic
+    for _ in range(2):
+        try:
+            data, st = read_bounded(Path(path), 1024)
+        except FileNotFoundError:
+            try:
+                write_atomic(Path(path), secrets.token_hex(32) + "\n", private=True)
+            except OSError:
+                return None
+            continue
+        except (OSError, ValueError):
+            return None
+        text = data.strip()
+        if (private(st) and not st.st_mode & 0o077 and usable(Path(path).parent)
+                and len(text) == 64 and all(c in b"0123456789abcdef" for c in text)):
+            return bytes.fromhex(text.decode())
+        return None
+    return None
+
+
+def _mac(secret_key: bytes, k: str, data: bytes) -> bytes:
+    """The MAC of an entry: its key (so a file copied to another op's name fails) and its bytes."""
+    return hmac.new(secret_key, k.encode() + b"\n" + data, hashlib.sha256).hexdigest().encode()
+
+
 def _read(path: Path, op: Op) -> Derivation | None:
-    from .cache import trusted
-    if not trusted(path):  # another user's file is never unpickled
+    from .cache import read_private
+    secret_key = secret()
+    if secret_key is None:  # nothing unauthenticated is unpickled
         return None
+    data = read_private(path)  # a regular file of this user's, not through a link, bounded
+    if data is None or not data.startswith(MAGIC):
+        return None
+    mac, _, body = data[len(MAGIC):].partition(b"\n")
+    if not hmac.compare_digest(mac, _mac(secret_key, path.stem, body)):
+        return None  # planted, copied from another key, damaged, or made under another secret
     try:
-        with open(path, "rb") as f:
-            d = _Unpickler(f).load()
-    except FileNotFoundError:
-        return None
-    except Exception:  # noqa: BLE001 - a damaged or foreign entry is derived again and replaced
+        d = _Unpickler(io.BytesIO(body)).load()
+    except Exception:  # noqa: BLE001 - a damaged entry is derived again and replaced
         return None
     if not isinstance(d, Derivation):
         return None
@@ -133,7 +195,11 @@ def _read(path: Path, op: Op) -> Derivation | None:
 
 def _write(path: Path, d: Derivation) -> None:
     from .files import write_atomic
+    secret_key = secret()
+    if secret_key is None:
+        return  # an entry that could not be authenticated would never be read
     try:
-        write_atomic(path, pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL))
+        body = pickle.dumps(d, protocol=pickle.HIGHEST_PROTOCOL)
+        write_atomic(path, MAGIC + _mac(secret_key, path.stem, body) + b"\n" + body, private=True)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         pass  # no cache (or a derivation that does not pickle): the derivation is still returned

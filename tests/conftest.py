@@ -14,14 +14,17 @@ from symgrad.policy import POLICIES
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
-    """Every test generates into one private cache, never the user's."""
-    old = os.environ.get("SYMGRAD_CACHE_DIR")
+    """Every test generates into one private cache, and keys derivations with a secret of its
+    own, never the user's."""
+    old = {v: os.environ.get(v) for v in ("SYMGRAD_CACHE_DIR", "SYMGRAD_KEY_FILE")}
     os.environ["SYMGRAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("symgrad-cache"))
+    os.environ["SYMGRAD_KEY_FILE"] = str(tmp_path_factory.mktemp("symgrad-config") / "key")
     yield
-    if old is None:
-        os.environ.pop("SYMGRAD_CACHE_DIR", None)
-    else:
-        os.environ["SYMGRAD_CACHE_DIR"] = old
+    for var, value in old.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
 
 
 # Elementwise ops with parameters: (op, params, input shapes)

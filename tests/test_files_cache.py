@@ -294,8 +294,7 @@ def _fresh_load(monkeypatch):
 
 
 def _entry(root: Path) -> Path:
-    (entry,) = cache.entries(root)
-    (module,) = entry.glob("*.py")
+    (module,) = root.glob("numpy/*/*.py")
     return module
 
 
@@ -444,29 +443,35 @@ def test_cache_info_and_clear(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "c"))
     rc, out, err = run_cli("cache", "info")
     assert rc == 0 and err == ""
-    assert out.splitlines() == [f"location: {tmp_path / 'c'}", "entries: 0", "size: 0 bytes (0.0 KiB)"]
+    assert out.splitlines() == [f"location: {tmp_path / 'c'}", "entries: 0 module entries, 0 derivations",
+                                "size: 0 bytes (0.0 KiB) in 0 files"]
     monkeypatch.setattr(api, "_LOADED", {})
     for slope in (0.125, 0.375):
         symgrad.load("leaky_relu", negative_slope=slope)
     files = [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
-    # two modules and their hashes (besides cached derivations, which clear removes too)
-    assert len([p for p in files if p.parent.name != "derivations"]) == 4
+    derived = [p for p in files if p.parent.name == "derivations"]
+    assert len(files) - len(derived) == 4  # two modules and their hashes
     size = sum(p.stat().st_size for p in files)
     rc, out, _ = run_cli("cache", "info")
-    assert out.splitlines() == [f"location: {tmp_path / 'c'}", "entries: 2",
-                                f"size: {size} bytes ({size / 1024:.1f} KiB)"]
-    # clear removes the entries and nothing else, even with the cache pointed at a shared place
+    assert out.splitlines() == [f"location: {tmp_path / 'c'}",
+                                f"entries: 2 module entries, {len(derived)} derivation{'s' * (len(derived) != 1)}",
+                                f"size: {size} bytes ({size / 1024:.1f} KiB) in {len(files)} files"]
+    # clear removes the entries and nothing else, even with the cache pointed at a shared place,
+    # and reports what it removed as info counted it
     (tmp_path / "c" / "notes.txt").write_text("mine\n", encoding="utf-8")
     (tmp_path / "c" / "numpy" / "not-an-entry").mkdir()
     rc, out, _ = run_cli("cache", "clear")
-    assert rc == 0 and out.strip() == f"removed 2 entries from {tmp_path / 'c'}"
+    assert rc == 0 and out.strip() == (
+        f"removed 2 module entries, {len(derived)} derivation{'s' * (len(derived) != 1)} "
+        f"({len(files)} files, {size} bytes) from {tmp_path / 'c'}")
     assert sorted(p.relative_to(tmp_path / "c").as_posix() for p in (tmp_path / "c").rglob("*")) == \
         ["notes.txt", "numpy", "numpy/not-an-entry"]
-    assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 0"
+    assert run_cli("cache", "info")[1].splitlines()[1:] == ["entries: 0 module entries, 0 derivations",
+                                                           "size: 0 bytes (0.0 KiB) in 0 files"]
     # and a load after clear regenerates
     monkeypatch.setattr(api, "_LOADED", {})
     assert symgrad.load("leaky_relu", negative_slope=0.125).forward(np.array([-8.0]))[0] == -1.0
-    assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 1"
+    assert run_cli("cache", "info")[1].splitlines()[1].startswith("entries: 1 module entry, ")
 
 
 def test_cache_clear_removes_cuda_entries(tmp_path, monkeypatch):
@@ -476,7 +481,7 @@ def test_cache_clear_removes_cuda_entries(tmp_path, monkeypatch):
     names = sorted(p.name for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert any(n.endswith(".cu") for n in names) and any(n.endswith(".py") for n in names)
     rc, out, _ = run_cli("cache", "clear")
-    assert rc == 0 and out.strip() == f"removed 1 entries from {tmp_path / 'c'}"
+    assert rc == 0 and out.startswith(f"removed 1 module entry, ") and f"({len(names)} files, " in out
     assert [p for p in (tmp_path / "c").rglob("*") if p.is_file()] == []
 
 
@@ -487,7 +492,8 @@ def test_cache_clear_keeps_foreign_files_inside_an_entry(tmp_path, monkeypatch):
     module = _entry(tmp_path)
     (module.parent / "keep.txt").write_text("mine\n", encoding="utf-8")
     rc, out, _ = run_cli("cache", "clear")
-    assert rc == 0 and out.startswith("removed 0 entries")
+    assert rc == 0 and out.startswith("removed 0 module entries, ")
+    assert out.rstrip().endswith("; kept 1 module entry holding files that are not symgrad's")
     assert [p.name for p in module.parent.iterdir()] == ["keep.txt"]
 
 
@@ -530,7 +536,7 @@ def test_cache_entries_are_kept_apart_by_the_generator_code(tmp_path, monkeypatc
     symgrad.load("leaky_relu", negative_slope=0.875)
     folders = [p.name for p in (tmp_path / "c" / "numpy").iterdir()]
     assert len(folders) == 1 and folders[0].endswith("-" + common.generator_hash())
-    assert run_cli("cache", "info")[1].splitlines()[1] == "entries: 1"
+    assert run_cli("cache", "info")[1].splitlines()[1].startswith("entries: 1 module entry, ")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
