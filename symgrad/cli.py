@@ -6,8 +6,10 @@ Every error is one line on stderr and exit status 2; a stale --check exits 1 wit
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from . import __version__, api, backends, catalog, derivations, naming
@@ -32,6 +34,25 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints usage + message)
         raise UsageError(message)
+
+
+def _closest(word: str, candidates) -> str | None:
+    """The candidate closest to word (case, dashes and underscores aside), or None."""
+    def norm(w: str) -> str:
+        return w.lstrip("-").lower().replace("_", "-")
+    by_norm = {norm(c): c for c in candidates}
+    if norm(word) in by_norm:
+        return by_norm[norm(word)]
+    close = difflib.get_close_matches(norm(word), list(by_norm), n=1, cutoff=0.6)
+    return by_norm[close[0]] if close else None
+
+
+def _unrecognized(argv: list[str], flags) -> UsageError:
+    """The error for arguments nobody took, with the known flag closest to the first unknown one."""
+    first = next((a.split("=", 1)[0] for a in argv if a.startswith("-")), None)
+    close = _closest(first, flags) if first else None
+    return UsageError(f"unrecognized arguments: {' '.join(argv)}"
+                      + (f"; did you mean {close}?" if close and close != first else ""))
 
 
 def _number(s: str):
@@ -78,14 +99,19 @@ def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
         parser.add_argument(flag, dest=p.name, type=_number, help=p.help)
 
 
-def _op_params(op: str, argv: list[str]) -> dict:
-    """Parse an op's own parameters (spelled as in PyTorch, with dashes)."""
+def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
+    """Parse an op's own parameters (spelled as in PyTorch, with dashes); flags: the command's
+    own flags, for the suggestion when an argument is not recognized."""
     if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; expected one of: {', '.join(OPS)}")
+        close = _closest(op, OPS)
+        hint = f"; did you mean {close!r}?" if close else ""
+        raise ValueError(f"unknown op {op!r}{hint} (expected one of: {', '.join(OPS)})")
     parser = _Parser(prog=f"symgrad ... {op}", add_help=False)
     for p in OPS[op].params:
         _add_param(parser, p)
-    ns = parser.parse_args(argv)
+    ns, rest = parser.parse_known_args(argv)
+    if rest:
+        raise _unrecognized(rest, [naming.cli_flag(p.name) for p in OPS[op].params] + flags)
     params = {}
     for p in OPS[op].params:
         v = getattr(ns, p.name)
@@ -128,10 +154,10 @@ def _add_expr(p: argparse.ArgumentParser) -> None:
 
 def _expr_op(ns, argv):
     """The Op of --expr (and the refusals of flags that do not apply to it)."""
+    if argv:  # first: the value of an unknown flag may have been taken for the op
+        raise _unrecognized(argv, ns.flags)
     if ns.op:
         raise ValueError(f"give an op or --expr, not both (got op {ns.op!r})")
-    if argv:
-        raise UsageError(f"unrecognized arguments: {' '.join(argv)}")
     if ns.order is not None:
         raise ValueError("--order applies to catalog ops; an expression keeps its argument order")
     from .expr import make_op
@@ -147,7 +173,7 @@ def _no_expr_flags(ns) -> None:
 
 def _resolve(ns, argv):
     return resolve(ns.op, ns.ties, convention=ns.convention, nan=ns.nan, order=ns.order,
-                   **_op_params(ns.op, argv))
+                   **_op_params(ns.op, argv, ns.flags))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -187,23 +213,43 @@ def _parser() -> argparse.ArgumentParser:
 
 # ----------------------------------------------------------------------------- commands
 
+NBSP = "\u00a0"  # joins words that a wrapped line keeps together (a flag and its value)
+
+
+def _fill(text: str, lead: str, indent: str) -> str:
+    return textwrap.fill(text, WIDTH, initial_indent=lead, subsequent_indent=indent,
+                         break_on_hyphens=False, break_long_words=False).replace(NBSP, " ")
+
+
+def _columns(rows: list[tuple[str, list[str]]], out, indent: str = "  ") -> None:
+    """rows of (name, paragraphs): the paragraphs start in one column, after the longest name, each
+    on its own line, wrapped to WIDTH under themselves."""
+    width = max(len(name) for name, _ in rows)
+    for name, paragraphs in rows:
+        lead = f"{indent}{name:<{width}}  "
+        for i, text in enumerate(paragraphs):
+            print(_fill(text, lead if i == 0 else " " * len(lead), " " * len(lead)), file=out)
+
+
 def cmd_list(out) -> int:
     print("ops:", file=out)
+    rows = []
     for name, spec in OPS.items():
-        ps = " ".join(f"{naming.cli_flag(p.name)}" + ("" if p.kind == "bool" else f" {p.name.upper()}")
-                      + (" (required)" if p.required else "") for p in spec.params)
-        print(f"  {name:<11} {spec.summary}" + (f"\n  {'':<11} {ps}" if ps else ""), file=out)
+        flags = [naming.cli_flag(p.name) + ("" if p.kind == "bool" else f"{NBSP}{p.name.upper()}")
+                 + (f"{NBSP}(required)" if p.required else "") for p in spec.params]
+        rows.append((name, [spec.summary] + ([" ".join(flags)] if flags else [])))
+    _columns(rows, out)
     print(f"tie policies (--ties; default {_policy.DEFAULT_POLICY}):", file=out)
-    for info in _policy.TIES.values():
-        print(f"  {info.name:<6} {info.rule}", file=out)
+    _columns([(info.name, [info.rule]) for info in _policy.TIES.values()], out)
     print(f"NaN rules (--nan; default {_policy.DEFAULT_NAN}):", file=out)
-    for r in _policy.NAN_RULES.values():
-        print(f"  {r.name:<8} (with {'/'.join(r.policies)}) {r.rule}", file=out)
+    _columns([(r.name, [f"(with {'/'.join(r.policies)}) {r.rule}"]) for r in _policy.NAN_RULES.values()],
+             out)
     print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
           file=out)
     from .expr import CONSTANTS, KNOWN
-    print(f"expressions (derive/generate --expr EXPR [--inputs ...] [--wrt ...] --name NAME): "
-          f"numbers, inputs, + - * / **, {', '.join(CONSTANTS)} and {', '.join(KNOWN)}", file=out)
+    print("expressions (derive/generate --expr EXPR [--inputs ...] [--wrt ...] --name NAME):", file=out)
+    print(_fill(f"numbers, inputs, {NBSP.join('+-*/')}{NBSP}**, {', '.join(CONSTANTS)} and "
+                f"{', '.join(KNOWN)}", "  ", "  "), file=out)
     return 0
 
 
@@ -291,6 +337,8 @@ def _steps_and_checks(d, full: bool) -> list[str]:
     """A derivation's steps and checks, as `symgrad derive` prints them."""
     lines = []
     for step in d.steps:
+        if not step.items:  # a smooth expression has no max/min: no W-form, no delta terms
+            continue
         lines += ["", f"== {step.title} ==", f"  ({step.note})"] + _show(list(step.items), full)
     return lines + ["", "== checks =="] + [f"  {c}" for c in d.checks]
 
@@ -371,10 +419,10 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         _no_expr_flags(ns)
         if not ns.op:
             raise ValueError("generate needs an op (or --expr, or --catalog)")
+    if ns.expr is None:
+        op = _resolve(ns, argv)  # first: an unknown flag may be a misspelt --out
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
-    if ns.expr is None:
-        op = _resolve(ns, argv)
     chosen = backends.NAMES if ns.backend == "all" else (ns.backend,)
     with derivations.announcing(_progress()):
         files = {name: source for b in chosen for name, source in render(op, b).items()}
@@ -462,7 +510,7 @@ def _generate_catalog(out_dir: Path, check: bool, force: bool, out) -> int:
     for rel in files:
         p = out_dir / rel
         if p.exists() and not force and not _files.has_provenance(p):
-            raise ValueError(f"refusing to overwrite {p}: it was not generated by symgrad "
+            raise ValueError(f"refusing to overwrite {_files.shown(p)}: it was not generated by symgrad "
                              f"(no provenance header); pass --force to replace it")
     changed = sum(_files.write_file(out_dir / rel, src, force=force) for rel, src in files.items())
     for p in stale:
@@ -471,25 +519,32 @@ def _generate_catalog(out_dir: Path, check: bool, force: bool, out) -> int:
     return 0
 
 
+def _run(argv: list[str]) -> int:
+    parser = _parser()
+    ns, rest = parser.parse_known_args(argv)
+    # the command's own flags, for a suggestion when an argument is not recognized
+    ns.flags = [f for a in parser._subparsers._group_actions[0].choices[ns.command]._actions
+                for f in a.option_strings if f.startswith("--")]
+    if ns.command in ("list", "conventions", "cache") and rest:
+        raise _unrecognized(rest, ns.flags)
+    if ns.command == "list":
+        return cmd_list(sys.stdout)
+    if ns.command == "conventions":
+        return cmd_conventions(ns, sys.stdout)
+    if ns.command == "derive":
+        return cmd_derive(ns, rest, sys.stdout)
+    if ns.command == "cache":
+        return cmd_cache(ns.action, sys.stdout)
+    return cmd_generate(ns, rest, sys.stdout)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        ns, rest = _parser().parse_known_args(argv)
-        if ns.command == "list":
-            if rest:
-                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
-            return cmd_list(sys.stdout)
-        if ns.command == "conventions":
-            if rest:
-                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
-            return cmd_conventions(ns, sys.stdout)
-        if ns.command == "derive":
-            return cmd_derive(ns, rest, sys.stdout)
-        if ns.command == "cache":
-            if rest:
-                raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
-            return cmd_cache(ns.action, sys.stdout)
-        return cmd_generate(ns, rest, sys.stdout)
+        try:
+            return _run(argv)
+        finally:  # here (--help too), so that a closed pipe is caught below, not at the exit
+            sys.stdout.flush()
     except (UsageError, ValueError, TypeError) as exc:
         print(f"symgrad: error: {exc}", file=sys.stderr)
         return 2

@@ -431,7 +431,8 @@ def _differentiate_all(node: Node, variables: list, display: bool = True) -> str
     if n <= ALL_VARIABLES_UP_TO:
         for v in variables:
             _differentiate(node, v, show=display)
-        return f"delta terms eliminated and cancelled for all {n} variables"
+        return (f"delta terms eliminated and cancelled for {variables[0]}, the only variable" if n == 1 else
+                f"delta terms eliminated and cancelled for all {n} variables")
     reps = sorted({0, n // 2, n - 1})
     for k, v in enumerate(variables):
         if k in reps:

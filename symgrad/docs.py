@@ -75,6 +75,12 @@ class C:
     text: str
 
 
+@dataclass(frozen=True)
+class Regenerate(C):
+    """Inline code: the command that writes the page, whose --format each writer appends (a
+    Markdown page says markdown, a LaTeX document latex)."""
+
+
 @dataclass
 class Display:
     """A display formula: lhs = line_0, continued by line_1, ... (an aligned block)."""
@@ -216,26 +222,84 @@ def module_for(op: Op):
     return _MODULES[key]
 
 
-PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "_sum_to_shape", "_batched_output_shape"}
+PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "_sum_to_shape",
+            "_batched_output_shape", "_rows", "_mesh", "_block", "_described", "_memory"}
 
 
-def backward_source(source: str) -> str:
-    """The `backward` function of a generated module as emitted, preceded by the module's own
-    functions that it calls to compute the gradient (argument checks and layout plumbing left out),
-    in the order of the module."""
+def backward_source(source: str, never: frozenset = frozenset()) -> str:
+    """The `backward` function of a generated module as emitted, with the module's own functions
+    that it calls to compute the gradient, directly or through one another (argument checks,
+    layout plumbing and the functions in `never` left out), in the order of the module."""
     import ast
     tree = ast.parse(source)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    called = {c.func.id for c in ast.walk(defs["backward"])
-              if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
-    wanted = [n for n in tree.body if isinstance(n, ast.FunctionDef)
-              and (n.name == "backward" or (n.name in called and n.name not in PLUMBING))]
+    wanted, todo = {"backward"}, ["backward"]
+    while todo:
+        for c in ast.walk(defs[todo.pop()]):
+            if (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in defs
+                    and c.func.id not in wanted | PLUMBING | never):
+                wanted.add(c.func.id)
+                todo.append(c.func.id)
     lines = source.splitlines()
     parts = []
-    for n in wanted:
-        start = min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1
-        parts.append("\n".join(lines[start:n.end_lineno]).rstrip())
+    for n in tree.body:
+        if isinstance(n, ast.FunctionDef) and n.name in wanted:
+            start = min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1
+            parts.append("\n".join(lines[start:n.end_lineno]).rstrip())
     return "\n\n\n".join(parts) + "\n"
+
+
+def _path_branches(source: str) -> dict:
+    """{path name: the functions its branch of backward calls} for a module whose backward picks
+    a path (`if path == "write": ... elif ...: ... else: ...`); the else branch is under None."""
+    import ast
+    tree = ast.parse(source)
+    backward = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "backward")
+    chain = next((n for n in ast.walk(backward) if isinstance(n, ast.If)), None)
+    branches = {}
+
+    def called(body) -> set:
+        return {c.func.id for b in body for c in ast.walk(b)
+                if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    while chain is not None:
+        t = chain.test
+        if not (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "path"
+                and isinstance(t.comparators[0], ast.Constant)):
+            return {}
+        branches[t.comparators[0].value] = called(chain.body)
+        if len(chain.orelse) == 1 and isinstance(chain.orelse[0], ast.If):
+            chain = chain.orelse[0]
+        else:
+            branches[None] = called(chain.orelse)
+            chain = None
+    return branches
+
+
+def _paths_never_taken(mod, source: str, ex) -> tuple[frozenset, list]:
+    """(the functions of the backward paths that these parameters never take, a sentence saying
+    so): the module's own `_path` decides, for a gradient of any size, from the plan of the worked
+    example's input and of a larger one (whether windows overlap follows from the parameters)."""
+    branches = _path_branches(source) if hasattr(mod, "_path") else {}
+    if not branches:
+        return frozenset(), []
+    shape = tuple(ex.inputs[0].shape)
+    larger = shape[:2] + tuple(4 * n for n in shape[2:])
+    disjoint = {mod._plan(s).disjoint for s in (shape, larger)}
+    taken = {mod._path(types.SimpleNamespace(disjoint=d), b) for d in disjoint for b in (0, 1 << 62)}
+    named = set(branches) - {None}
+    taken_branches = {p if p in named else None for p in taken}
+    keep = set().union(*(branches[p] for p in taken_branches))
+    never = frozenset(set().union(*(branches[p] for p in branches if p not in taken_branches)) - keep)
+    if not never:
+        return never, []
+    parts = ["For these parameters ", C("_path"), " always picks " if len(taken) == 1 else " picks "]
+    for i, p in enumerate(sorted(taken)):
+        parts += ([" or "] if i else []) + [C(p)]
+    parts.append(", so " if len(taken) == 1 else " depending on the input; ")
+    parts.append("the functions of the paths it never picks (")
+    for i, f in enumerate(sorted(never)):
+        parts += ([", "] if i else []) + [C(f)]
+    return never, parts + [") are not shown."]
 
 
 # ------------------------------------------------------------------------------ worked example
@@ -706,7 +770,9 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
                 shown += 1
     if shown < total:
-        s.blocks.append(Para([f"The other {total - shown} variables have the same form (relabelled)."]))
+        other = total - shown
+        s.blocks.append(Para([f"The other {other} variables have the same form (relabelled)." if other > 1
+                              else "The other variable has the same form (relabelled)."]))
     out.append(s)
 
     # 4. delta elimination
@@ -733,9 +799,13 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
                               M(latex(delta)), ", restricted to ", M(f"{latex(var)} = {latex(value)}"),
                               ":"]))
         s.blocks.append(Display(r"f", _lines(coeff)))
-        s.blocks.append(Display(r"\left. f \right|_{%s = %s}" % (latex(var), latex(value)),
-                                _lines(restricted) + [f"= {latex(sifted)}"] if len(_lines(restricted)) > 1
-                                else [latex(restricted) + f" = {latex(sifted)}"]))
+        lhs = r"\left. f \right|_{%s = %s}" % (latex(var), latex(value))
+        if latex(restricted) == latex(sifted):  # already its value: no `= 0 = 0`
+            s.blocks.append(Display(lhs, [latex(sifted)]))
+        elif len(_lines(restricted)) > 1:
+            s.blocks.append(Display(lhs, _lines(restricted) + [f"= {latex(sifted)}"]))
+        else:
+            s.blocks.append(Display(lhs, [latex(restricted) + f" = {latex(sifted)}"]))
     rest = len(nonzero) - min(len(nonzero), MAX_GROUPS)
     zero = len(groups) - len(nonzero)
     more = []
@@ -1128,9 +1198,10 @@ def svg(op: Op, ex: Example, d: Derivation) -> str | None:
 
 # ------------------------------------------------------------------------------ pages
 
-def _regen(op: Op, fmt: str) -> str:
+def _regen(op: Op, fmt: str | None) -> str:
+    """The derive command of op; with fmt None, it ends in --format and the writer adds which."""
     args = cli_arguments(op)
-    return f"symgrad derive {op.name}{' ' + args if args else ''} --format {fmt}"
+    return f"symgrad derive {op.name}{' ' + args if args else ''} --format" + (f" {fmt}" if fmt else "")
 
 
 @dataclass
@@ -1158,14 +1229,23 @@ def page(op: Op) -> Page:
     code.blocks.append(Para(["From ", C(f"generated/numpy/{name}" if _in_catalog(op) else name),
                              " (", C(f"symgrad generate {op.name} {cli_arguments(op)} --out DIR".replace("  ", " ")),
                              "), as emitted:"]))
-    code.blocks.append(Code("python", backward_source(source)))
+    never, note = _paths_never_taken(mod, source, ex)
+    if getattr(mod, "PADDING_TAKES_PART", True) is False:
+        never |= {"_inside"}  # it drops a padding winner's gradient: only where padding takes part
+    if note:
+        code.blocks.insert(0, Para(note))
+    code.blocks.append(Code("python", backward_source(source, never)))
     sections.append(code)
-    intro = [Bullets([[line] for line in settings_lines(op)]),
-             Para(["Every formula below is printed from symgrad's derivation object and every "
-                   "number is computed by running the generated module, so the page and the "
-                   "kernel cannot drift. Regenerate: ", C(_regen(op, "markdown")), "."])]
     title = f"{_op_label(op)}: the backward under tie policy {op.ties}"
-    return Page(title, intro, sections, picture, stem)
+    return Page(title, intro(op), sections, picture, stem)
+
+
+def intro(op: Op) -> list:
+    """A page's opening: the settings in force and the command that regenerates it."""
+    return [Bullets([[line] for line in settings_lines(op)]),
+            Para(["Every formula below is printed from symgrad's derivation object and every "
+                  "number is computed by running the generated module, so the page and the "
+                  "kernel cannot drift. Regenerate: ", Regenerate(_regen(op, None)), "."])]
 
 
 def _in_catalog(op: Op) -> bool:
@@ -1191,6 +1271,8 @@ def _md_inline(parts: list, table: bool = False) -> str:
     for p in parts:
         if isinstance(p, M):
             out.append(f"${p.tex}$")
+        elif isinstance(p, Regenerate):
+            out.append(f"`{p.text} markdown`")
         elif isinstance(p, C):
             out.append(f"`{p.text}`")
         else:
@@ -1244,6 +1326,8 @@ def _tex_inline(parts: list) -> str:
     for p in parts:
         if isinstance(p, M):
             out.append(f"${p.tex}$")
+        elif isinstance(p, Regenerate):
+            out.append(r"\texttt{%s}" % _tex_escape(p.text + " latex"))
         elif isinstance(p, C):
             out.append(r"\texttt{%s}" % _tex_escape(p.text))
         else:

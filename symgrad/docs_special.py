@@ -11,11 +11,11 @@ import numpy as np
 from . import policy as _policy
 from .derive import derive
 from .docs import (C, Bullets, Code, Display, M, Page, Para, Section, Table, _array_text,
-                   _conventions_section, _in_catalog, _num_tex, _op_label, _regen, backward_source,
+                   _conventions_section, _in_catalog, _num_tex, _op_label, backward_source, intro,
                    module_for)
 from .ops import Op, resolve
 from .printers import latex
-from .backends.common import cli_arguments, settings_lines
+from .backends.common import cli_arguments
 
 LSE_TEMPERATURES = (1.0, 0.1, 0.01)  # the t -> 0+ table of the logsumexp page
 
@@ -240,12 +240,8 @@ def _lse_page(op: Op) -> Page:
 
 
 def _page(op: Op, secs: list, title: str) -> Page:
-    intro = [Bullets([[line] for line in settings_lines(op)]),
-             Para(["Every formula below is printed from symgrad's derivation object and every "
-                   "number is computed by running the generated module, so the page and the "
-                   "kernel cannot drift. Regenerate: ", C(_regen(op, "markdown")), "."])]
     _, _, name = module_for(op)
-    return Page(title, intro, secs, None, name[:-3])
+    return Page(title, intro(op), secs, None, name[:-3])
 
 
 def special_page(op: Op) -> Page:

@@ -132,6 +132,8 @@ FUNCTIONS = {
     "atan": (1, 1, sp.atan),
     "sigmoid": (1, 1, _sigmoid),
 }
+# Python's spelling of Max and Min, as abs is of Abs: `--expr "max(x, y)"` is Max(x, y)
+FUNCTIONS.update(max=FUNCTIONS["Max"], min=FUNCTIONS["Min"])
 SPECIAL = ("Piecewise",)  # parsed by hand: (value, condition) pairs
 CONSTANTS = {"pi": sp.pi, "E": sp.E}
 KNOWN = tuple(FUNCTIONS) + SPECIAL

@@ -16,6 +16,7 @@ import importlib.util
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from fractions import Fraction
 from pathlib import Path
@@ -292,3 +293,74 @@ def test_cli_prints_pages_and_keeps_text_the_default(tmp_path):
     assert r["text"].stdout == r["text-explicit"].stdout
     assert r["text"].stdout.startswith("op: relu") and "== delta elimination ==" in r["text"].stdout
     assert "--format" in assert_one_line_error(r["bad"])
+
+
+# ----------------------------------------------------------------------------- the backward shown
+
+def _shown_functions(md: str) -> set:
+    """The functions the page's 'generated NumPy backward' section prints."""
+    section = md.split("The generated NumPy backward", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    return set(re.findall(r"^def (\w+)", code, flags=re.M))
+
+
+def _functions_run(mod, calls) -> set:
+    """The module's functions that run inside backward for each (args of forward, grad_output
+    maker), not counting the argument checks and layout plumbing (and what they call)."""
+    from symgrad.docs import PLUMBING
+    ran, stack = set(), []
+
+    def profile(frame, event, arg):
+        if frame.f_globals is not mod.__dict__ or frame.f_code.co_name.startswith("<"):
+            return
+        if event == "call":
+            stack.append(frame.f_code.co_name)
+            if "backward" in stack:
+                inside = stack[stack.index("backward"):]
+                if not PLUMBING & set(inside):
+                    ran.add(frame.f_code.co_name)
+        elif event == "return" and stack:
+            stack.pop()
+    for args in calls:
+        y, saved = mod.forward(*args)
+        sys.setprofile(profile)
+        try:
+            mod.backward(np.ones_like(y), saved)
+        finally:
+            sys.setprofile(None)
+    return ran
+
+
+SINGLE_INPUT = [(o, s) for o, s in zip(ENTRIES, STEMS) if tuple(o.spec.inputs) == ("x",)]
+
+
+@pytest.mark.parametrize("op,stem", SINGLE_INPUT, ids=[s for _, s in SINGLE_INPUT])
+def test_the_backward_shown_is_the_backward_that_runs(op, stem):
+    """Every function of the module that backward runs through to compute the gradient is on the
+    page (relu's _gradients too), and no function that it never runs for these parameters (a
+    path of other window sizes): on the worked example and a copy large enough for the
+    size-picked paths (over 1 MiB of gradient)."""
+    x = example(page(stem))["x"]
+    big = np.concatenate([x] * (2 + (1 << 18) // x.size), axis=0)
+    calls = [(x,), (big,)]
+    mod = load_module(stem)
+    assert _functions_run(mod, calls) == _shown_functions(page(stem)), stem
+
+
+def test_pages_say_one_variable_not_1_variables():
+    """No '1 variables' and no 'f|_{x = 0} = 0 = 0' on any page."""
+    for stem in STEMS:
+        md = page(stem)
+        assert not re.search(r"\b1 variables\b", md), stem
+        assert not re.search(r"= (\S+) = \1\s*$", md, flags=re.M), stem
+
+
+@pytest.mark.parametrize("fmt,other", [("latex", "markdown"), ("markdown", "latex")])
+def test_a_page_says_how_to_regenerate_it_in_its_own_format(fmt, other):
+    """`symgrad derive clamp --min 0 --max 6 --format latex` writes a .tex whose Regenerate line
+    says --format latex (it said markdown)."""
+    from symgrad import docs
+    from symgrad.ops import resolve
+    text = docs.render(resolve("clamp", min=0, max=6), fmt)
+    line = next(ln for ln in text.splitlines() if "Regenerate" in ln)
+    assert "--format " + fmt in line and "--format " + other not in line, line

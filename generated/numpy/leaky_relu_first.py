@@ -199,7 +199,7 @@ def _saved_inputs(saved: Saved) -> tuple:
 
 def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+    with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         grad_x = _select(np.isnan(x) | (x >= 0), grad_output) + _select(x < 0, 0.01*grad_output)
     return (grad_x,)
 
@@ -219,7 +219,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
-    returned = inputs
+    returned = inputs  # the gradient of every input is returned
     grads = _chunked(grad_output, inputs, returned, saved.dtype)
     return grads
 

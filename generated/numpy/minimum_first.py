@@ -219,7 +219,7 @@ def _saved_inputs(saved: Saved) -> tuple:
 
 def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+    with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         isnan0 = np.isnan(a)
         grad_a = _select(isnan0 | (a <= b), grad_output)
         grad_b = _select((b < a) | (np.isnan(b) & ~isnan0), grad_output)
@@ -241,7 +241,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
-    returned = inputs
+    returned = inputs  # the gradient of every input is returned
     if any(x.shape != saved.output_shape for x in inputs):
         grads = _gradients(grad_output, *inputs, saved.dtype)
         grads = tuple(np.array(_sum_to_shape(np.broadcast_to(grad, saved.output_shape), x.shape),
