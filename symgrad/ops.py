@@ -58,6 +58,9 @@ class Param:
     minimum: int | None = None
     required: bool = False
     none_entries: bool = False  # "ints": a tuple may hold None entries (adaptive output_size)
+    # "ints": a tuple may also hold this many leading entries, dropped (unpooling's output_size may
+    # be the whole (N, C, *spatial) shape, as PyTorch's _unpool_output_size takes it)
+    leading: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,10 +143,14 @@ def _norm_ints(op: str, p: Param, v, dims: int) -> tuple[int, ...]:
     want = f"an int >= {p.minimum} or a tuple of {dims} such ints"
     if p.none_entries:
         want += " (an entry may be None: the input's size)"
+    if p.leading:
+        want += f" (or {dims + p.leading} ints, whose first {p.leading} are dropped)"
     given = v
     if _is_int(v):
         v = (int(v),) * dims
     elif isinstance(v, (tuple, list)) and all(_is_int(e) for e in v):
+        if p.leading and len(v) == dims + p.leading:
+            v = tuple(v)[p.leading:]
         if len(v) == 1:
             v = tuple(v) * dims
         if len(v) != dims:
@@ -476,7 +483,7 @@ def _unpool_params(d: int) -> tuple[Param, ...]:
         Param("stride", "ints", None, "the pooling step (int or tuple; default kernel_size)", 1),
         Param("padding", "ints", (0,) * d, "the pooling padding (int or tuple)", 0),
         Param("output_size", "ints", None, "spatial output size (default: (in - 1) * stride - "
-              "2 * padding + kernel_size)", 1),
+              "2 * padding + kernel_size); the whole (N, C, *spatial) shape also does", 1, leading=2),
     )
 
 

@@ -183,6 +183,12 @@ def test_output_size_as_pytorch():
     y_t, gx_t = _torch_unpool(2, {"kernel_size": 2}, p.numpy(), idx.numpy(), g, output_size=[5, 5])
     assert y.shape == (1, 2, 5, 5) and np.array_equal(y, y_t)
     assert np.array_equal(m.backward(g, saved)[0], gx_t)
+    # the whole output shape, (N, C) in front, as PyTorch also takes it
+    m4 = symgrad.load("max_unpool2d", kernel_size=2, output_size=(1, 2, 5, 5))
+    y4_t, _ = _torch_unpool(2, {"kernel_size": 2}, p.numpy(), idx.numpy(), g, output_size=[1, 2, 5, 5])
+    assert np.array_equal(m4.forward(p.numpy(), idx.numpy())[0], y4_t)
+    with pytest.raises(ValueError, match="output_size"):
+        symgrad.load("max_unpool2d", kernel_size=2, output_size=(2, 5, 5))  # PyTorch: 2 or 4 entries
     with pytest.raises(ValueError, match="output_size"):
         symgrad.load("max_unpool2d", kernel_size=2, output_size=(6, 6)).forward(p.numpy(), idx.numpy())
     with pytest.raises(ValueError, match="between 2 and 6"):
