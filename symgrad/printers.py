@@ -25,6 +25,9 @@ class TextPrinter(StrPrinter):
     def _print_Count(self, expr):
         return "#{" + ", ".join(self._print(a) for a in expr.args) + "}"
 
+    def _print_Equality(self, expr):
+        return f"({self._print(expr.lhs)} == {self._print(expr.rhs)})"
+
     def _print_Quotient(self, expr):
         return f"({self._print(expr.args[0])}) / ({self._print(expr.args[1])})"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,18 @@ def test_readme_conventions_table_is_fresh():
     from symgrad import table
     text = (ROOT / "README.md").read_text()
     assert table.update(text, table.markdown()) == text, "run `symgrad conventions --update README.md`"
+
+
+def test_docstrings_state_the_nan_guarded_conditions_the_code_computes():
+    """Issue 15: a module's docstring said [x > 0] where the code computes isnan(x) | (x > 0).
+    Every NaN test that an elementwise module's gradients make is in its docstring's 'As
+    computed' lines, and every window module states its scan's or mask's condition."""
+    import ast
+    for path in sorted((ROOT / "generated" / "numpy").glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        doc = ast.get_docstring(ast.parse(source))
+        grads = "\n".join(line for line in source.splitlines() if re.match(r"\s+grad_\w+ = ", line))
+        for name in set(re.findall(r"np\.isnan\((\w+)\)", grads)):
+            assert f"isnan({name})" in doc, path.name
+        if "take = " in source or "hit = " in source:
+            assert "As computed" in doc, path.name

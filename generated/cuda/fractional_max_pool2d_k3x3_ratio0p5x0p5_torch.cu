@@ -22,6 +22,8 @@
 //
 // Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]
 // (overlapping windows accumulate).
+// As computed, a scan in window order: a later element v takes over from the running winner
+//     best where isnan(v) | (v > best) (the NaN rule's comparison).
 // random_samples receive no gradient (None): the windows are integers.
 //
 // Tie policy 'first': a tie goes wholly to the tied element that comes first.

@@ -20,6 +20,9 @@
 // Gradient (after the DiracDelta terms cancel):
 // dy/dx = [x >= -1.0]*[u0 <= 1.0]
 //
+// As computed, each comparison under the NaN rule (#{...}: how many hold):
+// grad_x = (grad_output if (isnan(u0) | (u0 <= 1.0)) & (isnan(x) | (x >= -1.0)) else 0)
+//
 // Tie policy 'first': a tie goes wholly to the tied element that comes first.
 // NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
 //     goes to the NaN element(s) by the tie policy.

@@ -20,6 +20,10 @@
 // dy/da = [a >= b]/([a >= b] + [b >= a])
 // dy/db = [b >= a]/([a >= b] + [b >= a])
 //
+// As computed, each comparison under the NaN rule (#{...}: how many hold):
+// grad_a = ((grad_output) / (#{a >= b, b >= a}) if a >= b else 0)
+// grad_b = ((grad_output) / (#{a >= b, b >= a}) if b >= a else 0)
+//
 // Tie policy 'split': a k-way tie gives each tied element 1/k.
 // NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradient (0 to
 //     every element).

@@ -19,6 +19,10 @@
 // dy/da = [a <= b]
 // dy/db = [b < a]
 //
+// As computed, each comparison under the NaN rule (#{...}: how many hold):
+// grad_a = (grad_output if isnan(a) | (a <= b) else 0)
+// grad_b = (grad_output if (b < a) | (isnan(b) & ~isnan(a)) else 0)
+//
 // Tie policy 'first': a tie goes wholly to the tied element that comes first.
 // NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
 //     goes to the NaN element(s) by the tie policy.

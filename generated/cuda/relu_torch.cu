@@ -19,6 +19,9 @@
 // Gradient (after the DiracDelta terms cancel):
 // dy/dx = [x > 0]
 //
+// As computed, each comparison under the NaN rule (#{...}: how many hold):
+// grad_x = (grad_output if not(x <= 0) else 0)
+//
 // Tie policy 'last': a tie goes wholly to the tied element that comes last.
 // NaN rule 'keep': comparisons with NaN are false and a later element takes over only on a
 //     true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient.

@@ -17,6 +17,10 @@ y = (-x*[-x >= x] + x*[x >= -x])/([-x >= x] + [x >= -x])
 Gradient (after the DiracDelta terms cancel):
 dy/dx = (-[-x >= x] + [x >= -x])/([-x >= x] + [x >= -x])
 
+As computed, each comparison under the NaN rule (#{...}: how many hold):
+grad_x = ((grad_output if isnan(x) | (x >= 0) else 0) + (-grad_output if isnan(x) | (x <= 0)
+        else 0)) / (#{isnan(x) | (x >= 0), isnan(x) | (x <= 0)})
+
 Tie policy 'split': a k-way tie gives each tied element 1/k.
 NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
     goes to the NaN element(s) by the tie policy.

@@ -17,6 +17,9 @@ y = x*[x >= 0.01*x] + 0.01*x*[0.01*x > x]
 Gradient (after the DiracDelta terms cancel):
 dy/dx = [x >= 0.01*x] + 0.01*[0.01*x > x]
 
+As computed, each comparison under the NaN rule (#{...}: how many hold):
+grad_x = (grad_output if isnan(x) | (x >= 0) else 0) + (0.01*grad_output if x < 0 else 0)
+
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
 NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
     goes to the NaN element(s) by the tie policy.

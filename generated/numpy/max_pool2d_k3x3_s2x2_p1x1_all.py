@@ -14,6 +14,8 @@ y = sum_k w_k * x_k with w_k = E_k = prod_(j!=k) [x_k >= x_j]
 
 Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]
 (overlapping windows accumulate).
+As computed, element v of a window with extremum m is hit where isnan(v) | (v == m) (the NaN
+    rule's equality), and receives (grad_output if hit else 0).
 
 Tie policy 'all': a k-way tie gives each tied element the whole gradient (NOT a subgradient:
     the weights of a k-way tie sum to k).

@@ -14,6 +14,8 @@ y = sum_k w_k * x_k with w_k = E_k / sum_j E_j, E_k = prod_(j!=k) [x_k >= x_j]
 
 Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]
 (overlapping windows accumulate).
+As computed, element v of a window with extremum m is hit where isnan(v) | (v == m) (the NaN
+    rule's equality), and receives ((grad_output) / (count) if hit else 0).
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
 NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient

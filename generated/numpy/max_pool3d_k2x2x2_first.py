@@ -14,6 +14,8 @@ y = sum_k w_k * x_k with w_k = prod_(j<k) [x_k > x_j] * prod_(j>k) [x_k >= x_j]
 
 Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]
 (overlapping windows accumulate).
+As computed, a scan in window order: a later element v takes over from the running winner
+    best where (v > best) | (isnan(v) & ~isnan(best)) (the NaN rule's comparison).
 
 Tie policy 'first': a tie goes wholly to the tied element that comes first.
 NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient

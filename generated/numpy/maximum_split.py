@@ -18,6 +18,12 @@ Gradient (after the DiracDelta terms cancel):
 dy/da = [a >= b]/([a >= b] + [b >= a])
 dy/db = [b >= a]/([a >= b] + [b >= a])
 
+As computed, each comparison under the NaN rule (#{...}: how many hold):
+grad_a = ((grad_output if isnan(a) | (a >= b) else 0)) / (#{isnan(a) | (a >= b), isnan(b) |
+        (b >= a)})
+grad_b = ((grad_output if isnan(b) | (b >= a) else 0)) / (#{isnan(a) | (a >= b), isnan(b) |
+        (b >= a)})
+
 Tie policy 'split': a k-way tie gives each tied element 1/k.
 NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the gradient
     goes to the NaN element(s) by the tie policy.

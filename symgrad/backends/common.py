@@ -9,11 +9,13 @@ import hashlib
 from pathlib import Path
 
 import jinja2
+import sympy as sp
 
 from .. import __version__, naming
 from .. import policy as _policy
 from ..derive import Derivation
 from ..files import PROVENANCE
+from ..lower import EXTREMUM
 from ..ops import FRACTIONAL_WINDOWS, Op
 from ..printers import text
 
@@ -120,7 +122,9 @@ def wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
                          break_on_hyphens=False) or [""]
 
 
-def docstring(op: Op, d: Derivation) -> list[str]:
+def docstring(op: Op, d: Derivation, kernel=None) -> list[str]:
+    """The module docstring: the math (forward, W-form, gradient) and, from the lowered ``kernel``,
+    the conditions the code evaluates, each comparison under the NaN rule."""
     if op.spec.kind == "expression":
         return expression_docstring(op, d)
     spec = op.spec
@@ -144,12 +148,25 @@ def docstring(op: Op, d: Derivation) -> list[str]:
         lines += ["", "Gradient (after the DiracDelta terms cancel):"]
         for s, e in d.partials.items():
             lines += wrap(f"d{d.output.symbol}/d{s} = {text(e)}", indent="        ")
+        if kernel is not None:
+            lines += ["", "As computed, each comparison under the NaN rule (#{...}: how many hold):"]
+            for g in kernel.grads:
+                lines += wrap(f"{g.name} = {text(g.expr)}", indent="        ")
     else:
         lines += ["", "W-form of one window x0..x{n-1} (row-major scan order within the window):"]
         lines += wrap(f"y = sum_k w_k * x_k with {_policy.TIES[op.ties].formula(d.output.kind)}",
                        indent="        ")
         lines += ["", "Backward: grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"]
         lines += ["(overlapping windows accumulate)."]
+        sel = getattr(kernel, "selection", None)
+        if sel is not None and sel.form == "scan":
+            lines += wrap(f"As computed, a scan in window order: a later element v takes over from "
+                          f"the running winner best where {text(sel.take)} (the NaN rule's "
+                          f"comparison).")
+        elif sel is not None:
+            lines += wrap(f"As computed, element v of a window with extremum m is hit where "
+                          f"{text(sel.hit.xreplace({EXTREMUM: sp.Symbol('m')}))} (the NaN rule's "
+                          f"equality), and receives {text(sel.weight)}.")
         if spec.constant_inputs:
             lines += [f"{', '.join(spec.constant_inputs)} receive no gradient (None): the windows are "
                       f"integers."]

@@ -121,7 +121,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
 def context(art: Artifacts) -> dict:
     """The template context of an op's .cu source and loader: finished strings only."""
     op, kernel = art.op, art.kernel
-    ctx = _cuda_base_context(op, art.derivation)
+    ctx = _cuda_base_context(op, art.derivation, kernel)
     ctx["piecewise_linear"] = art.piecewise_linear
     if op.spec.kind in SPECIAL_KINDS:
         ctx.update(_special_cuda_context(op, kernel))
@@ -129,10 +129,11 @@ def context(art: Artifacts) -> dict:
     return _cuda_context_rest(op, kernel, ctx)
 
 
-def _cuda_base_context(op: Op, d) -> dict:
+def _cuda_base_context(op: Op, d, kernel) -> dict:
     return {
         "header": ["//" + line[1:] for line in header(op, "cuda")],
-        "docstring": (special_docstring if op.spec.kind in SPECIAL_KINDS else docstring)(op, d),
+        "docstring": (special_docstring(op, d) if op.spec.kind in SPECIAL_KINDS
+                      else docstring(op, d, kernel)),
         "op": op.name,
         "ties": op.ties,
         "params": repr(op.params),

@@ -47,7 +47,7 @@ def context(art: Artifacts) -> dict:
         return _expression_context(art)
     if op.spec.kind in SPECIAL_KINDS:
         return _special_context(art)
-    ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d))
+    ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
     if isinstance(kernel, ElementwiseKernel):
         back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
