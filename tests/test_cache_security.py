@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from symgrad import api, cache, cli, derivations
+from symgrad import api, cache, cli, derivations, pipeline
 from symgrad.ops import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +50,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMGRAD_KEY_FILE", str(tmp_path / "config" / "symgrad" / "key"))
     monkeypatch.setattr(api, "_LOADED", {})
     monkeypatch.setattr(derivations, "_MEMO", {})
+    pipeline._build.cache_clear()  # an op built earlier in this process derives nothing again
     return tmp_path
 
 

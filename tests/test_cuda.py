@@ -625,3 +625,50 @@ def test_benchmark_script_explains_itself_and_what_it_needs():
         pytest.skip("CuPy is installed here: the missing-CuPy message is not shown")
     r = subprocess.run([sys.executable, str(script), "--runs", "1"], capture_output=True, text=True)
     assert r.returncode != 0 and "needs CuPy" in r.stderr and "Traceback" not in r.stderr
+
+
+# ----------------------------------------------------------------------------- forged saved values
+
+FORGED = [
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, [(2, 3, 7, 6)]),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split"}, [(2, 3, 7, 6)]),
+    ("adaptive_max_pool2d", {"output_size": (3, 4)}, [(2, 3, 7, 6)]),
+    ("fractional_max_pool2d", {"kernel_size": 2, "output_size": (3, 4)}, [(2, 3, 7, 6), (2, 3, 2)]),
+    ("maxout", {"pieces": 2}, [(2, 4, 3)]),
+    ("amax", {"dim": 1}, [(3, 4, 5)]),
+    ("amax", {"dim": 1, "ties": "split"}, [(3, 4, 5)]),
+    ("maximum", {}, [(3, 4), (4,)]),
+    ("max_unpool2d", {"kernel_size": 2}, None),
+    ("logsumexp", {"dim": -1}, [(3, 4)]),
+]
+
+
+@pytest.mark.parametrize("op,params,shapes", FORGED, ids=[f"{o}-{i}" for i, (o, _, _) in enumerate(FORGED)])
+def test_forged_saved_values_are_refused_before_a_kernel_reads_them(fake_cupy, op, params, shapes):
+    """Issue 16: a forged or mutated saved value makes the CUDA loader's backward and jvp raise
+    TypeError or ValueError naming a saved field (or compute, where the value is one forward could
+    have saved), never launch a kernel on arrays it would read outside of."""
+    from test_fuzz import _saved_mutations
+    m = symgrad.load(op, backend="cuda", **params)
+    rng = np.random.default_rng(16)
+    if shapes is None:  # unpooling: values and their indices
+        xs = [rng.normal(size=(2, 3, 2, 2)), rng.integers(0, 16, size=(2, 3, 2, 2))]
+    else:
+        constant = OPS[op].constant_inputs
+        xs = [rng.random(s) if name in constant else rng.integers(-2, 3, size=s).astype(np.float32)
+              for name, s in zip(OPS[op].inputs, shapes)]
+    y, saved = m.forward(*xs)
+    g = np.ones_like(y)
+    tangents = [x if x.dtype.kind == "f" and name not in OPS[op].constant_inputs else None
+                for name, x in zip(OPS[op].inputs, xs)]
+    escapes = []
+    for name, forged in _saved_mutations(saved, rng):
+        for call in (lambda: m.backward(g, forged), lambda: m.jvp(*tangents, forged)):
+            try:
+                call()
+            except (TypeError, ValueError) as exc:
+                if not ("saved" in str(exc) or "grad_output" in str(exc) or "tangent" in str(exc)):
+                    escapes.append(f"{name}: {type(exc).__name__} naming no saved field: {exc}"[:300])
+            except Exception as exc:  # noqa: BLE001 - the point of the test
+                escapes.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
+    assert not escapes, escapes[:5]

@@ -117,9 +117,52 @@ def _as_input(cp, name: str, value):
 
 
 def _check_saved(saved) -> None:
+    """saved as forward returns it, checked before any kernel reads it: its dtype and shapes, and
+    every array it holds (``_saved_arrays``: field, shape, dtype, bound of its values, memory
+    order) a cupy array of the shape, dtype and memory order forward gave it, its indices in
+    range, so that no kernel reads outside an array."""
     if not isinstance(saved, Saved):
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
+    if not isinstance(saved.dtype, np.dtype) or saved.dtype.name not in _DTYPES:
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, bfloat16, float32 or float64, "
+                        f"got {saved.dtype!r}"[:300])
+    for name, value in zip(Saved._fields, saved):
+        if name.endswith("_shape") and not (
+                isinstance(value, tuple) and len(value) <= 32
+                and all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in value)):
+            raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), got "
+                            f"{value!r}"[:300])
+    if "layout" in Saved._fields and (not isinstance(saved.layout, str) or saved.layout not in ("nchw", "nhwc")):
+        raise ValueError(f"{OP}: saved.layout must be 'nchw' or 'nhwc', got {saved.layout!r}"[:300])
+    cp = cupy()
+    try:
+        expected = _saved_arrays(saved)
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        raise ValueError(f"{OP}: saved's shapes and arrays are not what forward saves: {exc}"[:500]) from None
+    for name, shape, dtype, bound, *order in expected:
+        order = order[0] if order else "layout"  # "layout": as x (channels-last too), "c", or None
+        value = getattr(saved, name)
+        if shape is None:
+            if value is not None:
+                raise TypeError(f"{OP}: saved.{name} must be None under this tie policy")
+            continue
+        if not isinstance(value, cp.ndarray):
+            raise TypeError(f"{OP}: saved.{name} must be a cupy.ndarray, got {type(value).__name__}")
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(f"{OP}: saved.{name} must have shape {tuple(shape)}, got {tuple(value.shape)}")
+        if value.dtype != np.dtype(dtype):
+            raise TypeError(f"{OP}: saved.{name} must have dtype {np.dtype(dtype)}, got {value.dtype}")
+        layout = saved.layout if (order == "layout" and "layout" in Saved._fields and value.ndim >= 3) else "nchw"
+        dense = value if layout == "nchw" else value.transpose((0,) + tuple(range(2, value.ndim)) + (1,))
+        if order is not None and not dense.flags.c_contiguous:
+            raise ValueError(f"{OP}: saved.{name} must be dense in the {layout} memory order, as forward "
+                             f"keeps it")
+        if bound is not None and value.size:
+            lo, hi = int(value.min()), int(value.max())
+            if lo < 0 or hi >= bound:
+                raise ValueError(f"{OP}: saved.{name} must hold values in [0, {bound}), got "
+                                 f"{lo if lo < 0 else hi}")
 
 
 def _as_tangent(cp, name: str, value, saved, shape: tuple | None = None):
@@ -200,6 +243,15 @@ def _unrows(cp, grad_rows, shape: tuple, dims: tuple):
     kept = [s for i, s in enumerate(shape) if i not in dims]
     moved = grad_rows.reshape(tuple(kept) + tuple(shape[i] for i in dims))
     return cp.ascontiguousarray(cp.moveaxis(moved, tuple(range(len(kept), len(shape))), dims)).reshape(shape)
+
+
+def _saved_arrays(saved: Saved) -> list:
+    """(field, shape, dtype, bound of its values or None) of every array forward saves."""
+    dims, kept, n, out_shape = _layout(tuple(saved.input_shape))
+    if tuple(saved.output_shape) != tuple(out_shape):
+        raise ValueError(f"the output shape is {tuple(out_shape)}")
+    rows = int(np.prod(kept, dtype=np.int64))
+    return [("index", kept, _index_dtype(n), n)]
 
 
 def forward(x):
