@@ -672,3 +672,15 @@ def test_forged_saved_values_are_refused_before_a_kernel_reads_them(fake_cupy, o
             except Exception as exc:  # noqa: BLE001 - the point of the test
                 escapes.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
     assert not escapes, escapes[:5]
+
+
+def test_an_adaptive_index_outside_its_own_window_is_refused(fake_cupy):
+    """A window may be smaller than the box along an axis; an index inside the box but outside its
+    window would make jvp read outside the input."""
+    m = symgrad.load("adaptive_max_pool1d", backend="cuda", output_size=3)
+    x = np.arange(8.0).reshape(1, 1, 8)  # windows [0, 3), [2, 6), [5, 8): box 4, the first has 3
+    _, saved = m.forward(x)
+    index = saved.index.copy()
+    index[..., 0] = 3  # the box's last element: outside the first window
+    with pytest.raises(ValueError, match="outside its window"):
+        m.jvp(np.ones_like(x), saved._replace(index=index))

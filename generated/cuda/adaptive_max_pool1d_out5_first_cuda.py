@@ -284,6 +284,22 @@ def _saved_arrays(saved: Saved) -> list:
     return [("index", out_batched, _index_dtype(size), size)]
 
 
+def _check_index_in_window(cp, saved: Saved) -> None:
+    """Each saved index names an element of its own window, which along an axis may be smaller
+    than the box: jvp reads the input there."""
+    batched, outs, box = _sizes(saved.input_shape)
+    local = saved.index.astype(np.int64)
+    for a in reversed(range(SPATIAL)):
+        coord, local = local % box[a], local // box[a]
+        length, out = batched[2 + a], outs[a]
+        i = np.arange(out, dtype=np.int64)  # the windows
+        size = -(-((i + 1) * length) // out) - ((i * length) // out)
+        shape = [1] * (SPATIAL + 2)
+        shape[2 + a] = out
+        if coord.size and bool((coord >= cp.asarray(size.reshape(shape))).any()):
+            raise ValueError(f"{OP}: saved.index names an element outside its window")
+
+
 def forward(x):
     """Return (output, saved); the output has x's layout (contiguous or channels-last)."""
     cp = cupy()
@@ -324,6 +340,7 @@ def jvp(tangent_x, saved: Saved):
     """Return the output's tangent for a tangent of x, in the output's layout: the tangent of each window's winner (the transpose of backward)."""
     cp = cupy()
     tangent = _as_tangent(cp, "tangent_x", tangent_x, saved)
+    _check_index_in_window(cp, saved)
     batched, outs, box = _sizes(saved.input_shape)
     tb = tangent if tangent.ndim == SPATIAL + 2 else tangent[None]
     tb = _to_layout(cp, tb, saved.layout)
