@@ -29,6 +29,35 @@ def float_value(expr) -> float:
     return float(expr)  # a Float: mpmath rounds to the nearest double, inf beyond the range
 
 
+class ConditionPrinter:
+    """Comparisons and Boolean connectives in a backend's operators (AND, OR, NOT, TRUE, FALSE,
+    set by each printer): a comparison is printed as a comparison, in parentheses; a connective
+    joins its printed operands.  Listed first among a printer's bases, so these methods win."""
+
+    AND = OR = NOT = TRUE = FALSE = ""
+
+    def _print_Relational(self, expr):
+        return f"({self._print(expr.lhs)} {INFIX[expr.rel_op]} {self._print(expr.rhs)})"
+
+    def _bool_join(self, expr, sep):
+        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_And(self, expr):
+        return self._bool_join(expr, self.AND)
+
+    def _print_Or(self, expr):
+        return self._bool_join(expr, self.OR)
+
+    def _print_Not(self, expr):
+        return f"{self.NOT}{self._print(expr.args[0])}"
+
+    def _print_BooleanTrue(self, expr):
+        return self.TRUE
+
+    def _print_BooleanFalse(self, expr):
+        return self.FALSE
+
+
 def bare(s: str) -> str:
     """Drop one pair of parentheses that wraps the whole string."""
     if not (s.startswith("(") and s.endswith(")")):

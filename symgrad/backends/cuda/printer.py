@@ -14,7 +14,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.c import C99CodePrinter
 
-from ..printing import INFIX as _INFIX
+from ..printing import ConditionPrinter
 from ..printing import float_value
 from ..printing import bare as _bare
 from ..printing import integer_code
@@ -24,10 +24,11 @@ from ..printing import operand as _operand
 CUDA_REAL_TYPES = ("float", "double")
 
 
-class CudaPrinter(C99CodePrinter):
+class CudaPrinter(ConditionPrinter, C99CodePrinter):
     """C99 printer for CUDA device code in one compute type (``real_type``: float or double)."""
 
     _default_settings = {**C99CodePrinter._default_settings, "real_type": "float"}
+    AND, OR, NOT, TRUE, FALSE = "&&", "||", "!", "true", "false"  # C's operators
 
     def __init__(self, settings=None):
         from sympy.codegen.ast import float32, float64, real
@@ -102,32 +103,10 @@ class CudaPrinter(C99CodePrinter):
             return f"({base}*{base})"
         return super()._print_Pow(expr)
 
-    # comparisons and Booleans
-    def _print_Relational(self, expr):
-        op = _INFIX[expr.rel_op]
-        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
-
-    def _bool_join(self, expr, sep):
-        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
-
-    def _print_And(self, expr):
-        return self._bool_join(expr, "&&")
-
-    def _print_Or(self, expr):
-        return self._bool_join(expr, "||")
-
-    def _print_Not(self, expr):
-        return f"!{self._print(expr.args[0])}"
-
+    # comparisons and Booleans (ConditionPrinter, with C's operators)
     def _print_IeeeNot(self, expr):
         # !(a <= b) as written: true when a or b is NaN (never rewritten to a > b)
         return f"!({_bare(self._print(expr.args[0]))})"
-
-    def _print_BooleanTrue(self, expr):
-        return "true"
-
-    def _print_BooleanFalse(self, expr):
-        return "false"
 
     def _print_IsNan(self, expr):
         return f"sg_isnan({_bare(self._print(expr.args[0]))})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from ..printing import INFIX as _INFIX
+from ..printing import ConditionPrinter
 from ..printing import float_value
 from ..printing import bare as _bare
 from ..printing import python_integer_code as numpy_integer_code  # noqa: F401 (the backend's name)
@@ -27,38 +27,17 @@ def _float_literal(value: float) -> str:
     return repr(value)
 
 
-class NumpyPrinter(NumPyPrinter):
+class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     """SymPy's NumPy printer, with ``np`` as the module name and the lowered nodes added."""
 
     _module = "np"
+    AND, OR, NOT, TRUE, FALSE = "&", "|", "~", "True", "False"  # NumPy's elementwise operators
     # select: Select(c, a, 0) prints as _select(c, a), the module's branch-free np.where(c, a, 0)
     # (for templates that include numpy/_select.py.jinja)
     _default_settings = {**NumPyPrinter._default_settings, "select": False}
 
     def __init__(self, settings=None):
         super().__init__({"strict": True, "fully_qualified_modules": True, **(settings or {})})
-
-    def _print_Relational(self, expr):
-        op = _INFIX[expr.rel_op]
-        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
-
-    def _bool_join(self, expr, sep):
-        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
-
-    def _print_And(self, expr):
-        return self._bool_join(expr, "&")
-
-    def _print_Or(self, expr):
-        return self._bool_join(expr, "|")
-
-    def _print_Not(self, expr):
-        return f"~{self._print(expr.args[0])}"
-
-    def _print_BooleanTrue(self, expr):
-        return "True"
-
-    def _print_BooleanFalse(self, expr):
-        return "False"
 
     def _print_IeeeNot(self, expr):
         return f"~{self._print(expr.args[0])}"
