@@ -267,20 +267,24 @@ def _check_rank(x) -> None:
         raise ValueError(f"{OP}: x must have non-zero channel and spatial sizes, got shape {tuple(x.shape)}")
 
 
-def _sizes(shape: tuple):
-    """(batched input shape, output spatial sizes) of an input shape: OUTPUT_SIZE, or
-    int(in * OUTPUT_RATIO) along each axis (as PyTorch's functional form); a window of
-    KERNEL_SIZE must fit in the input at every output position: out + k - 1 <= in."""
-    batched = tuple(shape) if len(shape) == SPATIAL + 2 else (1,) + tuple(shape)
+def _output_size(spatial: tuple) -> tuple:
+    """OUTPUT_SIZE, or int(in * OUTPUT_RATIO) along each axis (as PyTorch's functional form); a
+    window of KERNEL_SIZE must fit in the input at every output position: out + k - 1 <= in."""
     if OUTPUT_SIZE is not None:
-        outs = OUTPUT_SIZE
+        out = OUTPUT_SIZE
     else:
-        outs = tuple(int(n * r) for n, r in zip(batched[2:], OUTPUT_RATIO))
-    for d, (n, o, k) in enumerate(zip(batched[2:], outs, KERNEL_SIZE)):
+        out = tuple(int(n * r) for n, r in zip(spatial, OUTPUT_RATIO))
+    for d, (n, o, k) in enumerate(zip(spatial, out, KERNEL_SIZE)):
         if o < 1 or o + k - 1 > n:
             raise ValueError(f"{OP}: spatial dim {d} of size {n} cannot give {o} outputs of windows "
                              f"of {k} (expected 1 <= output size <= {n - k + 1})")
-    return batched, tuple(outs)
+    return tuple(out)
+
+
+def _sizes(shape: tuple):
+    """(batched input shape, output spatial sizes) of an input shape."""
+    batched = tuple(shape) if len(shape) == SPATIAL + 2 else (1,) + tuple(shape)
+    return batched, _output_size(batched[2:])
 
 
 def _as_samples(cp, value, batched: tuple, dtype):

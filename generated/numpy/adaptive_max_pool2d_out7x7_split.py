@@ -234,13 +234,19 @@ def _index_dtype(n: int):
     return np.uint64
 
 
-def _checked_layout(saved: Saved) -> tuple:
-    """The layout of the input forward saw, once saved's fields are checked against it."""
+def _saved_layout(saved: Saved):
+    """_layout of the input shape forward saw: saved.input_shape, checked as forward checks an
+    input (without allocating one)."""
     try:
         _check_rank(np.broadcast_to(np.empty((), dtype=bool), saved.input_shape))  # no memory
+        return _layout(saved.input_shape)
     except ValueError as exc:
         raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
-    batched, axes, out_batched, out_shape = layout = _layout(saved.input_shape)
+
+
+def _checked_layout(saved: Saved) -> tuple:
+    """The layout of the input forward saw, once saved's fields are checked against it."""
+    batched, axes, out_batched, out_shape = layout = _saved_layout(saved)
     if out_shape != saved.output_shape:
         raise ValueError(f"{OP}: saved.output_shape must be {out_shape}, the output shape for "
                          f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")

@@ -402,13 +402,19 @@ def _outside(box: tuple) -> list:
     return slabs
 
 
-def _saved_plan(saved: Saved) -> _Plan:
-    """The plan of the input forward saw, once saved's fields are checked against it."""
+def _saved_layout(saved: Saved):
+    """_layout of the input shape forward saw: saved.input_shape, checked as forward checks an
+    input (without allocating one)."""
     try:
         _check_rank(np.broadcast_to(np.empty((), dtype=bool), saved.input_shape))  # no memory
-        plan = _layout(saved.input_shape)
+        return _layout(saved.input_shape)
     except ValueError as exc:
         raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
+
+
+def _saved_plan(saved: Saved) -> _Plan:
+    """The plan of the input forward saw, once saved's fields are checked against it."""
+    plan = _saved_layout(saved)
     if saved.output_shape != plan.out_shape:
         raise ValueError(f"{OP}: saved.output_shape must be {plan.out_shape}, the output shape for "
                          f"saved.input_shape {saved.input_shape}, got {saved.output_shape}")
