@@ -10,6 +10,7 @@ import difflib
 import os
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 from . import __version__, api, backends, catalog, derivations, naming
@@ -538,11 +539,24 @@ def _run(argv: list[str]) -> int:
     return cmd_generate(ns, rest, sys.stdout)
 
 
+def _one_line_warnings(previous):
+    """showwarning for the CLI: symgrad's own warnings (the derivation cache is off) as one line
+    on stderr, others as before."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, derivations.CacheWarning):
+            print(f"symgrad: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            return _run(argv)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warnings(warnings.showwarning)
+                return _run(argv)
         finally:  # here (--help too), so that a closed pipe is caught below, not at the exit
             sys.stdout.flush()
     except (UsageError, ValueError, TypeError) as exc:
