@@ -638,6 +638,8 @@ FORGED = [
     ("amax", {"dim": 1}, [(3, 4, 5)]),
     ("amax", {"dim": 1, "ties": "split"}, [(3, 4, 5)]),
     ("maximum", {}, [(3, 4), (4,)]),
+    ("maximum", {}, [(3, 1), (4,)]),
+    ("relu", {}, [(3, 4)]),
     ("max_unpool2d", {"kernel_size": 2}, None),
     ("logsumexp", {"dim": -1}, [(3, 4)]),
 ]
@@ -672,6 +674,29 @@ def test_forged_saved_values_are_refused_before_a_kernel_reads_them(fake_cupy, o
             except Exception as exc:  # noqa: BLE001 - the point of the test
                 escapes.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
     assert not escapes, escapes[:5]
+
+
+@pytest.mark.parametrize("make,shapes", [
+    (lambda: symgrad.load("relu", backend="cuda"), [(3, 4)]),
+    (lambda: symgrad.load("maximum", backend="cuda"), [(3, 1), (4,)]),
+    (lambda: symgrad.load_expr("Max(x*y, x + y, z)", backend="cuda"), [(2, 1, 4), (3, 1), (4,)]),
+], ids=["relu", "maximum-broadcast", "expression"])
+def test_a_forged_output_shape_of_an_elementwise_loader_is_refused(fake_cupy, make, shapes):
+    """Issue 16: saved.output_shape must be the broadcast of the saved inputs' shapes, as forward
+    made it; a forged one (a huge leading dim, which the inputs still broadcast to) gave the
+    allocation's MemoryError (CuPy: OutOfMemoryError), or computed on a shape forward never gave."""
+    m = make()
+    xs = [np.ones(s, np.float32) for s in shapes]
+    y, saved = m.forward(*xs)
+    assert tuple(saved.output_shape) == tuple(y.shape) == np.broadcast_shapes(*shapes)
+    for forged in [(1 << 40,) + y.shape, (2,) + y.shape, y.shape[:-1] + (1,)]:
+        bad = saved._replace(output_shape=forged)
+        g = np.broadcast_to(np.ones((), np.float32), forged)  # a grad_output of that shape, cheaply
+        for call in (lambda: m.backward(g, bad), lambda: m.jvp(*xs, bad)):
+            with pytest.raises(ValueError, match=r"saved\.output_shape must be \(") as caught:
+                call()
+            assert str(y.shape) in str(caught.value)
+    assert [tuple(g.shape) for g in m.backward(np.ones_like(y), saved)] == shapes  # the real one works
 
 
 def test_an_adaptive_index_outside_its_own_window_is_refused(fake_cupy):
