@@ -699,6 +699,46 @@ def test_a_forged_output_shape_of_an_elementwise_loader_is_refused(fake_cupy, ma
     assert [tuple(g.shape) for g in m.backward(np.ones_like(y), saved)] == shapes  # the real one works
 
 
+# Macros another machine's headers may define under a name an input may take (not in
+# symgrad/cuda_macros.py, which lists what nvcc includes on the machine it was dumped on): errno is
+# a macro in every C library's errno.h, BSD in the BSDs' sys/param.h; q and w stand for any name.
+FOREIGN_MACROS = {"errno": "(*__errno_location())", "BSD": "199506", "q": "1", "w": "(0)"}
+
+
+def test_no_macro_can_replace_an_input_name_in_the_cu(fake_cupy, tmp_path):
+    """Issue 16: an input name is the user's, and a macro of that name in some machine's headers
+    (which no list dumped on this machine can know) would be replaced by the preprocessor (the old
+    .cu spelled inputs as given: `const float (*__errno_location())` does not compile).  Every
+    name made of an input is spelled with symgrad's prefix in the .cu, so a macro of each input's
+    name and of every name the old scheme made of it, defined ahead of the file, changes nothing:
+    the kernels compile and give the NumPy module's results bit for bit."""
+    import importlib.util
+    names = list(FOREIGN_MACROS)
+    text = "Max(q*errno, BSD + w, 0) + q*w"
+    symgrad.generate_expr(text, tmp_path, name="foreign", inputs=names, backend="cuda")
+    cu = next(tmp_path.glob("foreign_*.cu"))
+    source = cu.read_text()
+    defines = "".join(f"#define {n} {v}\n" for n, v in FOREIGN_MACROS.items())
+    defines += "".join(f"#define {p}_{n} 1\n" for n in names for p in ("grad", "g", "tangent"))
+    cu.write_text(defines + source)
+    spec = importlib.util.spec_from_file_location("foreign_loader", next(tmp_path.glob("foreign_*_cuda.py")))
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    reference = symgrad.load_expr(text, inputs=names)
+    rng = np.random.default_rng(16)
+    xs = [rng.integers(-2, 3, size=(3, 4)).astype(np.float32) for _ in names]  # ties and zeros
+    g = rng.normal(size=(3, 4)).astype(np.float32)
+    y, saved = loader.forward(*xs)
+    y_np, saved_np = reference.forward(*xs)
+    assert y.tobytes() == y_np.tobytes()
+    for got, want in zip(loader.backward(g, saved), reference.backward(g, saved_np)):
+        assert got.tobytes() == want.tobytes()
+    assert loader.jvp(*xs, saved).tobytes() == reference.jvp(*xs, saved_np).tobytes()
+    for name in names:  # the code names each input only with the prefix
+        assert not re.search(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])",
+                             "\n".join(l for l in source.splitlines() if not l.lstrip().startswith("//"))), name
+
+
 def test_an_adaptive_index_outside_its_own_window_is_refused(fake_cupy):
     """A window may be smaller than the box along an axis; an index inside the box but outside its
     window would make jvp read outside the input."""

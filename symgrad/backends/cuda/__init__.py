@@ -158,25 +158,29 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
 def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
-        grad_names = {a.name for a in kernel.grads}
+        # the inputs (an expression's user names them) as the .cu spells them: sg_in_x, sg_grad_x
+        names = naming.cuda_names(kernel.inputs)
+        c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
         real_types = []
         for rt in CUDA_REAL_TYPES:
             def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
-                return [("bool" if a.boolean else rt, a.name, cuda_code(a.expr, rt)) for a in assigns]
+                return [("bool" if a.boolean else rt, names.get(a.name, a.name), cuda_code(a.expr, rt, names))
+                        for a in assigns]
             real_types.append({
                 "name": rt,
-                "input_params": _params(rt, *kernel.inputs),
-                "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
+                "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
+                "grad_params": ", ".join(f"{rt}& {names.get(a.name, a.name)}" for a in kernel.grads),
                 "intermediates": lets(kernel.intermediates),
                 "backward_intermediates": lets(back_inter),
                 "adjoints": lets(adjoints),
-                "output": cuda_code(kernel.output, rt),
+                "output": cuda_code(kernel.output, rt, names),
                 # gradients are assigned to the output references, temporaries among them declared
-                "grads": [("" if name in grad_names else f"const {ctype} ", name, code)
+                "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
                           for ctype, name, code in lets(grads)],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
+                   c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, broadcast=kernel.broadcast,
                    index_types_doc=True, layouts_doc=False, form="", counts=False,
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
