@@ -721,6 +721,11 @@ def test_no_macro_can_replace_an_input_name_in_the_cu(fake_cupy, tmp_path):
     defines = "".join(f"#define {n} {v}\n" for n, v in FOREIGN_MACROS.items())
     defines += "".join(f"#define {p}_{n} 1\n" for n in names for p in ("grad", "g", "tangent"))
     cu.write_text(defines + source)
+    nvcc = harness.find_nvcc()
+    if nvcc is not None:  # and nvcc, with its own headers, compiles it too
+        r = subprocess.run([nvcc, "--fatbin", "-gencode=arch=compute_80,code=sm_80", "-Werror", "all-warnings",
+                            str(cu), "-o", str(tmp_path / "foreign.fatbin")], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
     spec = importlib.util.spec_from_file_location("foreign_loader", next(tmp_path.glob("foreign_*_cuda.py")))
     loader = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loader)
