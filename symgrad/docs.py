@@ -34,6 +34,7 @@ import numpy as np
 import sympy as sp
 
 from . import __version__, naming
+from .catalog_entries import entries as _catalog_entries
 from . import policy as _policy
 from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
@@ -1254,8 +1255,7 @@ def _in_catalog(op: Op) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _catalog_keys() -> frozenset:
-    from . import catalog
-    return frozenset(naming.key(e) for e in catalog.entries())
+    return frozenset(naming.key(e) for e in _catalog_entries())
 
 
 # ------------------------------------------------------------------------------ writers
