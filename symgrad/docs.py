@@ -40,7 +40,7 @@ from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
                      evaluate, running_weights, uniform_relations)
 from .indicators import Indicator
-from .ops import FRACTIONAL_WINDOWS, STATIC_WINDOW_KINDS, Op
+from .ops import FRACTIONAL_WINDOWS, Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
 from . import geometry, pipeline
@@ -509,11 +509,11 @@ def _fractional_example_windows(op: Op, mod):
 def worked_example(op: Op, d: Derivation) -> Example:
     """The worked example: inputs with a tie (and, for pooling, an overlap), run through the module."""
     mod, _, _ = module_for(op)
-    kind = op.spec.kind
-    if kind == "fractional":
+    elementwise = op.spec.strategy.elementwise
+    if op.spec.constant_inputs:  # fractional pooling's samples: fixed for the example
         mod = _FixedSamples(mod)
-    names = tuple(str(s) for s in d.inputs) if kind == "elementwise" else ("x",)
-    if kind == "elementwise" and len(d.inputs) == 1:
+    names = tuple(str(s) for s in d.inputs) if elementwise else ("x",)
+    if elementwise and len(d.inputs) == 1:
         ks = sorted(_kinks(d))
         pts = ([ks[0] - sp.Rational(3, 2)] + [v for a, b in zip(ks, ks[1:]) for v in (a, (a + b) / 2)]
                + [ks[-1], ks[-1] + sp.Rational(3, 2)]) if ks else [sp.Integer(-1), sp.Integer(2)]
@@ -522,7 +522,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
         y, saved = mod.forward(x)
         (gx,) = mod.backward(g, saved)
         return Example(names, (x,), g, y, (gx,))
-    if kind == "elementwise":  # maximum / minimum: position i is a window {a_i, b_i}
+    if elementwise:  # maximum / minimum: position i is a window {a_i, b_i}
         n = 4
         windows = [[(0, (i,)), (1, (i,))] for i in range(n)]
         shapes = [(n,), (n,)]
@@ -543,7 +543,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
     grads = mod.backward(g, saved)
     weights = _window_weights(op, d, inputs, flatw)
     out_cells = [out_cell(o) for o in np.ndindex(*out_shape)] if out_shape else [out_cell(())]
-    constants = (("random_samples", mod.samples(inputs[0])),) if kind == "fractional" else ()
+    constants = (("random_samples", mod.samples(inputs[0])),) if op.spec.constant_inputs else ()
     return Example(names, inputs, g, y, tuple(grads), flatw, weights,
                    cell=lambda e, ws=windows, fw=flatw: _cell_of(e, ws, fw, cell),
                    out_cell=lambda o, oc=out_cells: oc[o], pad_cells=pads, constants=constants)
@@ -558,11 +558,11 @@ def _cell_of(e, windows, flatw, cell):
 
 
 def _extremum_kind(op: Op, d: Derivation) -> str:
-    return d.output.kind if op.spec.kind == "elementwise" else op.spec.extremum
+    return d.output.kind if op.spec.strategy.elementwise else op.spec.extremum
 
 
 def _window_node(op: Op, d: Derivation, n: int) -> Node:
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         return d.output
     return derive_window(n, op.ties, op.spec.extremum)
 
@@ -571,7 +571,7 @@ def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
     """W of the example, from the derivation: each window's weights at its values (padding = -inf,
     which never wins)."""
     n = len(windows[0])
-    large = op.spec.kind in STATIC_WINDOW_KINDS and n > ALL_VARIABLES_UP_TO
+    large = op.spec.strategy.static and n > ALL_VARIABLES_UP_TO
     # a large static window is derived on a representative window (derive._derive_large_window);
     # deriving its n-element node in full here would cost O(n^2) SymPy objects
     node = None if large else _window_node(op, d, n)
@@ -706,19 +706,20 @@ def _cases(rows: list[tuple[str, str]]) -> str:
 
 def _shown(op: Op, d: Derivation) -> tuple[list[Node], bool]:
     """The nodes whose symbolic steps are shown, and whether they are a smaller stand-in window."""
-    if op.spec.kind == "elementwise" or op.window_size() <= SMALL_WINDOW:
+    if op.spec.strategy.elementwise or op.window_size() <= SMALL_WINDOW:
         return d.nodes, False
     return [derive_window(SHOWN_WINDOW, op.ties, op.spec.extremum)], True
 
 
 def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Section]:
     nodes, standin = _shown(op, d)
-    n = op.window_size() if op.spec.kind != "elementwise" else None
+    elementwise = op.spec.strategy.elementwise
+    n = op.window_size() if not elementwise else None
     out = []
 
     # 1. forward
     s = Section("Forward: a max/min of pieces")
-    if op.spec.kind == "elementwise":
+    if elementwise:
         s.blocks.append(Para([f"{op.name} written as a max/min of its pieces, in the argument order "
                               f"the tie policy is applied to ({op.order}):"]))
     else:
@@ -767,7 +768,7 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
     total = sum(len(node.raw) for node in nodes)
     for node in nodes:
         for v, e in node.raw.items():
-            if shown < MAX_RAW or op.spec.kind == "elementwise":
+            if shown < MAX_RAW or elementwise:
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
                 shown += 1
     if shown < total:
@@ -826,10 +827,10 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
     s = Section("Partials and the backward")
     s.blocks.append(Para(["What is left once the delta terms cancel, and its value region by region:"]))
     for node in nodes:
-        if op.spec.kind == "elementwise" and len(d.nodes) > 1:
+        if elementwise and len(d.nodes) > 1:
             for v, e in node.partials.items():
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
-    if op.spec.kind == "elementwise":
+    if elementwise:
         if len(d.nodes) > 1:
             s.blocks.append(Para(["By the chain rule through ",
                                   *_join_math([latex(nd.symbol) + " = " + latex(nd.forward)
@@ -929,12 +930,12 @@ def _w_matrix_blocks(op: Op, d: Derivation, ex: Example) -> list:
     def label(c):
         i, j = c
         idx = np.unravel_index(j, shapes[i])
-        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind in ("pool", "adaptive", "fractional")) else ",".join(map(str, idx))
+        sub = ",".join(str(t) for t in idx[1:]) if op.spec.spatial else ",".join(map(str, idx))
         return "%s_{%s}" % (names[i], sub)
     blocks = [Para(["For the worked example below, ", M("W"),
                     f" has one row per output ({len(W)}) and one column per input element "
                     f"({len(cols)}); each row holds that window's weights (the indicator products of its "
-                    + (f"{len(ex.windows[0])} elements" if op.spec.kind != "adaptive" else
+                    + (f"{len(ex.windows[0])} elements" if not op.spec.strategy.windows_vary else
                        "elements, which differ in number from window to window")
                     + ") evaluated at the example's values, and is 0 off the window:"])]
     if len(cols) <= MATRIX_COLUMNS:
@@ -958,9 +959,7 @@ def _conventions_section(op: Op) -> Section:
     from . import table
     from .api import load
     s = Section("Ties and kinks: this policy, PyTorch and JAX")
-    # fractional pooling's presets are adaptive pooling's (torch: first, last NaN; jax: split, nan)
-    family = {"pool": "max_pool1d", "adaptive": "adaptive_max_pool1d",
-              "fractional": "adaptive_max_pool1d"}.get(op.spec.kind, op.name)
+    family = op.spec.strategy.conventions_family or op.name
     rows = [r for r in table.SITUATIONS if r[0] == family]
     intro = [f"The gradient of each input at ties, kinks, NaN and infinity with grad_output = 1, "
              f"measured by running the generated modules: this page's settings (tie policy "
@@ -1215,7 +1214,7 @@ class Page:
 
 
 def page(op: Op) -> Page:
-    if op.spec.kind in ("unpool", "logsumexp"):
+    if op.spec.strategy.special:
         from .docs_special import special_page
         return special_page(op)
     d = derive(op)
