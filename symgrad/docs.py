@@ -40,10 +40,10 @@ from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
                      evaluate, running_weights, uniform_relations)
 from .indicators import Indicator
-from .ops import FRACTIONAL_WINDOWS, Op
+from .ops import Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
-from . import geometry, pipeline
+from . import pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -324,34 +324,6 @@ class Example:
     constants: tuple = ()
 
 
-def _pool_windows(op: Op, in_spatial: tuple, out_spatial: tuple):
-    k, s, p, dil = (op.params[n] for n in ("kernel_size", "stride", "padding", "dilation"))
-    windows, pads = [], {}
-    for o, opos in enumerate(np.ndindex(*out_spatial)):
-        elems, pad = [], []
-        for offs in np.ndindex(*k):
-            c = tuple(op_ * st + j * d - pd for op_, st, j, d, pd in zip(opos, s, offs, dil, p))
-            if all(0 <= ci < L for ci, L in zip(c, in_spatial)):
-                elems.append((0, (0,) + c))
-            else:
-                elems.append(None)
-                pad.append(c)
-        windows.append(elems)
-        pads[o] = pad
-    return windows, pads
-
-
-def _spatial_cell(spatial: int):
-    def cell(c):  # spatial coordinates -> (panel, row, col)
-        c = tuple(c)
-        if spatial == 1:
-            return (0, 0, c[0])
-        if spatial == 2:
-            return (0, c[0], c[1])
-        return c
-    return cell
-
-
 def _assign_values(sizes: list[int], windows: list) -> list[np.ndarray]:
     """Small distinct integers, then one element that wins two overlapping windows and one window
     with a two-way tie for its maximum (minimum for min ops: the caller negates)."""
@@ -383,135 +355,11 @@ def _assign_values(sizes: list[int], windows: list) -> list[np.ndarray]:
     return [flat[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
 
 
-def _example_windows(op: Op, mod):
-    """(input shapes, windows by multi-index, cell, out_cell, pads, note) of a window op's example."""
-    kind = op.spec.kind
-    if kind == "pool":
-        sp_ = op.spec.spatial
-        target = 3 if sp_ == 1 else 2
-        L = 1
-        while True:
-            try:
-                y, _ = mod.forward(np.zeros((1,) + (L,) * sp_))
-                if min(y.shape[1:]) >= target and L >= 4 - (sp_ == 3) * 2:
-                    break
-            except ValueError:
-                pass
-            L += 1
-        in_sp, out_sp = (L,) * sp_, y.shape[1:]
-        windows, pads = _pool_windows(op, in_sp, out_sp)
-        cell = _spatial_cell(sp_)
-        return ([(1,) + in_sp], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])),
-                {o: [cell(c) for c in cs] for o, cs in pads.items()}, y.shape)
-    if kind == "adaptive":
-        return _adaptive_example_windows(op, mod)
-    if kind == "fractional":
-        return _fractional_example_windows(op, mod)  # mod: _FixedSamples
-    if kind == "maxout":
-        p = op.params["pieces"]
-        windows = [[(0, (0, g * p + j)) for j in range(p)] for g in range(2)]
-        return [(1, 2 * p)], windows, (lambda e: (0, 0, e[1][1])), (lambda o: (0, 0, o[1])), {}, (1, 2)
-    if kind == "reduction":
-        shape = (2, 4) if op.params["dim"] is not None else (2, 2)
-        y, _ = mod.forward(np.zeros(shape))
-        axes = [a % 2 for a in op.params["dim"]] if op.params["dim"] is not None else [0, 1]
-        keep = [a for a in range(2) if a not in axes]
-        windows = []
-        for opos in np.ndindex(*[shape[a] for a in keep]):
-            fixed = dict(zip(keep, opos))
-            elems = []
-            for rpos in np.ndindex(*[shape[a] for a in axes]):
-                idx = dict(fixed)
-                idx.update(zip(axes, rpos))
-                elems.append((0, tuple(idx[a] for a in range(2))))
-            windows.append(elems)
-        out_shape = y.shape
-
-        def out_cell(o, keep=keep):
-            o = tuple(o)
-            r = o[0] if (keep == [0] and o) else 0
-            return (0, r, 0)
-        return [shape], windows, (lambda e: (0,) + tuple(e[1])), out_cell, {}, out_shape
-    raise AssertionError(kind)
-
-
-def _adaptive_example_windows(op: Op, mod):
-    """Adaptive pooling: each input length is its output size + 2, so that windows overlap and
-    differ in size.  Each window is listed over the window box (the largest extent along each
-    axis, row-major), None where the window has no element there (it never wins)."""
-    sp_ = op.spec.spatial
-    lengths = tuple(4 if o is None else o + 2 for o in op.params["output_size"])
-    y, _ = mod.forward(np.zeros((1,) + lengths))
-    outs = y.shape[1:]
-    axes = []
-    for L, o in zip(lengths, outs):
-        bounds = np.array(geometry.ADAPTIVE.windows(L, o))
-        axes.append((bounds[:, 0], bounds[:, 1] - bounds[:, 0]))
-    box = tuple(int(size.max()) for _, size in axes)
-    windows = []
-    for opos in np.ndindex(*outs):
-        elems = []
-        for offs in np.ndindex(*box):
-            inside = all(k < size[p] for k, p, (_, size) in zip(offs, opos, axes))
-            c = tuple(int(start[p]) + k for k, p, (start, _) in zip(offs, opos, axes))
-            elems.append((0, (0,) + c) if inside else None)
-        windows.append(elems)
-    cell = _spatial_cell(sp_)
-    return ([(1,) + lengths], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
-            y.shape)
-
-
-EXAMPLE_SAMPLE = 0.5  # fractional pooling's worked example: every plane's sample, along every axis
-
-
-class _FixedSamples:
-    """A fractional pooling module with its random samples fixed (EXAMPLE_SAMPLE): the worked
-    example's windows and gradients are then those of a one-input window op."""
-
-    def __init__(self, mod):
-        self.mod = mod
-
-    def samples(self, x):
-        batched = x.shape if x.ndim == self.mod.SPATIAL + 2 else (1,) + x.shape
-        return np.full(batched[:2] + (self.mod.SPATIAL,), EXAMPLE_SAMPLE, dtype=x.dtype)
-
-    def forward(self, x):
-        return self.mod.forward(x, self.samples(x))
-
-    def backward(self, g, saved):
-        return self.mod.backward(g, saved)[:1]
-
-
-def _fractional_example_windows(op: Op, mod):
-    """Fractional pooling, with every sample EXAMPLE_SAMPLE: the smallest input (from 4 elements
-    along each axis) with at least two outputs along each axis; its windows read off the module's
-    own starts."""
-    sp_ = op.spec.spatial
-    L = 4
-    while True:
-        try:
-            y, saved = mod.forward(np.zeros((1,) + (L,) * sp_))
-            if min(y.shape[1:]) >= 2:
-                break
-        except ValueError:
-            pass
-        L += 1
-    starts = [s[0] for s in mod.mod._windows((1, 1) + (L,) * sp_, (1, 1) + y.shape[1:], saved.samples)]
-    windows = []
-    for opos in np.ndindex(*y.shape[1:]):
-        windows.append([(0, (0,) + tuple(int(starts[a][p]) + k for a, (p, k) in enumerate(zip(opos, offs))))
-                        for offs in np.ndindex(*op.params["kernel_size"])])
-    cell = _spatial_cell(sp_)
-    return ([(1,) + (L,) * sp_], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
-            y.shape)
-
-
 def worked_example(op: Op, d: Derivation) -> Example:
     """The worked example: inputs with a tie (and, for pooling, an overlap), run through the module."""
     mod, _, _ = module_for(op)
     elementwise = op.spec.strategy.elementwise
-    if op.spec.constant_inputs:  # fractional pooling's samples: fixed for the example
-        mod = _FixedSamples(mod)
+    mod = op.spec.strategy.example_module(mod)  # fractional pooling: its samples fixed
     names = tuple(str(s) for s in d.inputs) if elementwise else ("x",)
     if elementwise and len(d.inputs) == 1:
         ks = sorted(_kinks(d))
@@ -530,7 +378,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
         out_cell = lambda o: (0, 0, o[0])  # noqa: E731
         pads, out_shape = {}, (n,)
     else:
-        shapes, windows, cell, out_cell, pads, out_shape = _example_windows(op, mod)
+        shapes, windows, cell, out_cell, pads, out_shape = op.spec.strategy.example(op, mod)
         shapes = [tuple(s) for s in shapes]
     flatw = [[None if e is None else (e[0], int(np.ravel_multi_index(e[1], shapes[e[0]]))) for e in w]
              for w in windows]
@@ -868,44 +716,9 @@ def _join_math(texs: list[str]) -> list:
     return out
 
 
-def _window_text(op: Op) -> str:
-    kind = op.spec.kind
-    if kind == "pool":
-        k = op.params["kernel_size"]
-        offs = list(np.ndindex(*k))
-        shown = offs if len(offs) <= 9 else offs[:4] + [None] + offs[-1:]
-        parts: list = []
-        for o in shown:
-            parts.append(", " if parts else "")
-            if o is None:
-                parts.append(M(r"\ldots"))
-            else:
-                at = ", ".join(map(str, o))
-                parts.append(M(r"x_{%d} \leftarrow \left(%s\right)" % (offs.index(o), at)))
-        return ([f"Each output is the max of one window of {len(offs)} input elements, numbered in "
-                 f"row-major (scan) order of the window by their offset in it: "] + parts
-                + [". Padding never wins."])
-    if kind == "maxout":
-        return [f"Each output is the max of a group of {op.params['pieces']} consecutive channels, "
-                f"numbered in channel order."]
-    if kind == "fractional":
-        return [f"Each output is the {op.spec.extremum} of one window of {op.window_size()} input "
-                f"elements (kernel_size {op.params['kernel_size']}), numbered in row-major (scan) "
-                f"order of the window. Windows start at PyTorch's pseudo-random positions: "
-                f"{FRACTIONAL_WINDOWS}. The worked example takes every sample u = {EXAMPLE_SAMPLE}; "
-                f"random_samples get no gradient."]
-    if kind == "adaptive":
-        return ["Each output is the max of one of PyTorch's adaptive windows: along an axis of "
-                "length ", M("L"), " with ", M("n"), " outputs, window ", M("i"), " covers ",
-                M(r"\left\lfloor i L / n \right\rfloor \leq j < \left\lceil \left(i + 1\right) L / n "
-                  r"\right\rceil"),
-                ", so windows overlap and differ in size, and their size is known only at run time. "
-                f"Elements are numbered in row-major (scan) order of the window; the rule is shown on "
-                f"a representative window of {op.window_size()} elements and is the same for every "
-                f"window size."]
-    return [f"Each output is the {op.spec.extremum} of the elements along the reduced dims, numbered "
-            f"in row-major order (shown on a window of {op.window_size()}; the rule is the same for "
-            f"every length)."]
+def _window_text(op: Op) -> list:
+    """The kind's paragraph on its windows, its $...$ spans as inline math."""
+    return [M(t) if i % 2 else t for i, t in enumerate(op.spec.strategy.docs_windows(op).split("$"))]
 
 
 def _policy_note(op: Op) -> str:
@@ -999,7 +812,6 @@ def _conventions_section(op: Op) -> Section:
 
 def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) -> Section:
     s = Section("Worked example")
-    kind = op.spec.kind
     mod, source, name = module_for(op)
     if ex.windows is None:
         s.blocks.append(Para(["The inputs sit on both sides of each kink and exactly on it; ",
@@ -1019,9 +831,8 @@ def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) ->
         if any(c > 1 for c in counts.values()):
             what.append("windows overlap, and one element wins two of them, so its gradient is "
                         "the sum of both windows' g")
-        elif kind == "pool":
-            what.append("these windows do not overlap (stride >= kernel size), so each input is in "
-                        "at most one window")
+        elif op.spec.strategy.docs_apart:
+            what.append(op.spec.strategy.docs_apart)
         s.blocks.append(Para([f"Outputs are numbered in row-major order, ", M("g"),
                               " (grad_output) is 1, 2, 3, ... in that order; " + "; ".join(what)
                               + ". The numbers are what the generated module returns:"]))
