@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import docs as _docs
+from . import pages as _pages
 from .backends import NAMES as BACKENDS  # every entry is generated for each
 from .catalog_entries import CATALOG_FILE, entries  # noqa: F401 (the list, read by docs too)
 from .files import has_provenance
@@ -18,7 +18,7 @@ def render_all() -> dict[str, str]:
         for backend in BACKENDS:
             for name, source in render(op, backend).items():
                 files[f"{backend}/{name}"] = source
-    files.update(_docs.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
+    files.update(_pages.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files
 
 

@@ -365,8 +365,8 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         raise ValueError("derive needs an op (or --expr)")
     op = _resolve(ns, argv)
     if ns.format != "text":
-        from . import docs
-        print(docs.render(op, ns.format), end="", file=out)
+        from . import pages
+        print(pages.render(op, ns.format), end="", file=out)
         return 0
     full = ns.full
     with derivations.announcing(_progress()):

@@ -15,7 +15,9 @@ Nothing here is typed in by hand:
 * the tie and kink values of PyTorch and JAX are measured by running the modules of their presets
   (``conventions.PRESETS``), as ``symgrad conventions`` does.
 
-This module builds finished strings; templates under docs_templates/ place them.
+This module builds finished strings; templates under docs_templates/ place them.  The page of a
+max/min op is built here (``page``); pages.py picks it or docs_special.py's for an op and writes
+it out (``pages.render``, ``pages.catalog_files``).
 """
 
 from __future__ import annotations
@@ -1025,9 +1027,7 @@ class Page:
 
 
 def page(op: Op) -> Page:
-    if op.spec.strategy.special:
-        from .docs_special import special_page
-        return special_page(op)
+    """The page of a max/min op (pages.page: of any op; docs_special.py: unpooling, logsumexp)."""
     d = derive(op)
     mod, source, name = module_for(op)
     ex = worked_example(op, d)
@@ -1175,10 +1175,9 @@ def latex_blocks(blocks: list) -> list[str]:
     return out
 
 
-def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: Page | None = None) -> str:
-    """The Markdown page of an op. image_src maps the picture's file name to the link written
+def markdown_page(pg: Page, image_src: Callable[[str], str] | None = None) -> str:
+    """A page in Markdown. image_src maps the picture's file name to the link written
     (default: a data: URI holding the SVG, so the page stands alone)."""
-    pg = pg or page(op)
     if image_src is None:
         data = base64.b64encode((pg.svg or "").encode()).decode()
         image_src = lambda _src: f"data:image/svg+xml;base64,{data}"  # noqa: E731
@@ -1189,43 +1188,13 @@ def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: P
     return _templates().get_template("docs/page.md.jinja").render(**ctx)
 
 
-def render_latex(op: Op) -> str:
-    pg = page(op)
+def latex_page(pg: Page) -> str:
+    """A page as a standalone LaTeX document."""
     ctx = dict(provenance="% " + PROVENANCE[5:-4], title=_tex_escape(pg.title),
                intro=latex_blocks(pg.intro),
                sections=[{"title": _tex_escape(s.title), "blocks": latex_blocks(s.blocks)}
                          for s in pg.sections])
     return _templates().get_template("docs/page.tex.jinja").render(**ctx)
-
-
-def render(op: Op, fmt: str) -> str:
-    if fmt == "markdown":
-        return render_markdown(op)
-    if fmt == "latex":
-        return render_latex(op)
-    raise ValueError(f"unknown format {fmt!r}; expected one of: {', '.join(FORMATS)}")
-
-
-# ------------------------------------------------------------------------------ catalog
-
-def catalog_files(ops: list[Op]) -> dict[str, str]:
-    """{relative path: text} of generated/docs: a page (+ picture) per entry, and an index."""
-    files = {}
-    rows = []
-    for op in ops:
-        pg = page(op)
-        stem = pg.module_name
-        files[f"docs/{stem}.md"] = render_markdown(op, image_src=lambda src: src, pg=pg)
-        if pg.svg is not None:
-            files[f"docs/{stem}.svg"] = pg.svg
-        t, j = PRESETS["torch"][op.name], PRESETS["jax"][op.name]
-        rows.append({"link": f"[`{_op_label(op)}`]({stem}.md)", "ties": op.ties, "nan": op.nan,
-                     "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
-                     "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
-                     "picture": "yes" if pg.svg is not None else ""})
-    files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
-        provenance=PROVENANCE, rows=rows, policies=list(_policy.TIES.values()))
-    return files
 
 
 def _op_label(op: Op) -> str:
