@@ -13,10 +13,10 @@ import sympy as sp
 from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
-from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
+from ..common import docstring, environment, header, special_docstring, wrap
 from ..printing import python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -123,7 +123,7 @@ def context(art: Artifacts) -> dict:
     op, kernel = art.op, art.kernel
     ctx = _cuda_base_context(op, art.derivation, kernel)
     ctx["piecewise_linear"] = art.piecewise_linear
-    if op.spec.kind in SPECIAL_KINDS:
+    if op.spec.strategy.special:
         ctx.update(_special_cuda_context(op, kernel))
         return ctx
     return _cuda_context_rest(op, kernel, ctx)
@@ -132,7 +132,7 @@ def context(art: Artifacts) -> dict:
 def _cuda_base_context(op: Op, d, kernel) -> dict:
     return {
         "header": ["//" + line[1:] for line in header(op, "cuda")],
-        "docstring": (special_docstring(op, d) if op.spec.kind in SPECIAL_KINDS
+        "docstring": (special_docstring(op, d, kernel) if op.spec.strategy.special
                       else docstring(op, d, kernel)),
         "op": op.name,
         "ties": op.ties,
@@ -266,7 +266,7 @@ def render(art: Artifacts) -> dict[str, str]:
 
 
 def _special_cuda_context(op: Op, kernel) -> dict:
-    if op.spec.kind == "unpool":
+    if isinstance(kernel, UnpoolKernel):
         return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
                     keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 from ... import naming
 from ...geometry import ADAPTIVE
-from ...lower import ElementwiseKernel, WindowKernel, backward_plan
+from ...lower import ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
+from ..common import (docstring, environment, expression_docstring, expression_header,
                       header, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
@@ -43,9 +43,9 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         return _expression_context(art)
-    if op.spec.kind in SPECIAL_KINDS:
+    if op.spec.strategy.special:
         return _special_context(art)
     ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
@@ -86,7 +86,7 @@ def context(art: Artifacts) -> dict:
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
-    if op.spec.kind in ("pool", "adaptive", "fractional"):
+    if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
@@ -148,10 +148,10 @@ def _expression_context(art: Artifacts) -> dict:
 
 def _special_context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
-    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d))
+    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
     ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
-    if op.spec.kind == "unpool":
+    if isinstance(kernel, UnpoolKernel):
         # np.unique returns each key's first position: of the keys reversed, the last writer's
         stay = {"first": ["_, stay = np.unique(keys, return_index=True)"],
                 "last": ["_, from_end = np.unique(keys[::-1], return_index=True)",
