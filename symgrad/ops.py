@@ -106,6 +106,12 @@ class Op:
     convention: str | None = None
     origin: tuple = ()
     padding_mode: str = "never_wins"  # pooling: padding never wins, or is -inf and takes part
+    # elementwise: which of two equal operands each max/min step of the forward returns
+    # (conventions.ZERO_RULES; None: NumPy's np.maximum/np.minimum, as documented)
+    zeros: str | None = None
+    # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS), which decides
+    # the sign of a zero gradient
+    gradient: str = "sum"
 
     @property
     def name(self) -> str:
@@ -305,7 +311,12 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if spec.check:
         spec.check(norm)
     padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
-    op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode)
+    zeros = preset.zeros if (preset and spec.kind == "elementwise") else None
+    gradient = "sum"
+    if preset and spec.kind == "elementwise" and not any(how.startswith("explicit") for _, how in origin):
+        gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
+    op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
+            zeros, gradient)
     if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > MAX_WINDOW:
         what = "pieces" if spec.kind == "maxout" else "kernel_size"
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

@@ -6,7 +6,7 @@
 // tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 // NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 // argument order: given (convention jax)
-// key: d744e651d84f71b523c5
+// key: eb2ebd2dd7228276fc44
 //
 // maximum forward and backward under the tie policy 'split'.
 //
@@ -21,15 +21,15 @@
 // dy/db = [b >= a]/([a >= b] + [b >= a])
 //
 // As computed, each comparison under the NaN rule (#{...}: how many hold):
-// grad_a = ((grad_output) / (#{a >= b, b >= a}) if a >= b else 0)
-// grad_b = ((grad_output) / (#{a >= b, b >= a}) if b >= a else 0)
+// grad_a = grad_output*((1) / (#{a >= b, b >= a}) if a >= b else 0)
+// grad_b = grad_output*((1) / (#{a >= b, b >= a}) if b >= a else 0)
 //
 // Tie policy 'split': a k-way tie gives each tied element 1/k.
 // NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradient (0 to
 //     every element).
 //
 // Convention 'jax': jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when either is
-//     NaN.
+//     NaN; forward XLA max (-0 below +0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -151,27 +151,27 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
 __device__ __forceinline__ float sg_output(const float a, const float b) {
-  return (sg_isnan(a) || a > b) ? a : b;
+  return (sg_isnan(a) || (a > b) || ((b < 0.0f || 1.0f / b < 0.0f) && (a == b))) ? a : b;
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float a, const float b, float& grad_a, float& grad_b) {
   const bool cmp0 = a >= b;
   const bool cmp1 = b >= a;
-  const float t0 = (grad_output) / ((float)(cmp0) + (float)(cmp1));
-  grad_a = cmp0 ? t0 : 0.0f;
-  grad_b = cmp1 ? t0 : 0.0f;
+  const float t0 = (1.0f) / ((float)(cmp0) + (float)(cmp1));
+  grad_a = grad_output*(cmp0 ? t0 : 0.0f);
+  grad_b = grad_output*(cmp1 ? t0 : 0.0f);
 }
 
 __device__ __forceinline__ double sg_output(const double a, const double b) {
-  return (sg_isnan(a) || a > b) ? a : b;
+  return (sg_isnan(a) || (a > b) || ((b < 0.0 || 1.0 / b < 0.0) && (a == b))) ? a : b;
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double a, const double b, double& grad_a, double& grad_b) {
   const bool cmp0 = a >= b;
   const bool cmp1 = b >= a;
-  const double t0 = (grad_output) / ((double)(cmp0) + (double)(cmp1));
-  grad_a = cmp0 ? t0 : 0.0;
-  grad_b = cmp1 ? t0 : 0.0;
+  const double t0 = (1.0) / ((double)(cmp0) + (double)(cmp1));
+  grad_a = grad_output*(cmp0 ? t0 : 0.0);
+  grad_b = grad_output*(cmp1 ? t0 : 0.0);
 }
 
 // ---------------------------------------------------------------------------- kernels

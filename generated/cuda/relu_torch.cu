@@ -6,7 +6,7 @@
 // tie policy: last (convention torch): a tie goes wholly to the tied element that comes last
 // NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 // argument order: reversed (convention torch)
-// key: 6eadc7f00d32f15b2acf
+// key: d1a3dcfeb734cc3d4db9
 //
 // relu forward and backward under the tie policy 'last'.
 //
@@ -27,7 +27,7 @@
 //     true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient.
 //
 // Convention 'torch': F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0,
-//     g at NaN; written max(x, 0), last.
+//     g at NaN; written max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -149,7 +149,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
 __device__ __forceinline__ float sg_output(const float x) {
-  return (sg_isnan(x) || x > 0.0f) ? x : 0.0f;
+  return (0.0f > x) ? 0.0f : x;
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float x, float& grad_x) {
@@ -157,7 +157,7 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
 }
 
 __device__ __forceinline__ double sg_output(const double x) {
-  return (sg_isnan(x) || x > 0.0) ? x : 0.0;
+  return (0.0 > x) ? 0.0 : x;
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double x, double& grad_x) {

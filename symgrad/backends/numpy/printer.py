@@ -45,6 +45,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_IsNan(self, expr):
         return f"np.isnan({self._print(expr.args[0])})"
 
+    def _print_SignBit(self, expr):
+        return f"np.signbit({_bare(self._print(expr.args[0]))})"
+
     def _print_exp(self, expr):
         return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
 
@@ -56,7 +59,8 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
-        if b == 0 and self._settings["select"]:  # the module's _select: np.where(c, a, 0), no branch
+        # the module's _select: np.where(c, a, 0), no branch (a number: typed, below)
+        if b == 0 and self._settings["select"] and not a.is_number:
             return f"_select({_bare(self._print(cond))}, {self._print(a)})"
         if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
             return (f"np.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
