@@ -25,6 +25,10 @@ class Preset:
     # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS: "sum",
     # "nested", "scaled", "product"), which decides the sign of a zero gradient
     gradient: str = "sum"
+    # elementwise, float16 inputs: "half" (computed in float16, constants rounded to float16, as
+    # NumPy does) or "float" (computed in float32 with float32 constants and rounded to float16
+    # once, as PyTorch's CPU kernels of hardtanh and leaky_relu do)
+    half: str = "half"
 
 
 ZERO_RULES = {
@@ -62,14 +66,14 @@ TORCH = {
     "clamp": Preset("last", "keep", "reversed", gradient="nested", zeros="second", note=(
         "torch.clamp: where(x >= min & x <= max, g, 0): 1 at both bounds, 0 at NaN; written "
         "min(max, max(min, x)), last; forward keeps x where it equals a bound (clamp(-0, 0) is -0)")),
-    "hardtanh": Preset("last", "keep", gradient="nested", zeros="first", note=(
+    "hardtanh": Preset("last", "keep", gradient="nested", half="float", zeros="first", note=(
         "F.hardtanh: (x <= min || x >= max) ? 0 : g: 0 at both bounds. PyTorch's CPU kernel "
         "contradicts itself on NaN (0 in SIMD lanes, g in the scalar tail); this preset follows the "
         "scalar code path (g at NaN), as torch._decomp's hardtanh_backward does")),
-    "relu6": Preset("last", "keep", gradient="nested", zeros="first", note=(
+    "relu6": Preset("last", "keep", gradient="nested", half="float", zeros="first", note=(
         "F.relu6 = hardtanh(0, 6): 0 at 0 and 6; on NaN PyTorch's CPU kernel gives 0 or g by SIMD "
         "lane; this preset follows the scalar code path (g at NaN)")),
-    "leaky_relu": Preset("first", "keep", "reversed", gradient="nested", zeros="first", note=(
+    "leaky_relu": Preset("first", "keep", "reversed", gradient="nested", half="float", zeros="first", note=(
         "F.leaky_relu: x > 0 ? g : g*slope: the slope at 0 and at NaN; written max(slope*x, x) "
         "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0)")),
     "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(

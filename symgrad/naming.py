@@ -137,6 +137,8 @@ def canonical(op: Op, backend: str) -> dict:
         out["zeros"] = op.zeros
     if op.gradient != "sum":
         out["gradient"] = op.gradient
+    if op.half_in_float:
+        out["half_in_float"] = True
     return out
 
 

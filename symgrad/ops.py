@@ -112,6 +112,8 @@ class Op:
     # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS), which decides
     # the sign of a zero gradient
     gradient: str = "sum"
+    # elementwise: float16 computed in float32 with float32 constants, rounded once (Preset.half)
+    half_in_float: bool = False
 
     @property
     def name(self) -> str:
@@ -315,8 +317,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     gradient = "sum"
     if preset and spec.kind == "elementwise" and not any(how.startswith("explicit") for _, how in origin):
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
+    half_in_float = bool(preset and spec.kind == "elementwise" and preset.half == "float")
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient)
+            zeros, gradient, half_in_float)
     if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > MAX_WINDOW:
         what = "pieces" if spec.kind == "maxout" else "kernel_size"
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import sympy as sp
+
 from ... import naming
 from ...geometry import ADAPTIVE
 from ...lower import ElementwiseKernel, WindowKernel, backward_plan
@@ -40,6 +42,11 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
             "inputs_tuple": repr(tuple(op.spec.inputs))}
 
 
+def _widened(name: str) -> str:
+    """An array as float32 where it is float16 (else itself): float16 computed in float32."""
+    return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
+
+
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
@@ -51,15 +58,24 @@ def context(art: Artifacts) -> dict:
     ctx["piecewise_linear"] = art.piecewise_linear
     if isinstance(kernel, ElementwiseKernel):
         back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
+        # float16 in float32 (op.half_in_float): forward reads widened copies of the inputs (it
+        # saves the inputs themselves), backward rebinds its arguments to widened ones; the
+        # results are rounded to float16 once, where they are stored
+        wide = {s: sp.Symbol(f"{s}_f32", real=True) for s in kernel.inputs} if op.half_in_float else {}
+        forward_wide = [(f"{s}_f32", _widened(s)) for s in wide]
+        backward_wide = [(s, _widened(s)) for s in ("grad_output", *wide)]
+        sub = {sp.Symbol(s, real=True): w for s, w in wide.items()}
         ctx.update(
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
-            intermediates=[(a.name, numpy_code(a.expr, select=True)) for a in kernel.intermediates],
-            output=numpy_code(kernel.output, select=True),
+            intermediates=forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
+                                          for a in kernel.intermediates],
+            output=numpy_code(kernel.output.xreplace(sub), select=True),
             grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
             broadcast=kernel.broadcast,
-            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in back_inter],
+            backward_intermediates=(backward_wide if wide else [])
+            + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
         return ctx
