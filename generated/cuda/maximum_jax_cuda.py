@@ -6,6 +6,8 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 # argument order: given (convention jax)
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
 # key: eb2ebd2dd7228276fc44
 """maximum forward and backward under the tie policy 'split'.
 

@@ -6,6 +6,8 @@
 # tie policy: last (convention torch): a tie goes wholly to the tied element that comes last
 # NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 # argument order: reversed (convention torch)
+# forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+# gradient form: nested (convention torch): (condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 (single-winner policies: at most one condition holds)
 # key: d1a3dcfeb734cc3d4db9
 """relu forward and backward under the tie policy 'last'.
 
