@@ -252,7 +252,8 @@ def test_maxout(framework, data):
     else:
         want = jax_vjp(lambda v: jnp.max(v.reshape(2, 2, pieces, 3), axis=2), [x], g)
     assert_same(ours("maxout", framework, {"pieces": pieces}, [x], g), want,
-                (framework, "maxout") not in ZERO_SIGN_UNSET, (framework, "maxout") not in GRAD_ZERO_SIGN_UNSET)
+                (framework, "maxout") not in ZERO_SIGN_UNSET,
+                (framework, "maxout") not in GRAD_ZERO_SIGN_UNSET)
 
 
 # ------------------------------------------------------------------------ pooling
@@ -290,7 +291,8 @@ def test_max_pool_torch(case, data):
         raise
     # float16/float32 gradients that overlapping windows add round in the frameworks' order,
     # which test_overlapping_windows_add_in_the_frameworks_order checks in float64
-    g = data.draw(grads(tuple(ty.shape), dtype) if dtype == np.float64 else exact_grads(tuple(ty.shape), dtype))
+    out = tuple(ty.shape)
+    g = data.draw(grads(out, dtype) if dtype == np.float64 else exact_grads(out, dtype))
     assert_same(ours(f"max_pool{d}d", "torch", params, [x], g), torch_vjp(tfn, [x], g))
 
 
