@@ -1,9 +1,11 @@
 """Framework presets: each framework's gradients at ties, kinks, NaN and inf, as data.
 
-A preset is, per op, a tie policy, an argument order (the op's max/min form as given in ops.py,
-or with every max/min's arguments reversed), a NaN rule (policy.NAN_RULES), for elementwise ops
-which operand the forward's max/min returns where two operands are equal (``zeros``: it decides
-the sign of a zero output, since +0 == -0) and, for pooling, how padding takes part.  Nothing here is code: the derivation and lowering do the rest.  Sources for
+A preset is, per op, a tie policy, an argument order (the op's max/min form as given in ops.py, or
+with every max/min's arguments reversed), a NaN rule (policy.NAN_RULES), which operand the
+forward's max/min (or a window's fold) returns where two are equal (``zeros``: it decides the sign
+of a zero output, since +0 == -0), for elementwise ops how the gradient's terms are put together
+(``gradient``) and in which precision float16 is computed (``half``), and, for pooling, how
+padding takes part.  Nothing here is code: the derivation and lowering do the rest.  Sources for
 every entry: shared/reference/framework-conventions.md (PyTorch 2.13 and JAX 0.10 source lines).
 """
 
@@ -19,8 +21,9 @@ class Preset:
     order: str = "given"
     note: str = ""  # what the framework does, and where it contradicts itself
     padding: str = "never_wins"  # pooling: "never_wins", or "neg_inf" (padding is -inf and takes part)
-    # elementwise: the operand each max/min step of the forward (in the order used) returns where
-    # the two are equal, which decides the sign of a zero output (ZERO_RULES); None: np.maximum's
+    # the operand each max/min step of the forward (in the order used; a window's fold) returns
+    # where the two are equal, which decides the sign of a zero output (ZERO_RULES); None: NumPy's
+    # np.maximum/np.max (elementwise, reductions) or the second (window folds)
     zeros: str | None = None
     # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS: "sum",
     # "nested", "scaled", "product"), which decides the sign of a zero gradient
@@ -99,15 +102,18 @@ _POOL_JAX = Preset("first", "replace", note=(
     "it is >= the next element, so ties go to the first element and after a NaN the selection "
     "restarts (the gradient goes to the first maximum after the last NaN, while the output is NaN); "
     "padding is -inf and takes part, so in an all -inf window next to padding the padding wins and "
-    "the gradient is dropped. JAX has no VJP for dilated max pooling"), padding="neg_inf")
+    "the gradient is dropped. JAX has no VJP for dilated max pooling; forward XLA max (-0 below "
+    "+0)"), padding="neg_inf", zeros="ordered")
 
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
     "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
-    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
+    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; forward "
+    "XLA max (-0 below +0)"), zeros="ordered")
 
 _FRACTIONAL_JAX = Preset("split", "nan", note=(
     "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "
-    "writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
+    "writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; "
+    "forward XLA max (-0 below +0)"), zeros="ordered")
 
 JAX = {
     "maximum": Preset("split", "zero", gradient="product", zeros="ordered", note=(
@@ -132,9 +138,10 @@ JAX = {
     "abs": Preset("last", "keep", "reversed", gradient="scaled", zeros="ordered", note=(
         "jnp.abs: select(x >= 0, g, 0) - select(x >= 0, 0, g): +1 at 0 and -0, -1 at NaN; written "
         "max(-x, x), last; forward fabs (+0 at -0)")),
-    "amax": Preset("split", "nan", note="jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a "
-                   "slice holding NaN"),
-    "amin": Preset("split", "nan", note="jnp.min: as jnp.max"),
+    "amax": Preset("split", "nan", zeros="ordered", note=(
+        "jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a slice holding NaN; forward "
+        "XLA max (-0 below +0)")),
+    "amin": Preset("split", "nan", zeros="ordered", note="jnp.min: as jnp.max"),
     "max_pool1d": _POOL_JAX,
     "max_pool2d": _POOL_JAX,
     "max_pool3d": _POOL_JAX,
@@ -143,8 +150,9 @@ JAX = {
     "adaptive_max_pool3d": _ADAPTIVE_JAX,
     "fractional_max_pool2d": _FRACTIONAL_JAX,
     "fractional_max_pool3d": _FRACTIONAL_JAX,
-    "maxout": Preset("split", "nan", note="JAX has no maxout; this is jnp.max over each group of "
-                     "channels (split evenly, NaN for a group holding NaN)"),
+    "maxout": Preset("split", "nan", zeros="ordered", note=(
+        "JAX has no maxout; this is jnp.max over each group of channels (split evenly, NaN for a "
+        "group holding NaN; -0 below +0)")),
 }
 
 _UNPOOL_TORCH = Preset("all", "dominate", note=(

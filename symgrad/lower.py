@@ -17,7 +17,7 @@ Lowered-only node types: ``Select(cond, a, b)`` (cond ? a : b), ``Quotient(a, b)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -100,6 +100,9 @@ class Selection:
     # scan: how the running scan treats NaN (its NaN rule), which fixes its winner over a whole
     # window in closed form (NanRule.nan_takes_over, .nan_is_taken_over)
     nan: _policy.NanRule | None = None
+    # the window's extremum so far, folded with the next element v (NaN propagating; of equal
+    # values, the one the zeros rule says: ``extremum_step``): in BEST and V
+    combine: sp.Basic | None = None
 
     @property
     def winner_is_output(self) -> bool:
@@ -352,6 +355,8 @@ def lower(d: Derivation):
             broadcast=len(d.inputs) > 1,
         )
     sel = selection(d.output, d.inputs, op.nan, op.ties)
+    fold = MaxOf if sel.extremum == "max" else MinOf
+    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros))
     geometry = op.spec.kind
     static = geometry in STATIC_WINDOW_KINDS
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None

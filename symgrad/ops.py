@@ -313,7 +313,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if spec.check:
         spec.check(norm)
     padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
-    zeros = preset.zeros if (preset and spec.kind == "elementwise") else None
+    zeros = preset.zeros if preset else None
     gradient = "sum"
     if preset and spec.kind == "elementwise" and not any(how.startswith("explicit") for _, how in origin):
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")

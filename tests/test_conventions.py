@@ -127,14 +127,13 @@ def torch_scalar_forward(fn, a, b):
     return np.concatenate(out).reshape(shape) if out else np.empty(shape, a.dtype)
 
 
-# Not reproduced yet (issue 15), each compared with +0 == -0 for the forward only and named here:
-# the sign of a zero that a window op's forward returns among tied +0 and -0 (XLA's max is
-# ordered, -0 below +0; PyTorch's amax/amin by SIMD lane) ...
-ZERO_SIGN_UNSET = {("torch", "amax"), ("torch", "amin"), ("jax", "amax"), ("jax", "amin"),
-                   ("jax", "maxout"), ("jax", "max_pool")}
-# ... and maxout's zero gradients: symgrad adds each window's weights into +0, where PyTorch's
-# max(dim) writes g to the winner (-0 stays -0) and JAX's g * hit / count gives a loser g's sign
-GRAD_ZERO_SIGN_UNSET = {("torch", "maxout"), ("jax", "maxout")}
+# Not reproduced (issue 15), each compared with +0 == -0 and named here: the sign of a zero that
+# PyTorch's amax/amin return among tied +0 and -0, which depends on the SIMD lane ...
+ZERO_SIGN_UNSET = {("torch", "amax"), ("torch", "amin")}
+# ... and zero gradients of maxout and JAX's adaptive pooling: symgrad adds each window's weights
+# into +0, where PyTorch's max(dim) writes g to the winner (-0 stays -0) and JAX's g * hit / count
+# gives a loser g's sign (-0 for a negative g)
+GRAD_ZERO_SIGN_UNSET = {("torch", "maxout"), ("jax", "maxout"), ("jax", "adaptive")}
 
 
 # ------------------------------------------------------------------------ elementwise
@@ -412,3 +411,62 @@ def test_torch_computes_these_float16_ops_in_float32(case):
     x = x[~np.isnan(x)]  # (NaN: hardtanh's SIMD lanes contradict its scalar path)
     g = np.random.default_rng(0).choice(np.array(EXACT + [0.1, -3.3], np.float16), size=x.shape)
     assert_same(ours(op, "torch", params, [x], g), torch_vjp(tfn, [x], g))
+
+
+def _adaptive_windows(length, out):
+    """PyTorch's adaptive windows along one axis: [floor(i*L/out), ceil((i+1)*L/out))."""
+    return [(i * length // out, -(-(i + 1) * length // out)) for i in range(out)]
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@given(data=st.data())
+@SETTINGS
+def test_adaptive_max_pool(framework, data):
+    """JAX has no adaptive max pooling: its oracle is jnp.max over each of PyTorch's windows."""
+    d = data.draw(st.integers(1, 2))
+    spatial = tuple(data.draw(st.integers(1, 6)) for _ in range(d))
+    out = tuple(data.draw(st.integers(1, n)) for n in spatial)
+    dtype = data.draw(dtypes)
+    x = data.draw(values((2,) + spatial, dtype))
+    g = data.draw(exact_grads((2,) + out, dtype))  # overlapping windows add in their own order
+    op, params = f"adaptive_max_pool{d}d", {"output_size": out}
+    if framework == "torch":
+        want = torch_vjp(lambda t: getattr(F, op)(t, out), [x], g)
+    else:
+        boxes = [_adaptive_windows(n, o) for n, o in zip(spatial, out)]
+
+        def jfn(v):
+            if d == 1:
+                return jnp.stack([jnp.max(v[:, s:e], axis=-1) for s, e in boxes[0]], -1)
+            return jnp.stack([jnp.stack([jnp.max(v[:, s0:e0, s1:e1], axis=(-2, -1))
+                                         for s1, e1 in boxes[1]], -1) for s0, e0 in boxes[0]], -2)
+        want = jax_vjp(jfn, [x], g)
+    assert_same(ours(op, framework, params, [x], g), want,
+                grad_zeros=(framework, "adaptive") not in GRAD_ZERO_SIGN_UNSET)
+
+
+ZERO_ROWS = np.array([[-0.0 if (k >> i) & 1 else 0.0 for i in range(3)] for k in range(8)])
+
+
+@pytest.mark.parametrize("case", ["amax", "amin", "maxout", "max_pool1d", "adaptive_max_pool1d"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_jax_window_forward_orders_zeros(case, dtype):
+    """XLA's max/min order -0 below +0: over every pattern of three tied zeros the jax preset's
+    forward returns JAX's zero (NumPy's np.max returns either, by SIMD lane)."""
+    x = ZERO_ROWS.astype(dtype)
+    fn = jnp.min if case == "amin" else jnp.max
+    if case in ("amax", "amin"):
+        got = ours(case, "jax", {"dim": 1}, [x], np.ones(8, dtype))[0]
+        want = fn(jnp.asarray(x), axis=1)
+    elif case == "maxout":
+        got = ours(case, "jax", {"pieces": 3}, [x[:, :, None]], np.ones((8, 1, 1), dtype))[0]
+        want = fn(jnp.asarray(x), axis=1)[:, None, None]
+    elif case == "max_pool1d":
+        got = ours(case, "jax", {"kernel_size": 3}, [x[:, None]], np.ones((8, 1, 1), dtype))[0]
+        want = lax.reduce_window(jnp.asarray(x[:, None]), -jnp.inf, lax.max, (1, 1, 3), (1, 1, 1),
+                                 [(0, 0)] * 3)
+    else:
+        got = ours(case, "jax", {"output_size": 2}, [x[:, None]], np.ones((8, 1, 2), dtype))[0]
+        want = jnp.stack([fn(jnp.asarray(x[:, None, s:e]), axis=-1)
+                          for s, e in _adaptive_windows(3, 2)], -1)
+    assert_bits(got, np.asarray(want), "forward")

@@ -12,7 +12,7 @@ import sympy as sp
 
 from ... import naming
 from ...geometry import ADAPTIVE
-from ...indicators import MaxOf, MinOf
+from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
@@ -56,12 +56,11 @@ class _CFunction:
 
 def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     sel = kernel.selection
-    fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
     # the selection as C functions, printed once per compute type: (doc, return type, name,
     # parameters, body) with every expression from the lowered kernel
     functions = [_CFunction("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                            "{rt}", "sg_combine", (BEST, V), fold(BEST, V))]
+                            "{rt}", "sg_combine", (BEST, V), sel.combine)]
     if sel.form == "scan":
         functions.append(_CFunction("sg_take(v, best): a later element v takes over from the "
                                     "running winner best", "bool", "sg_take", (V, BEST), sel.take))

@@ -10,7 +10,7 @@ import sympy as sp
 
 from ... import naming
 from ...geometry import ADAPTIVE
-from ...lower import ElementwiseKernel, WindowKernel, backward_plan
+from ...lower import BEST, V, ElementwiseKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
                       header, special_docstring, wrap)
@@ -81,6 +81,14 @@ def context(art: Artifacts) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
+
+    def fold(a: str, b: str, step=numpy_extremum_fold) -> str:
+        """a folded with b: NumPy's own call, or the zeros rule's select (op.zeros)."""
+        if op.zeros is None:
+            return step(sel.extremum, a, b)
+        names = {BEST: sp.Symbol(a, real=True), V: sp.Symbol(b, real=True)}
+        return numpy_code(sel.combine.xreplace(names))
+
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
@@ -88,8 +96,8 @@ def context(art: Artifacts) -> dict:
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
-        combine=numpy_extremum_fold(sel.extremum, "best", "v"),
-        fold_out=numpy_extremum_fold(sel.extremum, "out", "v"),  # the output folded on its own
+        combine=fold("best", "v"),
+        fold_out=fold("out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         counts=sel.counts,
@@ -99,7 +107,7 @@ def context(art: Artifacts) -> dict:
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
-        reduce=numpy_extremum_reduce(sel.extremum, "xr"),
+        reduce=numpy_extremum_reduce(sel.extremum, "xr", op.zeros),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
     if op.spec.kind in ("pool", "adaptive", "fractional"):
@@ -107,10 +115,10 @@ def context(art: Artifacts) -> dict:
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
-        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
+        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
                               if sel.form == "mask" or not sel.winner_is_output else "")
-        ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
-        ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
+        ctx["combine"] = fold("best", "v", numpy_extremum_step)  # the same rule for every dtype
+        ctx["fold_output"] = fold("output", "v", numpy_extremum_step)
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     if kernel.geometry == "adaptive":
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
