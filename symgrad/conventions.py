@@ -1,7 +1,10 @@
 """Framework presets: each framework's gradients at ties, kinks, NaN and inf, as data.
 
-A preset is, per op, a tie policy, an argument order (the op's max/min form as given in ops.py,
-or with every max/min's arguments reversed), a NaN rule (policy.NAN_RULES) and, for pooling, how
+A preset is, per op, a tie policy, an argument order (the op's max/min form as given in ops.py, or
+with every max/min's arguments reversed), a NaN rule (policy.NAN_RULES), which operand the
+forward's max/min (or a window's fold) returns where two are equal (``zeros``: it decides the sign
+of a zero output, since +0 == -0), for elementwise ops how the gradient's terms are put together
+(``gradient``) and in which precision float16 is computed (``half``), and, for pooling, how
 padding takes part.  Nothing here is code: the derivation and lowering do the rest.  Sources for
 every entry: shared/reference/framework-conventions.md (PyTorch 2.13 and JAX 0.10 source lines).
 """
@@ -18,6 +21,24 @@ class Preset:
     order: str = "given"
     note: str = ""  # what the framework does, and where it contradicts itself
     padding: str = "never_wins"  # pooling: "never_wins", or "neg_inf" (padding is -inf and takes part)
+    # the operand each max/min step of the forward (in the order used; a window's fold) returns
+    # where the two are equal, which decides the sign of a zero output (ZERO_RULES); None: NumPy's
+    # np.maximum/np.max (elementwise, reductions) or the second (window folds)
+    zeros: str | None = None
+    # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS: "sum",
+    # "nested", "scaled", "product"), which decides the sign of a zero gradient
+    gradient: str = "sum"
+    # elementwise, float16 inputs: "half" (computed in float16, constants rounded to float16, as
+    # NumPy does) or "float" (computed in float32 with float32 constants and rounded to float16
+    # once, as PyTorch's CPU kernels of hardtanh and leaky_relu do)
+    half: str = "half"
+
+
+ZERO_RULES = {
+    "first": "of two equal operands the first is returned (+0 and -0 included)",
+    "second": "of two equal operands the second is returned (+0 and -0 included)",
+    "ordered": "-0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)",
+}
 
 
 _POOL_TORCH = Preset("first", "last_nan", note=(
@@ -36,24 +57,30 @@ _FRACTIONAL_TORCH = Preset("first", "last_nan", note=(
     "scan order wins, the last NaN wins); backward `gradInput[index] += gradOutput` in output order"))
 
 TORCH = {
-    "maximum": Preset("split", "each", note="torch.maximum: where(a == b, g/2, g), 0 where a < b: "
-                      "a tie is split 1/2-1/2, and a NaN operand gives BOTH operands the whole g"),
-    "minimum": Preset("split", "each", note="torch.minimum: as maximum, mirrored"),
-    "relu": Preset("last", "keep", "reversed", note="F.relu: threshold_backward(g, result, 0) = "
-                   "result <= 0 ? 0 : g: 0 at 0, g at NaN; written max(x, 0), last"),
-    "clamp": Preset("last", "keep", "reversed", note="torch.clamp: where(x >= min & x <= max, g, 0): "
-                    "1 at both bounds, 0 at NaN; written min(max, max(min, x)), last"),
-    "hardtanh": Preset("last", "keep", note=(
+    "maximum": Preset("split", "each", zeros="first", note=(
+        "torch.maximum: where(a == b, g/2, g), 0 where a < b: a tie is split 1/2-1/2, and a NaN "
+        "operand gives BOTH operands the whole g. Forward of +0 and -0: the scalar code path "
+        "returns the first operand, SIMD lanes the second (PyTorch contradicts itself); this "
+        "preset follows the scalar path")),
+    "minimum": Preset("split", "each", zeros="first", note="torch.minimum: as maximum, mirrored"),
+    "relu": Preset("last", "keep", "reversed", gradient="nested", zeros="first", note=(
+        "F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0, g at NaN; written "
+        "max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0)")),
+    "clamp": Preset("last", "keep", "reversed", gradient="nested", zeros="second", note=(
+        "torch.clamp: where(x >= min & x <= max, g, 0): 1 at both bounds, 0 at NaN; written "
+        "min(max, max(min, x)), last; forward keeps x where it equals a bound (clamp(-0, 0) is -0)")),
+    "hardtanh": Preset("last", "keep", gradient="nested", half="float", zeros="first", note=(
         "F.hardtanh: (x <= min || x >= max) ? 0 : g: 0 at both bounds. PyTorch's CPU kernel "
         "contradicts itself on NaN (0 in SIMD lanes, g in the scalar tail); this preset follows the "
         "scalar code path (g at NaN), as torch._decomp's hardtanh_backward does")),
-    "relu6": Preset("last", "keep", note=(
+    "relu6": Preset("last", "keep", gradient="nested", half="float", zeros="first", note=(
         "F.relu6 = hardtanh(0, 6): 0 at 0 and 6; on NaN PyTorch's CPU kernel gives 0 or g by SIMD "
         "lane; this preset follows the scalar code path (g at NaN)")),
-    "leaky_relu": Preset("first", "keep", "reversed", note=(
+    "leaky_relu": Preset("first", "keep", "reversed", gradient="nested", half="float", zeros="first", note=(
         "F.leaky_relu: x > 0 ? g : g*slope: the slope at 0 and at NaN; written max(slope*x, x) "
-        "(min for slope > 1), first")),
-    "abs": Preset("split", "zero", note="torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN"),
+        "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0)")),
+    "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(
+        "torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN; forward fabs (+0 at -0)")),
     "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
                    "slice holding NaN gets NaN everywhere"),
     "amin": Preset("split", "nan", note="torch.amin: as amax"),
@@ -75,34 +102,46 @@ _POOL_JAX = Preset("first", "replace", note=(
     "it is >= the next element, so ties go to the first element and after a NaN the selection "
     "restarts (the gradient goes to the first maximum after the last NaN, while the output is NaN); "
     "padding is -inf and takes part, so in an all -inf window next to padding the padding wins and "
-    "the gradient is dropped. JAX has no VJP for dilated max pooling"), padding="neg_inf")
+    "the gradient is dropped. JAX has no VJP for dilated max pooling; forward XLA max (-0 below "
+    "+0)"), padding="neg_inf", zeros="ordered")
 
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
     "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
-    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
+    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; forward "
+    "XLA max (-0 below +0)"), zeros="ordered")
 
 _FRACTIONAL_JAX = Preset("split", "nan", note=(
     "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "
-    "writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element"))
+    "writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; "
+    "forward XLA max (-0 below +0)"), zeros="ordered")
 
 JAX = {
-    "maximum": Preset("split", "zero", note="jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both "
-                      "when either is NaN"),
-    "minimum": Preset("split", "zero", note="jnp.minimum: as maximum"),
-    "relu": Preset("first", "keep", note="jax.nn.relu: custom_jvp select(x > 0, g, 0): 0 at 0 and NaN"),
-    "clamp": Preset("split", "zero", note="jnp.clip = minimum(max, maximum(min, x)): 1/2 at a bound, "
-                    "0 at NaN"),
-    "hardtanh": Preset("first", "keep", note="jax.nn.hard_tanh: where(x > 1, 1, where(x < -1, -1, x)): "
-                       "1 at both bounds and at NaN"),
-    "relu6": Preset("first", "keep", "reversed", note="jax.nn.relu6: custom_jvp (x > 0) & (x < 6): 0 "
-                    "at 0, 6 and NaN; written min(6, max(0, x)), first"),
-    "leaky_relu": Preset("last", "keep", "reversed", note="jax.nn.leaky_relu: where(x >= 0, x, slope*x): "
-                         "1 at 0, the slope at NaN; written max(slope*x, x), last"),
-    "abs": Preset("last", "keep", "reversed", note="jnp.abs: select(x >= 0, g, -g): +1 at 0 and -0, -1 "
-                  "at NaN; written max(-x, x), last"),
-    "amax": Preset("split", "nan", note="jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a "
-                   "slice holding NaN"),
-    "amin": Preset("split", "nan", note="jnp.min: as jnp.max"),
+    "maximum": Preset("split", "zero", gradient="product", zeros="ordered", note=(
+        "jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when either is NaN; forward "
+        "XLA max (-0 below +0)")),
+    "minimum": Preset("split", "zero", gradient="product", zeros="ordered",
+                      note="jnp.minimum: as maximum"),
+    "relu": Preset("first", "keep", gradient="nested", zeros="ordered", note=(
+        "jax.nn.relu: custom_jvp select(x > 0, g, 0): 0 at 0 and NaN; forward maximum(x, 0) (+0 at "
+        "-0)")),
+    "clamp": Preset("split", "zero", gradient="product", zeros="ordered", note=(
+        "jnp.clip = minimum(max, maximum(min, x)): 1/2 at a bound, 0 at NaN")),
+    "hardtanh": Preset("first", "keep", gradient="nested", zeros="first", note=(
+        "jax.nn.hard_tanh: where(x > 1, 1, where(x < -1, -1, x)): 1 at both bounds and at NaN; x "
+        "where it equals a bound")),
+    "relu6": Preset("first", "keep", "reversed", gradient="nested", zeros="ordered", note=(
+        "jax.nn.relu6: custom_jvp (x > 0) & (x < 6): 0 at 0, 6 and NaN; written min(6, max(0, x)), "
+        "first; forward minimum(maximum(x, 0), 6) (+0 at -0)")),
+    "leaky_relu": Preset("last", "keep", "reversed", gradient="scaled", zeros="second", note=(
+        "jax.nn.leaky_relu: where(x >= 0, x, slope*x): 1 at 0, the slope at NaN; written "
+        "max(slope*x, x), last (x at 0)")),
+    "abs": Preset("last", "keep", "reversed", gradient="scaled", zeros="ordered", note=(
+        "jnp.abs: select(x >= 0, g, 0) - select(x >= 0, 0, g): +1 at 0 and -0, -1 at NaN; written "
+        "max(-x, x), last; forward fabs (+0 at -0)")),
+    "amax": Preset("split", "nan", zeros="ordered", note=(
+        "jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a slice holding NaN; forward "
+        "XLA max (-0 below +0)")),
+    "amin": Preset("split", "nan", zeros="ordered", note="jnp.min: as jnp.max"),
     "max_pool1d": _POOL_JAX,
     "max_pool2d": _POOL_JAX,
     "max_pool3d": _POOL_JAX,
@@ -111,8 +150,9 @@ JAX = {
     "adaptive_max_pool3d": _ADAPTIVE_JAX,
     "fractional_max_pool2d": _FRACTIONAL_JAX,
     "fractional_max_pool3d": _FRACTIONAL_JAX,
-    "maxout": Preset("split", "nan", note="JAX has no maxout; this is jnp.max over each group of "
-                     "channels (split evenly, NaN for a group holding NaN)"),
+    "maxout": Preset("split", "nan", zeros="ordered", note=(
+        "JAX has no maxout; this is jnp.max over each group of channels (split evenly, NaN for a "
+        "group holding NaN; -0 below +0)")),
 }
 
 _UNPOOL_TORCH = Preset("all", "dominate", note=(

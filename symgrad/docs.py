@@ -804,8 +804,11 @@ def _conventions_section(op: Op) -> Section:
     items = []
     for conv, fw in (("torch", "PyTorch"), ("jax", "JAX")):
         p = PRESETS[conv][op.name]
+        extra = "".join(f", {what} {value}" for what, value, plain in (
+            ("zeros", p.zeros, None), ("gradient", p.gradient, "sum"), ("float16 in", p.half, "half"))
+            if value != plain)
         items.append([f"{fw} (", C(f"--convention {conv}"), f": tie policy {p.ties}, NaN rule "
-                      f"{p.nan}, order {p.order}): {p.note}."])
+                      f"{p.nan}, order {p.order}{extra}): {p.note}."])
     s.blocks.append(Bullets(items))
     return s
 

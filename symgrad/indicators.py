@@ -131,6 +131,22 @@ class IsNan(BooleanFunction):
         return "isnan(%s)" % printer._print(self.args[0])
 
 
+class SignBit(BooleanFunction):
+    """The predicate 'e has its sign bit set' for a number e (-0 and every negative number; false
+    for NaN): it tells -0 from +0, which compare equal."""
+
+    nargs = 1
+
+    @classmethod
+    def eval(cls, e):
+        if e.is_number and e.is_extended_real:  # a constant is never -0 (SymPy has one zero)
+            return sp.true if e.is_extended_negative else sp.false
+        return None
+
+    def _sympystr(self, printer):
+        return "signbit(%s)" % printer._print(self.args[0])
+
+
 _FLIP = {sp.StrictGreaterThan: sp.StrictLessThan, sp.GreaterThan: sp.LessThan,
          sp.StrictLessThan: sp.StrictGreaterThan, sp.LessThan: sp.GreaterThan}
 

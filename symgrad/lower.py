@@ -17,7 +17,7 @@ Lowered-only node types: ``Select(cond, a, b)`` (cond ? a : b), ``Quotient(a, b)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -25,7 +25,7 @@ import sympy as sp
 from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
-from .indicators import Indicator, IsNan, MaxOf, MinOf
+from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit
 
 
 class _SortsAsWritten:
@@ -100,6 +100,9 @@ class Selection:
     # scan: how the running scan treats NaN (its NaN rule), which fixes its winner over a whole
     # window in closed form (NanRule.nan_takes_over, .nan_is_taken_over)
     nan: _policy.NanRule | None = None
+    # the window's extremum so far, folded with the next element v (NaN propagating; of equal
+    # values, the one the zeros rule says: ``extremum_step``): in BEST and V
+    combine: sp.Basic | None = None
 
     @property
     def winner_is_output(self) -> bool:
@@ -158,11 +161,25 @@ def _split_term(term: sp.Expr) -> tuple[sp.Expr, list[Indicator]]:
     return sp.Mul(*coeff), inds
 
 
-def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = None) -> sp.Expr:
-    """grad_output * partial as a sum of selects, divided by counts where the policy splits.
+GRADIENT_FORMS = {
+    "sum": "a sum over the pieces of (condition ? coefficient * g : 0)",
+    "nested": "(condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 "
+              "(single-winner policies: at most one condition holds)",
+    "scaled": "a sum over the pieces of coefficient * (condition ? g : 0), as reverse-mode "
+              "autodiff of a where() gives it",
+    "product": "g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, "
+               "so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)",
+}
+
+
+def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = None,
+                  form: str = "sum") -> sp.Expr:
+    """grad_output * partial as selects, divided by counts where the policy splits.
 
     Under 'dominate' a count is never 0 and the sum is divided once.  Under IEEE rules a count
     can be 0 (a NaN equals nothing); the division then goes inside each select, which yields 0.
+    ``form`` (GRADIENT_FORMS) says how the terms make the gradient: the value is the same
+    wherever no term is zero, and the form decides the sign of a zero gradient.
     """
     roles = roles or {}
     num, den = sp.fraction(partial)
@@ -186,17 +203,33 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
         counts.append(Count(*conds))
     count = sp.Mul(*counts)
     inner = bool(counts) and _policy.NAN_RULES[nan].count_can_be_zero
+    if form not in GRADIENT_FORMS:
+        raise ValueError(f"unknown gradient form {form!r}")
+    if form == "nested" and counts:
+        raise ValueError("the nested gradient form needs a single-winner policy (no counts)")
+    factor = sp.S.One if form == "product" else GRAD_OUTPUT  # product: g multiplies the weight
     total = []
     for term in sp.Add.make_args(sp.expand(num)):
         coeff, inds = _split_term(term)
         if coeff == 0:
             continue
-        value = GRAD_OUTPUT * coeff
+        value = factor * coeff
         if inner:
             value = Quotient(value, count)
-        total.append(Select(_condition(inds, nan, roles), value, sp.S.Zero) if inds else value)
+        if not inds:
+            total.append(value)
+        elif form == "scaled":
+            total.append(coeff * Select(_condition(inds, nan, roles), GRAD_OUTPUT, sp.S.Zero))
+        else:
+            total.append(Select(_condition(inds, nan, roles), value, sp.S.Zero))
+    if form == "nested":
+        out = sp.S.Zero
+        for t in reversed(total):
+            out = Select(t.args[0], t.args[1], out) if isinstance(t, Select) else t
+        return out
     out = sp.Add(*total) if total else sp.S.Zero
-    return Quotient(out, count) if (counts and not inner) else out
+    out = Quotient(out, count) if (counts and not inner) else out
+    return GRAD_OUTPUT * out if form == "product" else out
 
 
 # ----------------------------------------------------------------------------- selection
@@ -259,6 +292,43 @@ def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -
     return Selection("mask", kind, None, None, hit, weight, split)
 
 
+# ----------------------------------------------------------------------------- forward zeros
+
+def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
+    """One step max(a, b) (or min) of a forward, as a select: NaN propagates (a NaN operand is
+    returned), and where a == b the rule ``zeros`` (conventions.ZERO_RULES) says which operand is
+    returned, which decides the sign of a zero output.
+
+    first    b where isnan(b) or b beats a strictly, else a
+    second   a where isnan(a) or a beats b strictly, else b
+    ordered  as second, and a where a == b and -0 is b (max) or a (min): -0 is below +0
+    """
+    beats = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
+    if zeros == "first":
+        return Select(sp.Or(IsNan(b), beats(b, a, evaluate=False)), b, a)
+    cond = sp.Or(IsNan(a), beats(a, b, evaluate=False))
+    if zeros == "ordered":
+        negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
+        cond = sp.Or(cond, sp.And(sp.Eq(a, b, evaluate=False), SignBit(negative)))
+    elif zeros != "second":
+        raise ValueError(f"unknown zero rule {zeros!r}")
+    return Select(cond, a, b)
+
+
+def forward_code(e: sp.Expr, zeros: str | None) -> sp.Expr:
+    """A forward value with every max/min as folded ``extremum_step``s under the rule ``zeros``
+    (None: left as MaxOf/MinOf, which the printers write as np.maximum/np.minimum)."""
+    if zeros is None or not e.args:
+        return e
+    args = [forward_code(a, zeros) for a in e.args]
+    if isinstance(e, (MaxOf, MinOf)):
+        out = args[0]
+        for b in args[1:]:
+            out = extremum_step(e.kind, out, b, zeros)
+        return out
+    return e.func(*args)
+
+
 # ----------------------------------------------------------------------------- lowering
 
 def lower(d: Derivation):
@@ -266,11 +336,11 @@ def lower(d: Derivation):
     if op.spec.strategy.special:
         return lower_special(d)
     if op.spec.strategy.elementwise:
-        inter = tuple(Assign(str(n.symbol), n.forward) for n in d.nodes[:-1])
+        inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros)) for n in d.nodes[:-1])
         roles = factor_roles(d.nodes)
         grads = []
         for s in d.inputs:
-            g = lower_partial(d.partials[s], op.nan, roles)
+            g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
             if _policy.NAN_RULES[op.nan].whole_gradient_at_nan:  # a NaN among the pieces: all of g
                 any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
                 g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
@@ -279,12 +349,14 @@ def lower(d: Derivation):
         return ElementwiseKernel(
             inputs=tuple(str(s) for s in d.inputs),
             intermediates=inter,
-            output=d.output.forward,
+            output=forward_code(d.output.forward, op.zeros),
             grads=grads,
             saved=tuple(str(s) for s in d.inputs),
             broadcast=len(d.inputs) > 1,
         )
     sel = selection(d.output, d.inputs, op.nan, op.ties)
+    fold = MaxOf if sel.extremum == "max" else MinOf
+    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros))
     geometry = op.spec.kind
     static = op.spec.strategy.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None

@@ -129,10 +129,17 @@ def _bounded(name: str, op: Op) -> str:
 
 
 def canonical(op: Op, backend: str) -> dict:
-    return {"op": op.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
-                                       for k, v in op.params.items()},
-            "ties": op.ties, "nan": op.nan, "order": op.order, "convention": op.convention,
-            "padding_mode": op.padding_mode, "backend": backend, "symgrad": __version__}
+    out = {"op": op.name, "params": {k: (list(v) if isinstance(v, tuple) else v)
+                                      for k, v in op.params.items()},
+           "ties": op.ties, "nan": op.nan, "order": op.order, "convention": op.convention,
+           "padding_mode": op.padding_mode, "backend": backend, "symgrad": __version__}
+    if op.zeros is not None:  # (absent where unset: the keys of other modules stay as they were)
+        out["zeros"] = op.zeros
+    if op.gradient != "sum":
+        out["gradient"] = op.gradient
+    if op.half_in_float:
+        out["half_in_float"] = True
+    return out
 
 
 def key(op: Op, backend: str = "numpy") -> str:

@@ -106,6 +106,14 @@ class Op:
     convention: str | None = None
     origin: tuple = ()
     padding_mode: str = "never_wins"  # pooling: padding never wins, or is -inf and takes part
+    # elementwise: which of two equal operands each max/min step of the forward returns
+    # (conventions.ZERO_RULES; None: NumPy's np.maximum/np.minimum, as documented)
+    zeros: str | None = None
+    # elementwise: how the gradient's terms are put together (lower.GRADIENT_FORMS), which decides
+    # the sign of a zero gradient
+    gradient: str = "sum"
+    # elementwise: float16 computed in float32 with float32 constants, rounded once (Preset.half)
+    half_in_float: bool = False
 
     @property
     def name(self) -> str:
@@ -290,7 +298,13 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if spec.check:
         spec.check(norm)
     padding_mode = preset.padding if (preset and spec.strategy.preset_padding) else "never_wins"
-    op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode)
+    zeros = preset.zeros if preset else None
+    gradient = "sum"
+    if preset and spec.strategy.elementwise and not any(how.startswith("explicit") for _, how in origin):
+        gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
+    half_in_float = bool(preset and spec.strategy.elementwise and preset.half == "float")
+    op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
+            zeros, gradient, half_in_float)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

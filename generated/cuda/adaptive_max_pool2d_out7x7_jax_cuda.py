@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 79f80aafca34da92805d
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: 901c97d372c465d6cca0
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs
@@ -29,7 +30,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element.
+    to every element; forward XLA max (-0 below +0).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of adaptive_max_pool2d_out7x7_jax.cu,

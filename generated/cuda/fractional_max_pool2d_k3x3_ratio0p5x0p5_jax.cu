@@ -5,7 +5,8 @@
 // convention: jax
 // tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 // NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-// key: c900071fbadf5fcb342b
+// forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+// key: c40b081252865b91a469
 //
 // fractional_max_pool2d forward and backward under the tie policy 'split'.
 //
@@ -32,7 +33,7 @@
 //
 // Convention 'jax': JAX has no fractional max pooling; this is jnp.max over each of PyTorch's
 //     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-//     to every element.
+//     to every element; forward XLA max (-0 below +0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -194,7 +195,7 @@ __device__ __forceinline__ long long sg_first_holder(const long long e, const A 
 // sg_hit(v, extremum): an element attains its window's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v) || ((v < 0.0f || 1.0f / v < 0.0f) && (best == v))) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return v == extremum;
@@ -204,7 +205,7 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   return hit*(grad_output) / (count);
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v) || ((v < 0.0 || 1.0 / v < 0.0) && (best == v))) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return v == extremum;

@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: c900071fbadf5fcb342b
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: c40b081252865b91a469
 """fractional_max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d fractional max pooling over (N, C, ...) or (C, ...) inputs: windows of
@@ -31,7 +32,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'jax': JAX has no fractional max pooling; this is jnp.max over each of PyTorch's
     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element.
+    to every element; forward XLA max (-0 below +0).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of

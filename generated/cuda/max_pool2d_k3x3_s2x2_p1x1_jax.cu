@@ -5,7 +5,8 @@
 // convention: jax
 // tie policy: first (convention jax): a tie goes wholly to the tied element that comes first
 // NaN rule: replace (convention jax): a later element takes over unless the running winner beats it: a NaN takes over and is taken over by the next element (the gradient goes to the first winner after the last NaN)
-// key: ba8f43fa72316ca134ea
+// forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+// key: 3948ac13a5b38217465a
 //
 // max_pool2d forward and backward under the tie policy 'first'.
 //
@@ -29,7 +30,7 @@
 //     a NaN the selection restarts (the gradient goes to the first maximum after the last NaN,
 //     while the output is NaN); padding is -inf and takes part, so in an all -inf window next
 //     to padding the padding wins and the gradient is dropped. JAX has no VJP for dilated max
-//     pooling.
+//     pooling; forward XLA max (-0 below +0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -163,13 +164,13 @@ typedef unsigned char index_t;  // saved: the winner's window-local index
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v) || ((v < 0.0f || 1.0f / v < 0.0f) && (best == v))) ? best : v;
 }
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return !(v <= best);
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v) || ((v < 0.0 || 1.0 / v < 0.0) && (best == v))) ? best : v;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return !(v <= best);

@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: first (convention jax): a tie goes wholly to the tied element that comes first
 # NaN rule: replace (convention jax): a later element takes over unless the running winner beats it: a NaN takes over and is taken over by the next element (the gradient goes to the first winner after the last NaN)
-# key: ba8f43fa72316ca134ea
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: 3948ac13a5b38217465a
 """max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.
@@ -28,7 +29,7 @@ Convention 'jax': JAX reduce_window max VJP (select_and_scatter with ge): the ru
     a NaN the selection restarts (the gradient goes to the first maximum after the last NaN,
     while the output is NaN); padding is -inf and takes part, so in an all -inf window next
     to padding the padding wins and the gradient is dropped. JAX has no VJP for dilated max
-    pooling.
+    pooling; forward XLA max (-0 below +0).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of max_pool2d_k3x3_s2x2_p1x1_jax.cu,

@@ -6,7 +6,9 @@
 // tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 // NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 // argument order: given (convention jax)
-// key: d744e651d84f71b523c5
+// forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+// gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
+// key: eb2ebd2dd7228276fc44
 //
 // maximum forward and backward under the tie policy 'split'.
 //
@@ -21,15 +23,15 @@
 // dy/db = [b >= a]/([a >= b] + [b >= a])
 //
 // As computed, each comparison under the NaN rule (#{...}: how many hold):
-// grad_a = ((grad_output) / (#{a >= b, b >= a}) if a >= b else 0)
-// grad_b = ((grad_output) / (#{a >= b, b >= a}) if b >= a else 0)
+// grad_a = grad_output*((1) / (#{a >= b, b >= a}) if a >= b else 0)
+// grad_b = grad_output*((1) / (#{a >= b, b >= a}) if b >= a else 0)
 //
 // Tie policy 'split': a k-way tie gives each tied element 1/k.
 // NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradient (0 to
 //     every element).
 //
 // Convention 'jax': jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when either is
-//     NaN.
+//     NaN; forward XLA max (-0 below +0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -153,27 +155,27 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
 __device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b) {
-  return (sg_isnan(sg_in_a) || sg_in_a > sg_in_b) ? sg_in_a : sg_in_b;
+  return (sg_isnan(sg_in_a) || (sg_in_a > sg_in_b) || ((sg_in_b < 0.0f || 1.0f / sg_in_b < 0.0f) && (sg_in_a == sg_in_b))) ? sg_in_a : sg_in_b;
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b) {
   const bool cmp0 = sg_in_a >= sg_in_b;
   const bool cmp1 = sg_in_b >= sg_in_a;
-  const float t0 = (grad_output) / ((float)(cmp0) + (float)(cmp1));
-  sg_grad_a = cmp0 ? t0 : 0.0f;
-  sg_grad_b = cmp1 ? t0 : 0.0f;
+  const float t0 = (1.0f) / ((float)(cmp0) + (float)(cmp1));
+  sg_grad_a = grad_output*(cmp0 ? t0 : 0.0f);
+  sg_grad_b = grad_output*(cmp1 ? t0 : 0.0f);
 }
 
 __device__ __forceinline__ double sg_output(const double sg_in_a, const double sg_in_b) {
-  return (sg_isnan(sg_in_a) || sg_in_a > sg_in_b) ? sg_in_a : sg_in_b;
+  return (sg_isnan(sg_in_a) || (sg_in_a > sg_in_b) || ((sg_in_b < 0.0 || 1.0 / sg_in_b < 0.0) && (sg_in_a == sg_in_b))) ? sg_in_a : sg_in_b;
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_a, const double sg_in_b, double& sg_grad_a, double& sg_grad_b) {
   const bool cmp0 = sg_in_a >= sg_in_b;
   const bool cmp1 = sg_in_b >= sg_in_a;
-  const double t0 = (grad_output) / ((double)(cmp0) + (double)(cmp1));
-  sg_grad_a = cmp0 ? t0 : 0.0;
-  sg_grad_b = cmp1 ? t0 : 0.0;
+  const double t0 = (1.0) / ((double)(cmp0) + (double)(cmp1));
+  sg_grad_a = grad_output*(cmp0 ? t0 : 0.0);
+  sg_grad_b = grad_output*(cmp1 ? t0 : 0.0);
 }
 
 // ---------------------------------------------------------------------------- kernels

@@ -6,7 +6,9 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 # argument order: given (convention jax)
-# key: d744e651d84f71b523c5
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
+# key: eb2ebd2dd7228276fc44
 """maximum forward and backward under the tie policy 'split'.
 
 Forward, as max/min of its pieces in the order used:
@@ -20,15 +22,15 @@ dy/da = [a >= b]/([a >= b] + [b >= a])
 dy/db = [b >= a]/([a >= b] + [b >= a])
 
 As computed, each comparison under the NaN rule (#{...}: how many hold):
-grad_a = ((grad_output) / (#{a >= b, b >= a}) if a >= b else 0)
-grad_b = ((grad_output) / (#{a >= b, b >= a}) if b >= a else 0)
+grad_a = grad_output*((1) / (#{a >= b, b >= a}) if a >= b else 0)
+grad_b = grad_output*((1) / (#{a >= b, b >= a}) if b >= a else 0)
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
 NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradient (0 to
     every element).
 
 Convention 'jax': jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when either is
-    NaN.
+    NaN; forward XLA max (-0 below +0).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of maximum_jax.cu, compiled by CuPy on

@@ -6,7 +6,9 @@
 // tie policy: last (convention torch): a tie goes wholly to the tied element that comes last
 // NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 // argument order: reversed (convention torch)
-// key: 6eadc7f00d32f15b2acf
+// forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+// gradient form: nested (convention torch): (condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 (single-winner policies: at most one condition holds)
+// key: d1a3dcfeb734cc3d4db9
 //
 // relu forward and backward under the tie policy 'last'.
 //
@@ -27,7 +29,7 @@
 //     true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient.
 //
 // Convention 'torch': F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0,
-//     g at NaN; written max(x, 0), last.
+//     g at NaN; written max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -151,7 +153,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
 __device__ __forceinline__ float sg_output(const float sg_in_x) {
-  return (sg_isnan(sg_in_x) || sg_in_x > 0.0f) ? sg_in_x : 0.0f;
+  return (0.0f > sg_in_x) ? 0.0f : sg_in_x;
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x) {
@@ -159,7 +161,7 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
 }
 
 __device__ __forceinline__ double sg_output(const double sg_in_x) {
-  return (sg_isnan(sg_in_x) || sg_in_x > 0.0) ? sg_in_x : 0.0;
+  return (0.0 > sg_in_x) ? 0.0 : sg_in_x;
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_x, double& sg_grad_x) {

@@ -6,7 +6,9 @@
 # tie policy: last (convention torch): a tie goes wholly to the tied element that comes last
 # NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 # argument order: reversed (convention torch)
-# key: 6eadc7f00d32f15b2acf
+# forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+# gradient form: nested (convention torch): (condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 (single-winner policies: at most one condition holds)
+# key: d1a3dcfeb734cc3d4db9
 """relu forward and backward under the tie policy 'last'.
 
 Forward, as max/min of its pieces in the order used:
@@ -26,7 +28,7 @@ NaN rule 'keep': comparisons with NaN are false and a later element takes over o
     true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient.
 
 Convention 'torch': F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0,
-    g at NaN; written max(x, 0), last.
+    g at NaN; written max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of relu_torch.cu, compiled by CuPy on

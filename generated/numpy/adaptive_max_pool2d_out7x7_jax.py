@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 96f9c294b7000f94a0b3
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: 1d8558bf91a3a1944e6e
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs
@@ -29,7 +30,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element.
+    to every element; forward XLA max (-0 below +0).
 """
 
 from __future__ import annotations
@@ -339,6 +340,8 @@ def _fold_winner(rows):
     """The element the running max of each row (last axis) returns."""
     nan = np.isnan(rows)
     hit = rows == np.max(rows, axis=-1, keepdims=True)
+    preferred = hit & ~np.signbit(rows)  # -0 is below +0
+    hit = np.where(preferred.any(axis=-1, keepdims=True), preferred, hit)
     last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
     return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
 
@@ -347,7 +350,7 @@ def _fold_winner(rows):
 
 def _combine(best, v):
     """The extremum so far, NaN propagating."""
-    return np.where(np.isnan(best) | (best > v), best, v)
+    return np.where(np.isnan(best) | (best > v) | (np.signbit(v) & (best == v)), best, v)
 
 
 def _hit(v, extremum):

@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: a0a4aa6c6c16d54099c1
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: 9278780c8771315094b3
 """fractional_max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d fractional max pooling over (N, C, ...) or (C, ...) inputs: windows of
@@ -31,7 +32,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'jax': JAX has no fractional max pooling; this is jnp.max over each of PyTorch's
     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element.
+    to every element; forward XLA max (-0 below +0).
 """
 
 from __future__ import annotations
@@ -310,6 +311,8 @@ def _fold_winner(rows):
     """The element the running max of each row (last axis) returns."""
     nan = np.isnan(rows)
     hit = rows == np.max(rows, axis=-1, keepdims=True)
+    preferred = hit & ~np.signbit(rows)  # -0 is below +0
+    hit = np.where(preferred.any(axis=-1, keepdims=True), preferred, hit)
     last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
     return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
 

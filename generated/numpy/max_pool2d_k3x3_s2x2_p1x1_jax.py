@@ -5,7 +5,8 @@
 # convention: jax
 # tie policy: first (convention jax): a tie goes wholly to the tied element that comes first
 # NaN rule: replace (convention jax): a later element takes over unless the running winner beats it: a NaN takes over and is taken over by the next element (the gradient goes to the first winner after the last NaN)
-# key: 8892ac62a37db377c099
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# key: cb8aff190a51d2dd2f25
 """max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.
@@ -28,7 +29,7 @@ Convention 'jax': JAX reduce_window max VJP (select_and_scatter with ge): the ru
     a NaN the selection restarts (the gradient goes to the first maximum after the last NaN,
     while the output is NaN); padding is -inf and takes part, so in an all -inf window next
     to padding the padding wins and the gradient is dropped. JAX has no VJP for dilated max
-    pooling.
+    pooling; forward XLA max (-0 below +0).
 """
 
 from __future__ import annotations
@@ -509,7 +510,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
             if w.first is not None:
                 grid[(slice(None),) + w.first] = True  # the first element inside the input starts the window
             _replace(best, v, take)
-            folded = np.maximum(out, v)
+            folded = np.where(np.isnan(out) | (out > v) | (np.signbit(v) & (out == v)), out, v)
             if w.valid is not None:
                 for at in _outside(w.valid):  # padding never wins
                     folded.reshape((n,) + plan.wide)[at] = out.reshape((n,) + plan.wide)[at]

@@ -6,7 +6,9 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 # argument order: given (convention jax)
-# key: 951f1e3d18a70ff92bf1
+# forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
+# key: 4fccd3841554bbcf2dc0
 """maximum forward and backward under the tie policy 'split'.
 
 Forward, as max/min of its pieces in the order used:
@@ -20,15 +22,15 @@ dy/da = [a >= b]/([a >= b] + [b >= a])
 dy/db = [b >= a]/([a >= b] + [b >= a])
 
 As computed, each comparison under the NaN rule (#{...}: how many hold):
-grad_a = ((grad_output) / (#{a >= b, b >= a}) if a >= b else 0)
-grad_b = ((grad_output) / (#{a >= b, b >= a}) if b >= a else 0)
+grad_a = grad_output*((1) / (#{a >= b, b >= a}) if a >= b else 0)
+grad_b = grad_output*((1) / (#{a >= b, b >= a}) if b >= a else 0)
 
 Tie policy 'split': a k-way tie gives each tied element 1/k.
 NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradient (0 to
     every element).
 
 Convention 'jax': jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when either is
-    NaN.
+    NaN; forward XLA max (-0 below +0).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     except ValueError:
         raise ValueError(f"{OP}: inputs a and b must broadcast together, got shapes "
                          f"{a.shape} and {b.shape}") from None
-    output = np.asarray(np.maximum(a, b), dtype=dtype)
+    output = np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
     return output, Saved(a, b, output.shape, dtype)
 
 
@@ -230,9 +232,9 @@ def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> 
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         cmp0 = a >= b
         cmp1 = b >= a
-        t0 = (grad_output) / (np.add(cmp0, cmp1, dtype=dtype))
-        grad_a = _select(cmp0, t0)
-        grad_b = _select(cmp1, t0)
+        t0 = (1) / (np.add(cmp0, cmp1, dtype=dtype))
+        grad_a = grad_output*_select(cmp0, t0)
+        grad_b = grad_output*_select(cmp1, t0)
     return (grad_a, grad_b)
 
 

@@ -6,7 +6,9 @@
 # tie policy: last (convention torch): a tie goes wholly to the tied element that comes last
 # NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 # argument order: reversed (convention torch)
-# key: 411016ba9cde5a92a2d1
+# forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+# gradient form: nested (convention torch): (condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 (single-winner policies: at most one condition holds)
+# key: 14141d08650843118508
 """relu forward and backward under the tie policy 'last'.
 
 Forward, as max/min of its pieces in the order used:
@@ -26,7 +28,7 @@ NaN rule 'keep': comparisons with NaN are false and a later element takes over o
     true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient.
 
 Convention 'torch': F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0,
-    g at NaN; written max(x, 0), last.
+    g at NaN; written max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0).
 """
 
 from __future__ import annotations
@@ -182,7 +184,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
     dtype = x.dtype
-    output = np.asarray(np.maximum(x, 0), dtype=dtype)
+    output = np.asarray(np.where(0 > x, 0, x), dtype=dtype)
     return output, Saved(x, output.shape, dtype)
 
 

@@ -15,7 +15,8 @@ from .. import __version__, naming
 from .. import policy as _policy
 from ..derive import Derivation
 from ..files import PROVENANCE
-from ..lower import EXTREMUM, UnpoolKernel
+from ..conventions import ZERO_RULES
+from ..lower import EXTREMUM, GRADIENT_FORMS, UnpoolKernel
 from ..ops import Op
 from ..printers import text
 
@@ -100,6 +101,14 @@ def settings_lines(op: Op) -> list[str]:
     ]
     if op.spec.strategy.elementwise:
         lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")
+    if op.zeros is not None:
+        lines.append(f"forward max/min of equal operands: {op.zeros} (convention {op.convention}): "
+                     f"{ZERO_RULES[op.zeros]}")
+    if op.gradient != "sum":
+        lines.append(f"gradient form: {op.gradient} (convention {op.convention}): "
+                     f"{GRADIENT_FORMS[op.gradient]}")
+    if op.half_in_float:
+        lines.append(f"float16: computed in float32, rounded once (convention {op.convention})")
     return lines
 
 

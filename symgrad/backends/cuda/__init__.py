@@ -56,12 +56,11 @@ class _CFunction:
 
 def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     sel = kernel.selection
-    fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
     # the selection as C functions, printed once per compute type: (doc, return type, name,
     # parameters, body) with every expression from the lowered kernel
     functions = [_CFunction("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                            "{rt}", "sg_combine", (BEST, V), fold(BEST, V))]
+                            "{rt}", "sg_combine", (BEST, V), sel.combine)]
     if sel.form == "scan":
         functions.append(_CFunction("sg_take(v, best): a later element v takes over from the "
                                     "running winner best", "bool", "sg_take", (V, BEST), sel.take))

@@ -116,6 +116,11 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     def _print_IsNan(self, expr):
         return f"sg_isnan({_bare(self._print(expr.args[0]))})"
 
+    def _print_SignBit(self, expr):
+        # the sign bit of a number (false for NaN): v < 0, or -0, whose reciprocal is -inf
+        v, zero = self.parenthesize(expr.args[0], 50, strict=True), self._literal(0.0)
+        return f"({v} < {zero} || {self._literal(1.0)} / {v} < {zero})"
+
     def _print_IsFinite(self, expr):
         # v - v is 0 for a finite v, NaN for +-inf and NaN (no header needed for isfinite)
         a = self._print(expr.args[0])

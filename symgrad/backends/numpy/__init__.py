@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import sympy as sp
+
 from ... import naming
 from ...geometry import ADAPTIVE
-from ...lower import ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
+from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       header, special_docstring, wrap)
@@ -40,6 +42,11 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
             "inputs_tuple": repr(tuple(op.spec.inputs))}
 
 
+def _widened(name: str) -> str:
+    """An array as float32 where it is float16 (else itself): float16 computed in float32."""
+    return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
+
+
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
@@ -51,20 +58,37 @@ def context(art: Artifacts) -> dict:
     ctx["piecewise_linear"] = art.piecewise_linear
     if isinstance(kernel, ElementwiseKernel):
         back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
+        # float16 in float32 (op.half_in_float): forward reads widened copies of the inputs (it
+        # saves the inputs themselves), backward rebinds its arguments to widened ones; the
+        # results are rounded to float16 once, where they are stored
+        wide = {s: sp.Symbol(f"{s}_f32", real=True) for s in kernel.inputs} if op.half_in_float else {}
+        forward_wide = [(f"{s}_f32", _widened(s)) for s in wide]
+        backward_wide = [(s, _widened(s)) for s in ("grad_output", *wide)]
+        sub = {sp.Symbol(s, real=True): w for s, w in wide.items()}
         ctx.update(
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
-            intermediates=[(a.name, numpy_code(a.expr, select=True)) for a in kernel.intermediates],
-            output=numpy_code(kernel.output, select=True),
+            intermediates=forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
+                                          for a in kernel.intermediates],
+            output=numpy_code(kernel.output.xreplace(sub), select=True),
             grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
             broadcast=kernel.broadcast,
-            backward_intermediates=[(a.name, numpy_code(a.expr)) for a in back_inter],
+            backward_intermediates=(backward_wide if wide else [])
+            + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
+
+    def fold(a: str, b: str, step=numpy_extremum_fold) -> str:
+        """a folded with b: NumPy's own call, or the zeros rule's select (op.zeros)."""
+        if op.zeros is None:
+            return step(sel.extremum, a, b)
+        names = {BEST: sp.Symbol(a, real=True), V: sp.Symbol(b, real=True)}
+        return numpy_code(sel.combine.xreplace(names))
+
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
@@ -72,8 +96,8 @@ def context(art: Artifacts) -> dict:
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
-        combine=numpy_extremum_fold(sel.extremum, "best", "v"),
-        fold_out=numpy_extremum_fold(sel.extremum, "out", "v"),  # the output folded on its own
+        combine=fold("best", "v"),
+        fold_out=fold("out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         counts=sel.counts,
@@ -83,7 +107,7 @@ def context(art: Artifacts) -> dict:
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
-        reduce=numpy_extremum_reduce(sel.extremum, "xr"),
+        reduce=numpy_extremum_reduce(sel.extremum, "xr", op.zeros),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
     if op.spec.spatial:  # pooling over (N, C, *spatial)
@@ -91,10 +115,10 @@ def context(art: Artifacts) -> dict:
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
-        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum)  # where the output is the fold's
+        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
                               if sel.form == "mask" or not sel.winner_is_output else "")
-        ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
-        ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
+        ctx["combine"] = fold("best", "v", numpy_extremum_step)  # the same rule for every dtype
+        ctx["fold_output"] = fold("output", "v", numpy_extremum_step)
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     if kernel.geometry == "adaptive":
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),

@@ -45,6 +45,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_IsNan(self, expr):
         return f"np.isnan({self._print(expr.args[0])})"
 
+    def _print_SignBit(self, expr):
+        return f"np.signbit({_bare(self._print(expr.args[0]))})"
+
     def _print_exp(self, expr):
         return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
 
@@ -56,7 +59,8 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
 
     def _print_Select(self, expr):
         cond, a, b = expr.args
-        if b == 0 and self._settings["select"]:  # the module's _select: np.where(c, a, 0), no branch
+        # the module's _select: np.where(c, a, 0), no branch (a number: typed, below)
+        if b == 0 and self._settings["select"] and not a.is_number:
             return f"_select({_bare(self._print(cond))}, {self._print(a)})"
         if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
             return (f"np.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
@@ -176,16 +180,25 @@ def numpy_scan_winner(extremum: str, order: str, nan, name: str = "_winner") -> 
     return "\n".join([f"def {name}(rows):", doc] + body)
 
 
-def numpy_fold_winner(extremum: str, name: str = "_fold_winner") -> str:
+def numpy_fold_winner(extremum: str, name: str = "_fold_winner", zeros: str | None = None) -> str:
     """A function `name(rows)`: the index, along the last axis, of the element that folding the
     row with ``numpy_extremum_step`` returns (a when a is NaN or beats b strictly, else b): the
-    first NaN, else the last element equal to the extremum (+0 and -0 included)."""
+    first NaN, else the last element equal to the extremum (+0 and -0 included).  Under the zeros
+    rule 'ordered' (-0 below +0) a +0 (max) or -0 (min) among the hits comes first."""
     m = "max" if extremum == "max" else "min"
+    ordered = []
+    if zeros == "ordered":
+        sign = "~np.signbit(rows)" if m == "max" else "np.signbit(rows)"
+        ordered = [f"    preferred = hit & {sign}  # -0 is below +0",
+                   "    hit = np.where(preferred.any(axis=-1, keepdims=True), preferred, hit)"]
+    elif zeros not in (None, "second"):
+        raise ValueError(f"no fold winner for the zeros rule {zeros!r}")
     return "\n".join([
         f"def {name}(rows):",
         f'    """The element the running {m} of each row (last axis) returns."""',
         "    nan = np.isnan(rows)",
         f"    hit = rows == np.{m}(rows, axis=-1, keepdims=True)",
+        *ordered,
         f"    last_hit = {_last_true('hit')}",
         f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, last_hit)"])
 
@@ -203,8 +216,19 @@ def numpy_extremum_step(extremum: str, a: str, b: str) -> str:
     return f"np.where(np.isnan({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
 
 
-def numpy_extremum_reduce(extremum: str, array: str) -> str:
-    return f"np.{'max' if extremum == 'max' else 'min'}({array}, axis=-1)"
+def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None) -> str:
+    """The extremum along the last axis (NaN propagating).  Under the zeros rule 'ordered' (-0 below
+    +0) a zero extremum is the sum of the row's zeros from -0, negated for a min (-0 + -0 is -0, and
+    any +0 makes it +0), where np.max's sign of zero depends on its SIMD lanes."""
+    m = "max" if extremum == "max" else "min"
+    if zeros is None:
+        return f"np.{m}({array}, axis=-1)"
+    if zeros != "ordered":
+        raise ValueError(f"no reduction for the zeros rule {zeros!r}")
+    zeros_of = f"np.where({array} == 0, {array}, -0.0)" if m == "max" else \
+        f"np.where({array} == 0, -{array}, -0.0)"
+    zero = f"{'' if m == 'max' else '-'}np.sum({zeros_of}, axis=-1, initial=-0.0)"
+    return f"np.where((extremum := np.{m}({array}, axis=-1)) == 0, {zero}, extremum)"
 
 
 def numpy_code(expr: sp.Basic, select: bool = False) -> str:
