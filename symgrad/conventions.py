@@ -124,9 +124,10 @@ _LSE_TORCH = Preset("split", "nan", note=(
     "backward g * exp(x - result): NaN for an all -inf slice, at +inf and for a slice holding NaN"))
 TORCH.update({"max_unpool1d": _UNPOOL_TORCH, "max_unpool2d": _UNPOOL_TORCH,
               "max_unpool3d": _UNPOOL_TORCH, "logsumexp": _LSE_TORCH})
-_UNPOOL_JAX = Preset("all", "dominate", note=(
-    "JAX has no max_unpool; this preset follows PyTorch's (x.at[indices].set(input) forward, "
-    "gather backward)"))
+_UNPOOL_JAX = Preset("last", "dominate", note=(
+    "JAX has no max_unpool; this is zeros.at[indices].set(input) (as one writes it in JAX): of "
+    "duplicate indices the last write in row-major order stays, and scatter's JVP (which scatters "
+    "the writers' ids and gathers them back) credits only that writer; the others get 0"))
 JAX.update({"max_unpool1d": _UNPOOL_JAX, "max_unpool2d": _UNPOOL_JAX, "max_unpool3d": _UNPOOL_JAX,
             "logsumexp": Preset("split", "nan", note=(
                 "jax.nn.logsumexp: max shifted out (0 where it is not finite); gradient "
