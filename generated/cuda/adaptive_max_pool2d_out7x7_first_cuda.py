@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 3da114dd4051c20367d0
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs

@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: a02c8c94dfd2c75a3fae
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """fractional_max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d fractional max pooling over (N, C, ...) or (C, ...) inputs: windows of

@@ -6,6 +6,7 @@
 // tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 // NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
 // key: c900071fbadf5fcb342b
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // fractional_max_pool2d forward and backward under the tie policy 'split'.
 //

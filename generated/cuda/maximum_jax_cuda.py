@@ -7,6 +7,7 @@
 # NaN rule: zero (convention jax): equality with NaN is false: a window holding NaN sends no gradient (0 to every element)
 # argument order: given (convention jax)
 # key: d744e651d84f71b523c5
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """maximum forward and backward under the tie policy 'split'.
 
 Forward, as max/min of its pieces in the order used:

@@ -7,6 +7,7 @@
 # NaN rule: keep (convention torch): comparisons with NaN are false and a later element takes over only on a true comparison: a NaN never takes over, and a NaN that comes first keeps the gradient
 # argument order: reversed (convention torch)
 # key: 6eadc7f00d32f15b2acf
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """relu forward and backward under the tie policy 'last'.
 
 Forward, as max/min of its pieces in the order used:

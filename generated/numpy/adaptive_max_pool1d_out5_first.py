@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 45b15c63a6a8b7edc7ff
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool1d forward and backward under the tie policy 'first'.
 
 Forward: 1-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs

@@ -5,6 +5,7 @@
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 83436459319bf2f60c54
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs

@@ -6,6 +6,7 @@
 # tie policy: first (convention torch): a tie goes wholly to the tied element that comes first
 # NaN rule: last_nan (convention torch): a NaN always takes over and a number never takes over from a NaN: the gradient goes to the last NaN
 # key: 953673cf8466074eb5b7
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """fractional_max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d fractional max pooling over (N, C, ...) or (C, ...) inputs: windows of

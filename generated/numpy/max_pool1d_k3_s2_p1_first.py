@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 5c41fcab0d9fef50866e
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max_pool1d forward and backward under the tie policy 'first'.
 
 Forward: 1-d max pooling over (N, C, ...) or (C, ...) inputs.

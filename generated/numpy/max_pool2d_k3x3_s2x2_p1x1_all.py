@@ -5,6 +5,7 @@
 # tie policy: all (explicit): a k-way tie gives each tied element the whole gradient (NOT a subgradient: the weights of a k-way tie sum to k)
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: d1284ffb015528c6cc3a
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max_pool2d forward and backward under the tie policy 'all'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.

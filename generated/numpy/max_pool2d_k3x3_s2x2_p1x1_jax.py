@@ -6,6 +6,7 @@
 # tie policy: first (convention jax): a tie goes wholly to the tied element that comes first
 # NaN rule: replace (convention jax): a later element takes over unless the running winner beats it: a NaN takes over and is taken over by the next element (the gradient goes to the first winner after the last NaN)
 # key: 8892ac62a37db377c099
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max_pool2d forward and backward under the tie policy 'first'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.

@@ -5,6 +5,7 @@
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 0266748d437cff4265b9
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max_pool2d forward and backward under the tie policy 'split'.
 
 Forward: 2-d max pooling over (N, C, ...) or (C, ...) inputs.
