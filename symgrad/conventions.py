@@ -57,6 +57,11 @@ TORCH = {
     "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
                    "slice holding NaN gets NaN everywhere"),
     "amin": Preset("split", "nan", note="torch.amin: as amax"),
+    "max": Preset("split", "dominate", note=(
+        "torch.max(x) without dim: evenly_distribute_backward: g / count to each element equal to "
+        "the max, and where the max is NaN, g / count to each NaN element (0 elsewhere): the NaNs "
+        "tie; torch.amax(x) gives NaN everywhere instead")),
+    "min": Preset("split", "dominate", note="torch.min(x) without dim: as torch.max(x)"),
     "max_pool1d": _POOL_TORCH,
     "max_pool2d": _POOL_TORCH,
     "max_pool3d": _POOL_TORCH,
@@ -103,6 +108,8 @@ JAX = {
     "amax": Preset("split", "nan", note="jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a "
                    "slice holding NaN"),
     "amin": Preset("split", "nan", note="jnp.min: as jnp.max"),
+    "max": Preset("split", "nan", note="jnp.max(x) over every element: as amax (JAX has one max)"),
+    "min": Preset("split", "nan", note="jnp.min(x) over every element: as amin"),
     "max_pool1d": _POOL_JAX,
     "max_pool2d": _POOL_JAX,
     "max_pool3d": _POOL_JAX,

@@ -254,6 +254,9 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
+    if art.op.params.get("return_indices"):
+        raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
+                         f"module returns the output alone (use return_indices=False)")
     ctx = context(art)
     env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)

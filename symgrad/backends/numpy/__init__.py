@@ -85,6 +85,7 @@ def context(art: Artifacts) -> dict:
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
+        return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
     if op.spec.kind in ("pool", "adaptive", "fractional"):
         ctx["spatial"] = op.spec.spatial
