@@ -232,7 +232,10 @@ def backward_source(source: str, never: frozenset = frozenset()) -> str:
     layout plumbing and the functions in `never` left out), in the order of the module."""
     import ast
     tree = ast.parse(source)
-    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    defs = {}  # the first definition of each name: the float code, not its bfloat16 wrapper
+    for n in tree.body:
+        if isinstance(n, ast.FunctionDef):
+            defs.setdefault(n.name, n)
     wanted, todo = {"backward"}, ["backward"]
     while todo:
         for c in ast.walk(defs[todo.pop()]):
@@ -243,7 +246,7 @@ def backward_source(source: str, never: frozenset = frozenset()) -> str:
     lines = source.splitlines()
     parts = []
     for n in tree.body:
-        if isinstance(n, ast.FunctionDef) and n.name in wanted:
+        if isinstance(n, ast.FunctionDef) and n.name in wanted and n is defs[n.name]:
             start = min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1
             parts.append("\n".join(lines[start:n.end_lineno]).rstrip())
     return "\n\n\n".join(parts) + "\n"

@@ -29,8 +29,18 @@ def file_names(op: Op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
-    ctx = context(art)
+    ctx = context(art) | _bfloat16_context(art)
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
+
+
+def _bfloat16_context(art: Artifacts) -> dict:
+    """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
+    the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
+    op = art.op
+    names = list(art.kernel.inputs if op.spec.kind == "expression" else op.spec.inputs)
+    integer = ("indices",) if op.spec.kind == "unpool" else ()
+    return {"input_names": names, "dtype_inputs": repr(tuple(
+        n for n in names if n not in op.spec.constant_inputs and n not in integer))}
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
