@@ -471,7 +471,8 @@ def _spec_list() -> list[OpSpec]:
             f"{d}-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs "
             f"(PyTorch's windows: they may overlap and differ in size)",
             params=(Param("output_size", "ints", None, "output size (int or tuple; a None entry "
-                          "keeps that input size)", 1, required=True, none_entries=True),
+                          "keeps that input size; 0: an empty output, as PyTorch)", 0, required=True,
+                          none_entries=True),
                     _RETURN_INDICES),
             spatial=d, torch_name=f"F.adaptive_max_pool{d}d"))
     for d in (2, 3):

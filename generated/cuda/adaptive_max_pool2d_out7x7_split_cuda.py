@@ -272,7 +272,7 @@ def _sizes(shape: tuple):
         i = np.arange(out, dtype=np.int64)  # the windows
         extent = -(-((i + 1) * length) // out) - ((i * length) // out)
         outs.append(out)
-        box.append(int(extent.max()))
+        box.append(int(extent.max(initial=0)))  # output size 0: no window
     return batched, tuple(outs), tuple(box)
 
 
@@ -319,6 +319,9 @@ def backward(grad_output, saved: Saved) -> tuple:
     ix, i = _index_type(grad.size, go.size)
     sizes = tuple(i(v) for v in batched + outs)
     count = saved.count.astype(np.int64)  # keeps the layout
+    if 0 in outs:  # output size 0: no window, no gradient (no kernel runs)
+        grad[...] = 0
+        return (grad if len(saved.input_shape) == SPATIAL + 2 else grad[0],)
     _launch(cp, f"backward_{_DTYPES[saved.dtype.name]}_{saved.layout}_{ix}", grad.size,
             (go, saved.x, saved.output, count, grad, *sizes))
     return (grad if len(saved.input_shape) == SPATIAL + 2 else grad[0],)

@@ -209,7 +209,9 @@ def _axis(length: int, out: int) -> _Axis:
     i = np.arange(length, dtype=np.int64)  # the input coordinates
     first = (i * out) // length
     holders = -(-((i + 1) * out) // length) - first
-    return _Axis(length, out, start, size, int(size.max()), first, holders, int(holders.max()))
+    # output size 0 (as PyTorch allows): no window, and no window holds any coordinate
+    return _Axis(length, out, start, size, int(size.max(initial=0)), first, holders,
+                 int(holders.max(initial=0)))
 
 
 def _check_rank(x: np.ndarray) -> None:
@@ -321,6 +323,8 @@ def _per_window(axes: tuple, planes: int, passes: list, row: float | None = None
     if STRATEGY is not None:
         return STRATEGY == "window"
     windows = int(np.prod([a.out for a in axes]))
+    if windows == 0:  # output size 0: nothing to compute either way
+        return True
     if row is None:
         row = COST["row"] + COST["element"] * float(np.prod([a.size.mean() for a in axes]))
     together = sum(n * (COST["pass"] + COST[gathered] * each) for n, each, gathered in passes)
@@ -368,7 +372,8 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     offsets = list(np.ndindex(*(a.extent for a in axes)))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
     passes = [(len(offsets), planes * windows, "gathered")]  # one per element of the window box
-    run = _forward_windows if _per_window(axes, planes, passes) else _forward_box
+    # (no window, for an output size 0: the loop over the windows makes the empty output)
+    run = _forward_windows if not offsets or _per_window(axes, planes, passes) else _forward_box
     output = run(xb, axes, out_batched, offsets).reshape(out_shape)
     return output, Saved(x, output, x.shape, out_shape, x.dtype)
 

@@ -182,9 +182,6 @@ def _layout(shape: tuple):
     dims = _dims(len(shape))
     kept = tuple(n for i, n in enumerate(shape) if i not in dims)
     n = int(np.prod([shape[i] for i in dims], dtype=np.int64))
-    if n == 0:
-        raise ValueError(f"{OP}: x must have a non-zero size along the reduced dims {dims}, got "
-                         f"size 0 in shape {shape}")
     out = tuple(1 if i in dims else s for i, s in enumerate(shape)) if KEEPDIM else kept
     return dims, kept, n, out
 
@@ -232,7 +229,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     dims, kept, n, out_shape = _layout(x.shape)
     v = _rows(x, dims, kept, n)
-    m = np.max(v, axis=-1, keepdims=True)  # NaN propagates
+    m = np.max(v, axis=-1, keepdims=True, initial=-np.inf)  # NaN propagates; an empty slice: -inf
     shift = np.where(np.isfinite(m), m, 0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         total = np.sum(np.exp(-shift + v), axis=-1, keepdims=True)

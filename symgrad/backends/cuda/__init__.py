@@ -282,5 +282,5 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight": cuda_code(kernel.weight, rt),
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
-    return dict(geometry="logsumexp", template="cuda/logsumexp.cu.jinja", real_types=real_types,
+    return dict(geometry="logsumexp", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
                 index_types_doc=False, layouts_doc=False, form="", counts=False)

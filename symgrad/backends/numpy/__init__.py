@@ -173,6 +173,7 @@ def _special_context(art: Artifacts) -> dict:
     else:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+                   empty_slices=True,  # an empty slice is -inf, as torch.logsumexp
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),
                    formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
