@@ -181,12 +181,16 @@ def _select(cond, a) -> np.ndarray:
 
 
 def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum a broadcast gradient back to an input's shape."""
+    """Sum a broadcast gradient back to an input's shape, in at least float32 (float16 is rounded
+    once, as PyTorch's sum and the CUDA kernels round it)."""
+    dtype, total = grad.dtype, grad
     lead = grad.ndim - len(shape)
     if lead:
-        grad = grad.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
-    return grad.sum(axis=axes, keepdims=True) if axes else grad
+        total = total.sum(axis=tuple(range(lead)), dtype=np.promote_types(dtype, np.float32))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and total.shape[i] != 1)
+    if axes:
+        total = total.sum(axis=axes, keepdims=True, dtype=np.promote_types(dtype, np.float32))
+    return total.astype(dtype, copy=False)
 
 
 def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
