@@ -58,3 +58,19 @@ def test_float32_broadcast_gradient_is_a_sum_in_another_order(shape_a, shape_b):
     np.testing.assert_array_equal(framework_sum, want)  # equal terms, PyTorch's order
     bound = 4 * np.finfo(np.float32).eps * np.abs(terms.astype(np.float64)).sum(axes, keepdims=True)
     assert np.all(np.abs(gb.astype(np.float64) - want) <= bound.reshape(want.shape))
+
+
+@pytest.mark.parametrize("shape_a,shape_b", SHAPES)
+def test_float32_broadcast_gradient_is_within_the_bound_of_jaxs(shape_a, shape_b):
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    m = symgrad.load("maximum", convention="jax")
+    rng = np.random.default_rng(8)
+    a, b, g, _ = _case(rng, "maximum", shape_a, shape_b, np.float32)
+    _, gb = m.backward(g, m.forward(a, b)[1])
+    want = np.asarray(jax.vjp(lambda v: jnp.maximum(jnp.asarray(a), v), jnp.asarray(b))[1](jnp.asarray(g))[0])
+    _, terms = m.backward(g, m.forward(a, np.broadcast_to(b, g.shape).copy())[1])
+    axes = _axes(g.shape, shape_b)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(terms).sum(axes, keepdims=True)).reshape(want.shape), want)
+    bound = 4 * np.finfo(np.float32).eps * np.abs(terms.astype(np.float64)).sum(axes, keepdims=True)
+    assert np.all(np.abs(gb.astype(np.float64) - want) <= bound.reshape(want.shape))
