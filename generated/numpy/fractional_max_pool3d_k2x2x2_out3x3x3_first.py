@@ -411,7 +411,7 @@ def _widened_saved(saved) -> tuple:
 
 
 def forward(x, random_samples):
-    inputs = (x, random_samples,)
+    inputs = (x, random_samples)
     found = [_bfloat16(name, v) for name, v in zip(INPUTS, inputs)]
     if all(d is None for d in found):
         return _float_forward(*inputs)

@@ -356,7 +356,7 @@ def _widened_saved(saved) -> tuple:
 
 
 def forward(input, indices):
-    inputs = (input, indices,)
+    inputs = (input, indices)
     found = [_bfloat16(name, v) for name, v in zip(INPUTS, inputs)]
     if all(d is None for d in found):
         return _float_forward(*inputs)

@@ -356,7 +356,7 @@ def _widened_saved(saved) -> tuple:
 
 
 def forward(a, b):
-    inputs = (a, b,)
+    inputs = (a, b)
     found = [_bfloat16(name, v) for name, v in zip(INPUTS, inputs)]
     if all(d is None for d in found):
         return _float_forward(*inputs)
