@@ -124,3 +124,9 @@ def test_cuda_backend_refuses_return_indices_in_one_line():
     with pytest.raises(ValueError, match="return_indices=True is in the NumPy backend only"):
         symgrad.generate("max_pool2d", "/nonexistent", backend="cuda", kernel_size=2,
                          return_indices=True)
+
+
+def test_symgrad_check_takes_a_module_with_return_indices():
+    m = symgrad.load("max_pool1d", kernel_size=2, stride=1, return_indices=True)
+    report = symgrad.check(m, np.array([[[1.0, 1.0, 0.5, 2.0, 2.0]]]))
+    assert report.ok, report
