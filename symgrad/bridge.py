@@ -107,6 +107,11 @@ def require_module(module, caller: str) -> None:
     if not all(hasattr(module, a) for a in ("forward", "backward", "jvp", "Saved", "INPUTS")):
         raise TypeError(f"{caller}: expected a generated NumPy module (symgrad.load(...)), "
                         f"got {type(module).__name__}")
+    if getattr(module, "PARAMS", {}).get("return_indices"):
+        raise ValueError(f"{caller}: {module.OP} was loaded with return_indices=True, whose forward "
+                         f"returns (output, indices); wrap the module loaded with "
+                         f"return_indices=False (symgrad.torch.op(..., return_indices=True) "
+                         f"returns the indices too)")
 
 
 def integer_inputs(module) -> tuple:

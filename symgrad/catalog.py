@@ -7,6 +7,7 @@ from pathlib import Path
 from . import pages as _pages
 from .backends import NAMES as BACKENDS  # every entry is generated for each
 from .catalog_entries import CATALOG_FILE, entries  # noqa: F401 (the list, read by docs too)
+from .backends.common import CATALOG_GENERATOR, GENERATOR_LINE, generator_hash
 from .files import has_provenance
 from .pipeline import render
 
@@ -17,9 +18,18 @@ def render_all() -> dict[str, str]:
     for op in entries():
         for backend in BACKENDS:
             for name, source in render(op, backend).items():
-                files[f"{backend}/{name}"] = source
+                files[f"{backend}/{name}"] = _catalog_header(source)
     files.update(_pages.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files
+
+
+def _catalog_header(source: str) -> str:
+    """A catalog file's header names no generator hash (backends.common.CATALOG_GENERATOR)."""
+    for prefix in (GENERATOR_LINE, "//" + GENERATOR_LINE[1:]):
+        line = prefix + generator_hash()
+        if line + "\n" in source:
+            return source.replace(line + "\n", prefix + CATALOG_GENERATOR + "\n", 1)
+    return source
 
 
 def stale_files(out: Path, files: dict[str, str]) -> list[Path]:

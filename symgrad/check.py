@@ -137,7 +137,8 @@ def _kind(fn, inputs) -> str:
 
 def _module_calls(m):
     def forward(xs):
-        return np.asarray(m.forward(*xs)[0], dtype=np.float64)
+        y = m.forward(*xs)[0]  # with return_indices=True: (output, indices)
+        return np.asarray(y[0] if isinstance(y, tuple) else y, dtype=np.float64)
 
     def vjp(xs, g):
         _, saved = m.forward(*xs)

@@ -84,6 +84,11 @@ TORCH = {
     "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
                    "slice holding NaN gets NaN everywhere"),
     "amin": Preset("split", "nan", note="torch.amin: as amax"),
+    "max": Preset("split", "dominate", note=(
+        "torch.max(x) without dim: evenly_distribute_backward: g / count to each element equal to "
+        "the max, and where the max is NaN, g / count to each NaN element (0 elsewhere): the NaNs "
+        "tie; torch.amax(x) gives NaN everywhere instead")),
+    "min": Preset("split", "dominate", note="torch.min(x) without dim: as torch.max(x)"),
     "max_pool1d": _POOL_TORCH,
     "max_pool2d": _POOL_TORCH,
     "max_pool3d": _POOL_TORCH,
@@ -142,6 +147,9 @@ JAX = {
         "jnp.max: sum(g * eq(x, ans)) / count: split evenly, NaN for a slice holding NaN; forward "
         "XLA max (-0 below +0)")),
     "amin": Preset("split", "nan", zeros="ordered", note="jnp.min: as jnp.max"),
+    "max": Preset("split", "nan", zeros="ordered", note=(
+        "jnp.max(x) over every element: as amax (JAX has one max); forward XLA max (-0 below +0)")),
+    "min": Preset("split", "nan", zeros="ordered", note="jnp.min(x) over every element: as amin"),
     "max_pool1d": _POOL_JAX,
     "max_pool2d": _POOL_JAX,
     "max_pool3d": _POOL_JAX,
@@ -164,9 +172,10 @@ _LSE_TORCH = Preset("split", "nan", note=(
     "backward g * exp(x - result): NaN for an all -inf slice, at +inf and for a slice holding NaN"))
 TORCH.update({"max_unpool1d": _UNPOOL_TORCH, "max_unpool2d": _UNPOOL_TORCH,
               "max_unpool3d": _UNPOOL_TORCH, "logsumexp": _LSE_TORCH})
-_UNPOOL_JAX = Preset("all", "dominate", note=(
-    "JAX has no max_unpool; this preset follows PyTorch's (x.at[indices].set(input) forward, "
-    "gather backward)"))
+_UNPOOL_JAX = Preset("last", "dominate", note=(
+    "JAX has no max_unpool; this is zeros.at[indices].set(input) (as one writes it in JAX): of "
+    "duplicate indices the last write in row-major order stays, and scatter's JVP (which scatters "
+    "the writers' ids and gathers them back) credits only that writer; the others get 0"))
 JAX.update({"max_unpool1d": _UNPOOL_JAX, "max_unpool2d": _UNPOOL_JAX, "max_unpool3d": _UNPOOL_JAX,
             "logsumexp": Preset("split", "nan", note=(
                 "jax.nn.logsumexp: max shifted out (0 where it is not finite); gradient "

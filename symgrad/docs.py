@@ -226,7 +226,9 @@ def module_for(op: Op):
 
 
 PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "_sum_to_shape",
-            "_batched_output_shape", "_rows", "_mesh", "_block", "_described", "_memory"}
+            "_batched_output_shape", "_rows", "_mesh", "_block", "_described", "_memory",
+            # the bfloat16 wrappers' dtype handling (numpy/_bfloat16.py.jinja)
+            "_bfloat16", "_widened", "_widened_saved", "_through", "_rounded"}
 
 
 def backward_source(source: str, never: frozenset = frozenset()) -> str:
@@ -235,7 +237,10 @@ def backward_source(source: str, never: frozenset = frozenset()) -> str:
     layout plumbing and the functions in `never` left out), in the order of the module."""
     import ast
     tree = ast.parse(source)
-    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    defs = {}  # the first definition of each name: the float code, not its bfloat16 wrapper
+    for n in tree.body:
+        if isinstance(n, ast.FunctionDef):
+            defs.setdefault(n.name, n)
     wanted, todo = {"backward"}, ["backward"]
     while todo:
         for c in ast.walk(defs[todo.pop()]):
@@ -246,7 +251,7 @@ def backward_source(source: str, never: frozenset = frozenset()) -> str:
     lines = source.splitlines()
     parts = []
     for n in tree.body:
-        if isinstance(n, ast.FunctionDef) and n.name in wanted:
+        if isinstance(n, ast.FunctionDef) and n.name in wanted and n is defs[n.name]:
             start = min([n.lineno] + [d.lineno for d in n.decorator_list]) - 1
             parts.append("\n".join(lines[start:n.end_lineno]).rstrip())
     return "\n\n\n".join(parts) + "\n"

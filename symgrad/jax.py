@@ -264,6 +264,11 @@ def wrap(module) -> _Op:
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
        order: str | None = None, **params) -> _Op:
     """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors)."""
+    if params.get("return_indices"):
+        api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)  # checks
+        raise ValueError(f"{name}: return_indices=True is PyTorch's; JAX's max pooling returns no "
+                         f"indices and symgrad.jax neither (use symgrad.load(...).forward, or "
+                         f"symgrad.torch.op, for the indices)")
     return wrap(api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params))
 
 

@@ -14,7 +14,8 @@ from .ops import Op
 _ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "ceil_mode": "ceil",
            "negative_slope": "slope", "min_val": "lo", "max_val": "hi", "min": "min", "max": "max",
            "dim": "dim", "keepdim": "keepdim", "pieces": "pieces",
-           "output_size": "out", "output_ratio": "ratio", "temperature": "t"}
+           "output_size": "out", "output_ratio": "ratio", "temperature": "t",
+           "return_indices": "indices"}
 
 
 def _value(v) -> str:

@@ -77,6 +77,9 @@ class OpSpec:
     policies_why: str = ""
     nan_why: str = ""
     constant_inputs: tuple[str, ...] = ()  # inputs with no gradient (backward returns None)
+    # parameters the op fixes (not the caller's to set), in op.params as the kind's code reads them
+    # (max/min: a reduction over every dim, as torch.max(x) without dim)
+    fixed: tuple[tuple[str, Any], ...] = ()
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -295,8 +298,12 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
             norm[p.name] = p.default
             continue
         norm[p.name] = _norm_value(name, p, params[p.name], spec.spatial)
+    norm.update(spec.fixed)
     if spec.check:
         spec.check(norm)
+    if norm.get("return_indices") and ties not in RETURN_INDICES_POLICIES:
+        raise ValueError(f"{name}: return_indices=True needs one winner per window, ties "
+                         f"{' or '.join(repr(t) for t in RETURN_INDICES_POLICIES)}, got ties={ties!r}")
     padding_mode = preset.padding if (preset and spec.strategy.preset_padding) else "never_wins"
     zeros = preset.zeros if preset else None
     gradient = "sum"
@@ -396,7 +403,15 @@ def _pool_params(d: int) -> tuple[Param, ...]:
         Param("padding", "ints", (0,) * d, "implicit padding on both sides; never wins", 0),
         Param("dilation", "ints", (1,) * d, "spacing between window elements", 1),
         Param("ceil_mode", "bool", False, "use ceil instead of floor for the output size"),
+        _RETURN_INDICES,
     )
+
+
+# PyTorch's return_indices: forward's output is (output, indices), the flat position of each
+# window's winner in its (N, C) plane (int64), as F.max_pool*d(return_indices=True) returns them
+_RETURN_INDICES = Param("return_indices", "bool", False, "also return the winners' flat per-plane "
+                        "indices (int64), as PyTorch: forward's output is (output, indices)")
+RETURN_INDICES_POLICIES = ("first", "last")  # one winner per window
 
 
 _RED = (
@@ -435,6 +450,13 @@ def _spec_list() -> list[OpSpec]:
         OpSpec("amax", "reduction", "max over dim(s)", params=_RED, torch_name="torch.amax"),
         OpSpec("amin", "reduction", "min over dim(s)", params=_RED, extremum="min",
                torch_name="torch.amin"),
+        # torch.max(x) / torch.min(x) without dim: the same reduction as amax/amin over every dim,
+        # an op of its own because PyTorch's backward differs (conventions.py: it splits among the
+        # NaNs where amax gives NaN everywhere)
+        OpSpec("max", "reduction", "max over every element (torch.max(x) without dim); a 0-d output",
+               fixed=(("dim", None), ("keepdim", False)), torch_name="torch.max"),
+        OpSpec("min", "reduction", "min over every element (torch.min(x) without dim); a 0-d output",
+               extremum="min", fixed=(("dim", None), ("keepdim", False)), torch_name="torch.min"),
     ]
     for d in (1, 2, 3):
         specs.append(OpSpec(f"max_pool{d}d", "pool",
@@ -448,7 +470,9 @@ def _spec_list() -> list[OpSpec]:
             f"{d}-d adaptive max pooling to output_size over (N, C, ...) or (C, ...) inputs "
             f"(PyTorch's windows: they may overlap and differ in size)",
             params=(Param("output_size", "ints", None, "output size (int or tuple; a None entry "
-                          "keeps that input size)", 1, required=True, none_entries=True),),
+                          "keeps that input size; 0: an empty output, as PyTorch)", 0, required=True,
+                          none_entries=True),
+                    _RETURN_INDICES),
             spatial=d, torch_name=f"F.adaptive_max_pool{d}d"))
     for d in (2, 3):
         specs.append(OpSpec(
@@ -460,7 +484,8 @@ def _spec_list() -> list[OpSpec]:
                     Param("output_size", "ints", None, "output size (int or tuple); or give "
                           "output_ratio", 1),
                     Param("output_ratio", "ratios", None, "output size as a fraction of the input "
-                          "size, in (0, 1): int(in * ratio) (number or tuple)")),
+                          "size, in (0, 1): int(in * ratio) (number or tuple)"),
+                    _RETURN_INDICES),
             spatial=d, check=_check_fractional(d), torch_name=f"F.fractional_max_pool{d}d"))
     specs.append(OpSpec("maxout", "maxout", "max over groups of `pieces` consecutive channels (dim 1)",
                         params=(Param("pieces", "int", None, "channels per group", 1, required=True),)))

@@ -31,6 +31,7 @@ take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -390,9 +391,35 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
 
     The arguments are symgrad.load's (any op of ``symgrad list``; the same checks and errors)."""
     module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
+    if params.get("return_indices"):  # PyTorch's (output, indices), the indices from `module`
+        settings = dict(ties=ties, convention=convention, nan=nan, order=order)
+        return _WithIndices(op(name, **settings, **(params | {"return_indices": False})), module,
+                            functools.partial(op, name, **settings, **params))
     found = _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
                                            nan=nan, order=order, **params))
     return _made(found, "op", (name,), dict(ties=ties, convention=convention, nan=nan, order=order, **params))
+
+
+class _WithIndices:
+    """An op with return_indices=True, as PyTorch's: (output, indices).  The output is the op's
+    (autograd, double backward); the indices (int64, no gradient) are the winners' flat positions
+    in their (N, C) planes, from the NumPy module loaded with return_indices=True, run on the
+    detached inputs (a second forward, on the CPU)."""
+
+    def __init__(self, fn: SymgradOp, module, recipe):
+        self.fn, self.module, self._recipe = fn, module, recipe
+        self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
+
+    def __reduce__(self):
+        return self._recipe, ()  # pickled as the call that makes it
+
+    def __repr__(self) -> str:
+        return f"symgrad.torch op {self.op} (ties={self.ties!r}, params={self.params})"
+
+    def __call__(self, *tensors):
+        output = self.fn(*tensors)  # checks the tensors
+        (_, indices), _ = self.module.forward(*(t.detach().cpu().numpy() for t in tensors))
+        return output, torch.from_numpy(indices).to(output.device)
 
 
 def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,
@@ -431,10 +458,9 @@ class _Pool(_OneInput):
     def __init__(self, kernel_size, stride=None, padding=0, dilation=1, return_indices=False,
                  ceil_mode=False, *, ties=None, convention=None, nan=None, order=None):
         super().__init__()
-        _no(return_indices, "return_indices=True", type(self).__name__,
-            " (symgrad saves a window-local index, not PyTorch's flat one)")
         self.fn = op(self._op, kernel_size=kernel_size, stride=stride, padding=padding,
-                     dilation=dilation, ceil_mode=ceil_mode, **_settings(ties, convention, nan, order))
+                     dilation=dilation, ceil_mode=ceil_mode, return_indices=return_indices,
+                     **_settings(ties, convention, nan, order))
 
 
 class MaxPool1d(_Pool):
@@ -455,9 +481,8 @@ class _AdaptivePool(_OneInput):
     def __init__(self, output_size, return_indices=False, *, ties=None, convention=None, nan=None,
                  order=None):
         super().__init__()
-        _no(return_indices, "return_indices=True", type(self).__name__,
-            " (symgrad saves a window-local index, not PyTorch's flat one)")
-        self.fn = op(self._op, output_size=output_size, **_settings(ties, convention, nan, order))
+        self.fn = op(self._op, output_size=output_size, return_indices=return_indices,
+                     **_settings(ties, convention, nan, order))
 
 
 class AdaptiveMaxPool1d(_AdaptivePool):

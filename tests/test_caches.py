@@ -187,3 +187,25 @@ def test_load_works_where_the_cache_cannot_be_written(tmp_path, monkeypatch):
     assert not str(module.__file__).startswith(str(blocker))
     y, _ = module.forward(np.array([-1.0, 2.0]))
     assert y.tolist() == [0.0, 2.0]
+
+
+def test_a_cached_module_names_the_generator_hash_of_its_cache_folder(cache, monkeypatch):
+    """The provenance header names the generator hash that keys the cache folder
+    (<backend>/<key>-<generator hash>), in the NumPy module, the CUDA source and its loader; the
+    committed catalog names none (its files would change with every edit of symgrad's code)."""
+    from symgrad.backends.common import CATALOG_GENERATOR, generator_hash
+    monkeypatch.setattr(api, "_LOADED", {})
+    monkeypatch.setattr(api, "catalog_dir", lambda: None)
+    m = symgrad.load("relu", ties="split")  # the catalog is not consulted here
+    path = Path(m.__file__)
+    assert path.parent.name.endswith("-" + generator_hash())
+    head = path.read_text().splitlines()[:12]
+    assert f"# generator: {generator_hash()}" in head
+    from symgrad.pipeline import render
+    for name, source in render(resolve("relu", "split"), "cuda").items():
+        prefix = "// generator: " if name.endswith(".cu") else "# generator: "
+        assert prefix + generator_hash() in source.splitlines()[:12], name
+    root = Path(__file__).resolve().parents[1] / "generated"
+    for sub in ("numpy/relu_first.py", "cuda/relu_first.cu"):
+        lines = (root / sub).read_text().splitlines()[:12]
+        assert any(line.endswith("generator: " + CATALOG_GENERATOR) for line in lines), sub

@@ -285,6 +285,45 @@ def test_unpool_equals_scatter_with_set():
     np.testing.assert_array_equal(grad_of_grad(lambda r: f(r, idx)), grad_of_grad(scatter))
 
 
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_unpool_duplicate_indices_credit_the_last_writer_as_jax(d):
+    """zeros.at[indices].set(input) with duplicate indices: the last write in row-major order stays
+    and JAX's scatter JVP credits only that writer (the others get 0), in the generated module's
+    forward, backward and jvp under convention="jax" and through symgrad.jax."""
+    import symgrad
+    rng = np.random.default_rng(11 + d)
+    k = (2,) * d
+    n, c, length = 2, 3, 6
+    # input (n, c, length, 1, ...); output (n, c, length + 1, 2, ...) (kernel 2, stride 1); every
+    # element writes to slot 0 or 1 of its plane: many duplicates per slot
+    p = rng.standard_normal((n, c, length) + (1,) * (d - 1))
+    idx = rng.integers(0, 2, size=p.shape)
+    out = (n, c, length + 1) + (2,) * (d - 1)
+    params = dict(kernel_size=k, stride=1)
+    m = symgrad.load(f"max_unpool{d}d", convention="jax", **params)
+    assert m.TIES == "last"
+    # row-major order of the flat (N, C) planes: JAX scatters the updates in that order
+    width = int(np.prod(out[2:]))
+
+    def scatter(q):
+        flat = jnp.zeros((n * c, width), q.dtype).at[
+            jnp.arange(n * c)[:, None], jnp.asarray(idx).reshape(n * c, -1)].set(q.reshape(n * c, -1))
+        return flat.reshape(out)
+    g = rng.standard_normal(out)
+    t = rng.standard_normal(p.shape)
+    want_y, vjp = jax.vjp(scatter, jnp.asarray(p))
+    (want_g,) = vjp(jnp.asarray(g))
+    y, saved = m.forward(p, idx)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(m.backward(g, saved)[0], want_g)
+    np.testing.assert_array_equal(m.jvp(t, None, saved),
+                                  jax.jvp(scatter, (jnp.asarray(p),), (jnp.asarray(t),))[1])
+    f = sj.op(f"max_unpool{d}d", convention="jax", **params)
+    np.testing.assert_array_equal(jax.grad(lambda q: (f(q, jnp.asarray(idx)) * g).sum())(jnp.asarray(p)),
+                                  want_g)
+    assert np.count_nonzero(np.asarray(want_g) == 0) > 0  # some writer was overwritten
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float32])
 def test_float16_and_float32_keep_their_dtype_and_equal_jax(dtype):
     f = sj.op("max_pool2d", kernel_size=2, convention="jax")

@@ -282,8 +282,6 @@ def test_errors():
         st.op("max_pool2d", kernel_size=0)
     with pytest.raises(ValueError, match="inplace=True is not supported"):
         st.ReLU(inplace=True)
-    with pytest.raises(ValueError, match="return_indices=True is not supported"):
-        st.MaxPool2d(2, return_indices=True)
     with pytest.raises(TypeError, match="expected a generated NumPy module"):
         st.wrap(object())
 

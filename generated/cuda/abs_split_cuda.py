@@ -6,6 +6,7 @@
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # argument order: given (default)
 # key: cd1b24e419b80f0b9ca4
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """abs forward and backward under the tie policy 'split'.
 
 Forward, as max/min of its pieces in the order used:

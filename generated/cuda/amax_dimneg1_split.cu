@@ -5,6 +5,7 @@
 // tie policy: split (explicit): a k-way tie gives each tied element 1/k
 // NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 // key: 071ac0943d5940a8e4a9
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amax forward and backward under the tie policy 'split'.
 //

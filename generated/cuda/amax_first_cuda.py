@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: a7539a42577b4cf47af8
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'first'.
 
 Forward: max over dim(s).

@@ -5,6 +5,7 @@
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: ba2886ce7e67ad6613f8
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 
 Forward: max over dim(s).

@@ -5,6 +5,7 @@
 // tie policy: first (default): a tie goes wholly to the tied element that comes first
 // NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 // key: f4ee4b2e4ba578e31d2a
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amin forward and backward under the tie policy 'first'.
 //

@@ -6,6 +6,7 @@
 // NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 // argument order: given (default)
 // key: a87a52a7723d34b4710c
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // clamp forward and backward under the tie policy 'first'.
 //

@@ -5,6 +5,7 @@
 // tie policy: split (default): logsumexp is smooth: its gradient softmax(x / t) tends to the split policy's W as t -> 0+, which is the policy it names
 // NaN rule: nan (default): as torch.logsumexp: a slice holding NaN outputs NaN and its gradient is NaN
 // key: 72bf245e00a9f90cc1bc
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // logsumexp forward and backward under the tie policy 'split'.
 //

@@ -5,6 +5,7 @@
 # tie policy: split (default): logsumexp is smooth: its gradient softmax(x / t) tends to the split policy's W as t -> 0+, which is the policy it names
 # NaN rule: nan (default): as torch.logsumexp: a slice holding NaN outputs NaN and its gradient is NaN
 # key: 72bf245e00a9f90cc1bc
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """logsumexp forward and backward under the tie policy 'split'.
 
 Forward: temperature * log(sum(exp(x / temperature))) over dim(s), the smooth max.
@@ -217,8 +218,6 @@ def _layout(shape: tuple):
     dims = _dims(len(shape))
     kept = tuple(n for i, n in enumerate(shape) if i not in dims)
     n = int(np.prod([shape[i] for i in dims], dtype=np.int64))
-    if n == 0:
-        raise ValueError(f"{OP}: cannot reduce over dims {dims} of size 0 in shape {shape}")
     out = tuple(1 if i in dims else s for i, s in enumerate(shape)) if KEEPDIM else kept
     return dims, kept, n, out
 
@@ -254,7 +253,10 @@ def forward(x):
     xr = _rows(cp, x, dims, kept, n)
     rows = xr.shape[0]
     output = cp.empty(rows, dtype=x.dtype)
-    _launch(cp, f"forward_{_DTYPES[x.dtype.name]}", rows, (xr, output, np.int64(rows), np.int64(n)))
+    if n == 0:  # empty slices: -inf, as torch.logsumexp (the kernel reads a slice's first element)
+        output[...] = -np.inf
+    else:
+        _launch(cp, f"forward_{_DTYPES[x.dtype.name]}", rows, (xr, output, np.int64(rows), np.int64(n)))
     return output.reshape(out_shape), Saved(xr, output, shape, out_shape, x.dtype)
 
 
@@ -279,6 +281,7 @@ def jvp(tangent_x, saved: Saved):
     dims, kept, n, _ = _layout(saved.input_shape)
     tr = _rows(cp, tangent, dims, kept, n)
     rows = tr.shape[0]
-    out = cp.empty(rows, dtype=saved.dtype)
-    _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}", rows, (tr, saved.x, saved.output, out, np.int64(rows), np.int64(n)))
+    out = cp.zeros(rows, dtype=saved.dtype)  # an empty slice's tangent: the empty sum, 0
+    if n:
+        _launch(cp, f"jvp_{_DTYPES[saved.dtype.name]}", rows, (tr, saved.x, saved.output, out, np.int64(rows), np.int64(n)))
     return out.reshape(saved.output_shape)

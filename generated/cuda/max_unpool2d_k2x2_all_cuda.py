@@ -5,6 +5,7 @@
 # tie policy: all (explicit): a slot written by several elements (duplicate indices) keeps the value of the first or last of them in row-major order and sends its gradient to that one, or ('all', PyTorch) keeps the last and sends the gradient to each; 'split' has no value to write
 # NaN rule: dominate (default): unpooling compares no values: NaN and inf are moved like any other number
 # key: cdac01276d52547b2121
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max_unpool2d forward and backward under the tie policy 'all'.
 
 Forward: 2-d max unpooling: input scattered into zeros at the flat per-plane indices of

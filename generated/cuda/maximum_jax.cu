@@ -9,6 +9,7 @@
 // forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
 // gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
 // key: eb2ebd2dd7228276fc44
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // maximum forward and backward under the tie policy 'split'.
 //

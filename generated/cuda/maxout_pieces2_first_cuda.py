@@ -5,6 +5,7 @@
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # key: 767e551472653e9e0e8f
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """maxout forward and backward under the tie policy 'first'.
 
 Forward: max over groups of `pieces` consecutive channels (dim 1).

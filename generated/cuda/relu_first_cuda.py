@@ -6,6 +6,7 @@
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # argument order: given (default)
 # key: aa0d46213144c03872cf
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """relu forward and backward under the tie policy 'first'.
 
 Forward, as max/min of its pieces in the order used:

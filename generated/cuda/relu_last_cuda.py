@@ -6,6 +6,7 @@
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
 # argument order: given (default)
 # key: 2e5009e1a63b95060d00
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """relu forward and backward under the tie policy 'last'.
 
 Forward, as max/min of its pieces in the order used:

@@ -9,6 +9,7 @@
 // forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
 // gradient form: nested (convention torch): (condition ? coefficient * g : (next condition ? ... : 0)): one piece's term or +0 (single-winner policies: at most one condition holds)
 // key: d1a3dcfeb734cc3d4db9
+// generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // relu forward and backward under the tie policy 'last'.
 //

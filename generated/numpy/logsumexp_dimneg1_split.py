@@ -5,6 +5,7 @@
 # tie policy: split (default): logsumexp is smooth: its gradient softmax(x / t) tends to the split policy's W as t -> 0+, which is the policy it names
 # NaN rule: nan (default): as torch.logsumexp: a slice holding NaN outputs NaN and its gradient is NaN
 # key: 93c7d1003c5432b0e792
+# generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """logsumexp forward and backward under the tie policy 'split'.
 
 Forward: temperature * log(sum(exp(x / temperature))) over dim(s), the smooth max.
@@ -181,9 +182,6 @@ def _layout(shape: tuple):
     dims = _dims(len(shape))
     kept = tuple(n for i, n in enumerate(shape) if i not in dims)
     n = int(np.prod([shape[i] for i in dims], dtype=np.int64))
-    if n == 0:
-        raise ValueError(f"{OP}: x must have a non-zero size along the reduced dims {dims}, got "
-                         f"size 0 in shape {shape}")
     out = tuple(1 if i in dims else s for i, s in enumerate(shape)) if KEEPDIM else kept
     return dims, kept, n, out
 
@@ -231,7 +229,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     dims, kept, n, out_shape = _layout(x.shape)
     v = _rows(x, dims, kept, n)
-    m = np.max(v, axis=-1, keepdims=True)  # NaN propagates
+    m = np.max(v, axis=-1, keepdims=True, initial=-np.inf)  # NaN propagates; an empty slice: -inf
     shift = np.where(np.isfinite(m), m, 0)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         total = np.sum(np.exp(-shift + v), axis=-1, keepdims=True)
@@ -263,3 +261,111 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):  # in at least float32, rounded once
         out = np.sum(_weight(_rows(tangent, dims, kept, n), v, y), axis=-1)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
+
+
+# ----------------------------------------------------------------------------- bfloat16
+# bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
+# kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32
+# code above, and each result rounded once to bfloat16 (to nearest, ties to even).  saved keeps
+# bfloat16 arrays and dtype.  Where bfloat16 meets float32 or float64 (elementwise inputs) the
+# result is the wider type, and a bfloat16 input still gets a bfloat16 gradient.
+DTYPE_INPUTS = ('x',)  # the inputs whose dtype is the output's
+_float_forward, _float_backward, _float_jvp = forward, backward, jvp
+
+
+def _bfloat16(name: str, value) -> np.dtype | None:
+    """ml_dtypes.bfloat16 if value (an array or a dtype) is bfloat16, else None."""
+    dtype = value if isinstance(value, np.dtype) else getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype) or dtype.name != "bfloat16":
+        return None
+    try:
+        import ml_dtypes
+    except ModuleNotFoundError:
+        raise TypeError(f"{OP}: {name} is bfloat16, which needs the ml_dtypes package; install it "
+                        f"with pip install 'symgrad[bfloat16]' (or pip install ml_dtypes)") from None
+    if dtype != np.dtype(ml_dtypes.bfloat16):
+        raise TypeError(f"{OP}: {name} must be ml_dtypes.bfloat16 among the bfloat16 types, got "
+                        f"{dtype!r} of {type(dtype).__module__}")
+    return dtype
+
+
+def _widened(name: str, value):
+    """A bfloat16 array as float32 (exact); any other value as it is."""
+    return value if _bfloat16(name, value) is None else np.asarray(value).astype(np.float32)
+
+
+def _through(name: str, value, bf16: np.dtype):
+    """A float array as bfloat16 holds it (a wider one rounded, as other dtypes are cast to
+    saved.dtype), then as float32; any other value as it is, for the checks above."""
+    if _bfloat16(name, value) is not None:
+        return np.asarray(value).astype(np.float32)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(bf16).astype(np.float32)
+    return value
+
+
+def _rounded(value, bf16: np.dtype):
+    """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        return value.astype(bf16)
+    return value
+
+
+def _widened_saved(saved) -> tuple:
+    """(saved with its bfloat16 arrays widened to float32, the bfloat16 dtype or None, whether the
+    whole op is bfloat16 (saved.dtype), the fields that were bfloat16)."""
+    if not isinstance(saved, Saved):
+        return saved, None, False, ()
+    whole = _bfloat16("saved.dtype", saved.dtype)
+    fields = tuple(f for f, v in zip(Saved._fields, saved)
+                   if isinstance(v, np.ndarray) and _bfloat16(f"saved.{f}", v) is not None)
+    if whole is None and not fields:
+        return saved, None, False, ()
+    bf16 = whole if whole is not None else getattr(saved, fields[0]).dtype
+    wide = saved._replace(**{f: getattr(saved, f).astype(np.float32) for f in fields})
+    if whole is not None:
+        wide = wide._replace(dtype=np.dtype(np.float32))
+    return wide, bf16, whole is not None, fields
+
+
+def forward(x):
+    inputs = (x,)
+    found = [_bfloat16(name, v) for name, v in zip(INPUTS, inputs)]
+    if all(d is None for d in found):
+        return _float_forward(*inputs)
+    bf16 = next(d for d in found if d is not None)
+    whole = all(d is not None for name, d in zip(INPUTS, found) if name in DTYPE_INPUTS)
+    # under a bfloat16 op the other float inputs (random samples) are read in bfloat16, as PyTorch
+    wide = [_widened(name, v) if name in DTYPE_INPUTS or not whole else _through(name, v, bf16)
+            for name, v in zip(INPUTS, inputs)]
+    output, saved = _float_forward(*wide)
+    if whole:
+        output = (_rounded(output[0], bf16),) + output[1:] if isinstance(output, tuple) else \
+            _rounded(output, bf16)
+        return output, saved._replace(**{f: _rounded(v, bf16) for f, v in zip(Saved._fields, saved)
+                                         if f != "dtype"}, dtype=bf16)
+    # computed in the wider type: saved keeps each bfloat16 input as given, for its gradient
+    return output, saved._replace(**{name: np.asarray(v) for name, v, d in zip(INPUTS, inputs, found)
+                                     if d is not None and name in Saved._fields})
+
+
+def backward(grad_output, saved):
+    wide, bf16, whole, fields = _widened_saved(saved)
+    if bf16 is None:
+        return _float_backward(_widened("grad_output", grad_output), saved)
+    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
+                            _widened("grad_output", grad_output), wide)
+    return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
+
+
+def jvp(tangent_x, saved):
+    wide, bf16, whole, _ = _widened_saved(saved)
+    tangents = [tangent_x]
+    names = [f"tangent_{name}" for name in INPUTS]
+    if bf16 is None or not whole:
+        return _float_jvp(*[_widened(n, t) for n, t in zip(names, tangents)], wide)
+    return _rounded(_float_jvp(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
+
+
+forward.__doc__, backward.__doc__, jvp.__doc__ = (_float_forward.__doc__, _float_backward.__doc__,
+                                                  _float_jvp.__doc__)

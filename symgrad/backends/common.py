@@ -44,6 +44,19 @@ def generator_hash() -> str:
     return h.hexdigest()[:12]
 
 
+GENERATOR_LINE = "# generator: "  # the header line naming generator_hash() (CUDA: "// generator: ")
+# the committed catalog's files name no hash: the hash covers every module of symgrad, so each
+# edit would change all of them; `symgrad generate --catalog --check` compares them instead
+CATALOG_GENERATOR = ("the committed catalog (not hashed; `symgrad generate --catalog --check` "
+                     "compares it with the generator)")
+
+
+def generator_line() -> str:
+    """The header line naming the generator's hash: the suffix of the cache folder
+    ``<backend>/<key>-<generator hash>`` that a module loaded by symgrad.load() lives in."""
+    return f"{GENERATOR_LINE}{generator_hash()}"
+
+
 @functools.lru_cache(maxsize=None)
 def environment(prefix: str, directory: Path) -> jinja2.Environment:
     """The Jinja environment of one package's templates (a backend's ``templates/``, the docs'),
@@ -120,7 +133,8 @@ def header(op: Op, backend: str) -> list[str]:
         f"#   symgrad generate {op.name} {cli_arguments(op)} --backend {backend} --out DIR",
         f"# op: {op.name}",
         f"# parameters: {params_text(op)}",
-    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}"]
+    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}",
+                                                         generator_line()]
 
 
 def wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
@@ -201,7 +215,8 @@ def expression_header(op: Op, backend: str) -> list[str]:
         f"# expression: {p['expr']}",
         f"# inputs: {', '.join(p['inputs'])}; backward returns the gradients of "
         f"{', '.join(p['wrt'])}" + ("" if not wrt else " (None for the others)"),
-    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}"]
+    ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}",
+                                                         generator_line()]
 
 
 def expression_docstring(op: Op, d) -> list[str]:

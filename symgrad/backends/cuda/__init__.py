@@ -257,6 +257,9 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
+    if art.op.params.get("return_indices"):
+        raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
+                         f"module returns the output alone (use return_indices=False)")
     ctx = context(art)
     env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)
@@ -282,5 +285,5 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight": cuda_code(kernel.weight, rt),
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
-    return dict(geometry="logsumexp", template="cuda/logsumexp.cu.jinja", real_types=real_types,
+    return dict(geometry="logsumexp", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
                 index_types_doc=False, layouts_doc=False, form="", counts=False)

@@ -31,8 +31,18 @@ def file_names(op: Op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
-    ctx = context(art)
+    ctx = context(art) | _bfloat16_context(art)
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
+
+
+def _bfloat16_context(art: Artifacts) -> dict:
+    """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
+    the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
+    op = art.op
+    names = list(art.kernel.inputs if op.spec.kind == "expression" else op.spec.inputs)
+    integer = ("indices",) if op.spec.kind == "unpool" else ()
+    return {"input_names": names, "dtype_inputs": repr(tuple(
+        n for n in names if n not in op.spec.constant_inputs and n not in integer))}
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
@@ -109,6 +119,7 @@ def context(art: Artifacts) -> dict:
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
         reduce=numpy_extremum_reduce(sel.extremum, "xr", op.zeros),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
+        return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
@@ -186,6 +197,7 @@ def _special_context(art: Artifacts) -> dict:
     else:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+                   empty_slices=True,  # an empty slice is -inf, as torch.logsumexp
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),
                    formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",

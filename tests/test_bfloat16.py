@@ -1,0 +1,243 @@
+"""bfloat16 in the NumPy backend (ml_dtypes): computed in float32, each result rounded once.
+
+Oracles: PyTorch 2.13 CPU in bfloat16 under convention="torch", bit for bit (NaN as NaN, signs of
+zero compared), for the elementwise ops, maximum/minimum, the reductions and max pooling whose
+windows do not overlap; the float32 module on the widened inputs, rounded once (ml_dtypes' cast,
+to nearest even), under the default convention for every kind of op; and, for overlapping
+windows, float32 accumulation in output order rounded once (PyTorch's CPU kernel rounds to
+bfloat16 after every add there: the documented exception).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 6.0, 0.5, -2.0, 3.0]
+
+
+def _bits(a) -> bytes:
+    """An array's bytes, every NaN made one NaN (PyTorch's may carry a sign): bit for bit
+    otherwise, signs of zero included."""
+    a = np.array(a, dtype=np.float32)
+    a[np.isnan(a)] = np.nan
+    return a.tobytes()
+
+
+def _tie_heavy(rng, shape):
+    """bfloat16 values: small integers (ties), specials (NaN, +-inf, +-0) and values whose
+    products and quotients round (leaky_relu's slope, a split's 1/3)."""
+    pick = rng.integers(0, 3, size=shape)
+    v = np.where(pick == 0, rng.choice(SPECIALS, size=shape),
+                 np.where(pick == 1, rng.integers(-2, 3, size=shape), rng.standard_normal(shape) * 3))
+    return v.astype(BF16)
+
+
+def _to_torch(a):
+    return torch.tensor(np.asarray(a, dtype=np.float32)).to(torch.bfloat16)
+
+
+def _torch_run(fn, xs, g):
+    ts = [_to_torch(x).requires_grad_() for x in xs]
+    y = fn(*ts)
+    y.backward(_to_torch(g))
+    return y.detach().float().numpy(), [t.grad.float().numpy() for t in ts]
+
+
+ELEMENTWISE = [
+    ("maximum", {}, torch.maximum, 2),
+    ("minimum", {}, torch.minimum, 2),
+    ("relu", {}, torch.relu, 1),
+    ("clamp", {"min": -1.0, "max": 0.5}, lambda t: torch.clamp(t, -1.0, 0.5), 1),
+    ("hardtanh", {}, F.hardtanh, 1),
+    ("relu6", {}, F.relu6, 1),
+    ("leaky_relu", {"negative_slope": 0.1}, lambda t: F.leaky_relu(t, 0.1), 1),
+    ("abs", {}, torch.abs, 1),
+]
+REDUCTIONS = [
+    ("amax", {"dim": 1}, lambda t: torch.amax(t, 1)),
+    ("amin", {"dim": (0, 2), "keepdim": True}, lambda t: torch.amin(t, (0, 2), keepdim=True)),
+    ("amax", {}, torch.amax),
+    ("max", {}, torch.max),
+    ("min", {}, torch.min),
+]
+POOLS = [  # windows that do not overlap: each input element gets at most one gradient
+    ("max_pool1d", {"kernel_size": 2}, lambda t: F.max_pool1d(t, 2), (2, 3, 8)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 3, "padding": 1},
+     lambda t: F.max_pool2d(t, 3, 3, 1), (2, 2, 7, 8)),
+    ("max_pool3d", {"kernel_size": 2}, lambda t: F.max_pool3d(t, 2), (1, 2, 4, 4, 6)),
+    ("adaptive_max_pool2d", {"output_size": (3, 2)}, lambda t: F.adaptive_max_pool2d(t, (3, 2)),
+     (2, 2, 6, 6)),
+]
+
+# ops whose sign of zero under the torch preset differs today (relu(-0.0), relu6(-0.0), abs at
+# +-0: issue 15's signed zeros, another change, checked for float16/32/64 in
+# tests/test_conventions.py): compared here with +0 == -0 until it lands; empty this set then
+SIGNED_ZERO_PENDING = {"relu", "relu6", "abs"}
+
+
+# PyTorch's CPU hardtanh/relu6 backward at NaN is 0 in SIMD lanes and g in the scalar tail; the
+# preset follows the scalar path (README, Framework conventions)
+NAN_BY_LANE = {"hardtanh", "relu6"}
+
+
+def _same(name, got, want) -> bool:
+    got, want = np.asarray(got, dtype=np.float32), np.asarray(want, dtype=np.float32)
+    if name in SIGNED_ZERO_PENDING:
+        got, want = got + np.float32(0), want + np.float32(0)  # -0 + 0 = +0
+    return _bits(got) == _bits(want)
+
+
+def _check(name, m, fn, xs, g):
+    y, saved = m.forward(*xs)
+    grads = m.backward(g, saved)
+    want_y, want_grads = _torch_run(fn, xs, g)
+    assert y.dtype == BF16 and saved.dtype == BF16
+    assert _same(name, y, want_y), (name, xs, y, want_y)
+    for x, got, want in zip(xs, grads, want_grads):
+        assert got.dtype == BF16
+        if name in NAN_BY_LANE:  # the documented self-contradiction: compared off NaN only
+            got, want = np.where(np.isnan(x), 0, got), np.where(np.isnan(x), 0, want)
+        assert _same(name, got, want), (name, xs, g, got, want)
+
+
+@pytest.mark.parametrize("name,params,fn,arity", ELEMENTWISE, ids=[e[0] for e in ELEMENTWISE])
+def test_elementwise_equal_pytorch_bfloat16(name, params, fn, arity):
+    m = symgrad.load(name, convention="torch", **params)
+    rng = np.random.default_rng(1)
+    for shape in [(64,), (5, 7)]:
+        xs = [_tie_heavy(rng, shape) for _ in range(arity)]
+        if arity == 2:
+            xs[1][: shape[0] // 2] = xs[0][: shape[0] // 2]  # a = b: the split ties
+        g = (rng.standard_normal(shape) * 3).astype(BF16)
+        _check(name, m, fn, xs, g)
+
+
+@pytest.mark.parametrize("name,params,fn", REDUCTIONS, ids=[f"{r[0]}-{i}" for i, r in enumerate(REDUCTIONS)])
+def test_reductions_equal_pytorch_bfloat16(name, params, fn):
+    m = symgrad.load(name, convention="torch", **params)
+    rng = np.random.default_rng(2)
+    for trial in range(6):
+        x = rng.integers(0, 3, size=(3, 6, 4)).astype(BF16)  # 3-, 2-way ties: g/3 rounds
+        if trial % 2:
+            x.flat[rng.choice(x.size, 3)] = np.nan
+        y = m.forward(x)[0]
+        g = (rng.standard_normal(y.shape) * 3).astype(BF16)
+        _check(name, m, fn, [x], g)
+
+
+@pytest.mark.parametrize("name,params,fn,shape", POOLS, ids=[p[0] for p in POOLS])
+def test_max_pooling_equal_pytorch_bfloat16(name, params, fn, shape):
+    m = symgrad.load(name, convention="torch", **params)
+    rng = np.random.default_rng(3)
+    for trial in range(3):
+        x = _tie_heavy(rng, shape)
+        y = m.forward(x)[0]
+        g = (rng.standard_normal(y.shape) * 3).astype(BF16)
+        _check(name, m, fn, [x], g)
+
+
+def test_overlapping_windows_accumulate_in_float32_and_round_once():
+    """Where windows overlap, an element's gradient is the float32 sum of its windows' gradients in
+    output order, rounded once: the last bits can differ from PyTorch's CPU kernel, which rounds to
+    bfloat16 after every add (here, the documented exception, checked to happen)."""
+    m = symgrad.load("max_pool2d", convention="torch", kernel_size=3, stride=1, padding=1)
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(BF16)
+    (y, indices), _ = symgrad.load("max_pool2d", convention="torch", kernel_size=3, stride=1,
+                                   padding=1, return_indices=True).forward(x)
+    g = rng.standard_normal(y.shape).astype(BF16)
+    (got,) = m.backward(g, m.forward(x)[1])
+    want = np.zeros((6, 36), np.float32)
+    for p, (idx, gp) in enumerate(zip(indices.reshape(6, -1), g.astype(np.float32).reshape(6, -1))):
+        for i, v in zip(idx, gp):
+            want[p, i] += v  # float32, output order
+    assert _bits(got.reshape(6, -1)) == _bits(want.astype(BF16))
+    _, (torch_grad,) = _torch_run(lambda t: F.max_pool2d(t, 3, 1, 1), [x], g)
+    assert _bits(got) != _bits(torch_grad)  # the exception is real on this input
+
+
+DEFAULT_OPS = [  # every kind of op under the default convention: (name, params, inputs)
+    ("maximum", {"ties": "split"}, lambda r: [_tie_heavy(r, (4, 5)), _tie_heavy(r, (5,))]),
+    ("leaky_relu", {"negative_slope": 0.3}, lambda r: [_tie_heavy(r, (40,))]),
+    ("amax", {"dim": 1, "ties": "split"}, lambda r: [r.integers(0, 3, (3, 6, 2)).astype(BF16)]),
+    ("max_pool2d", {"kernel_size": 3, "stride": 1, "padding": 1, "ties": "split"},
+     lambda r: [_tie_heavy(r, (2, 5, 6))]),
+    ("max_pool1d", {"kernel_size": 3, "stride": 1}, lambda r: [_tie_heavy(r, (2, 2, 9))]),
+    ("maxout", {"pieces": 3, "ties": "split"}, lambda r: [r.integers(0, 3, (2, 6, 4)).astype(BF16)]),
+    ("adaptive_max_pool1d", {"output_size": 4, "ties": "split"},
+     lambda r: [r.integers(0, 3, (2, 3, 7)).astype(BF16)]),
+    ("fractional_max_pool2d", {"kernel_size": 2, "output_size": (3, 3)},
+     lambda r: [_tie_heavy(r, (2, 2, 7, 7)), r.random((2, 2, 2)).astype(BF16)]),
+    ("logsumexp", {"dim": -1, "temperature": 0.7}, lambda r: [(r.standard_normal((3, 5))).astype(BF16)]),
+    ("max_unpool1d", {"kernel_size": 2, "ties": "all"},
+     lambda r: [r.standard_normal((2, 3, 4)).astype(BF16), r.integers(0, 8, (2, 3, 4))]),
+]
+
+
+@pytest.mark.parametrize("name,params,make", DEFAULT_OPS, ids=[o[0] for o in DEFAULT_OPS])
+def test_every_kind_is_its_float32_result_rounded_once(name, params, make):
+    m = symgrad.load(name, **params)
+    rng = np.random.default_rng(5)
+    xs = make(rng)
+    wide = [x.astype(np.float32) if x.dtype == BF16 else x for x in xs]
+    y, saved = m.forward(*xs)
+    y32, saved32 = m.forward(*wide)
+    assert y.dtype == BF16 and _bits(y) == _bits(y32.astype(BF16))
+    g = (rng.standard_normal(y.shape) * 2).astype(BF16)
+    if name == "logsumexp":  # backward reads the output: the rounded one, as the forward returned it
+        saved32 = saved32._replace(output=y.astype(np.float32))
+    for got, want in zip(m.backward(g, saved), m.backward(g.astype(np.float32), saved32)):
+        if want is None:
+            assert got is None
+            continue
+        assert got.dtype == BF16 and _bits(got) == _bits(want.astype(BF16)), (got, want)
+    tangents = [(rng.standard_normal(x.shape)).astype(BF16) if x.dtype == BF16 and k == 0 else None
+                for k, x in enumerate(xs)]
+    if name == "maximum":
+        tangents[1] = rng.standard_normal(xs[1].shape).astype(BF16)
+    got = m.jvp(*tangents, saved)
+    want = m.jvp(*[None if t is None else t.astype(np.float32) for t in tangents], saved32)
+    assert got.dtype == BF16 and _bits(got) == _bits(want.astype(BF16))
+
+
+def test_bfloat16_with_float32_is_float32_and_each_gradient_keeps_its_inputs_dtype():
+    m = symgrad.load("maximum", convention="torch")
+    a = np.array([1.0, 2.0, 3.0, np.nan], BF16)
+    b = np.array([2.0, 2.0, 1.0, 0.0], np.float32)
+    y, saved = m.forward(a, b)
+    ga, gb = m.backward(np.full(4, 3.0, np.float32), saved)
+    ta, tb = torch.tensor(a.astype(np.float32)).bfloat16().requires_grad_(), torch.tensor(b, requires_grad=True)
+    ty = torch.maximum(ta, tb)
+    ty.backward(torch.full((4,), 3.0))
+    assert y.dtype == np.float32 and ty.dtype == torch.float32
+    np.testing.assert_array_equal(y, ty.detach().numpy())
+    assert ga.dtype == BF16 and gb.dtype == np.float32
+    np.testing.assert_array_equal(ga.astype(np.float32), ta.grad.float().numpy())
+    np.testing.assert_array_equal(gb, tb.grad.numpy())
+
+
+def test_neither_symgrad_nor_a_generated_module_imports_ml_dtypes_and_a_missing_one_is_named():
+    code = (
+        "import sys, numpy as np, symgrad\n"
+        "m = symgrad.load('relu')\n"
+        "y, s = m.forward(np.ones(3, np.float32)); m.backward(np.ones(3, np.float32), s)\n"
+        "assert 'ml_dtypes' not in sys.modules, 'imported ml_dtypes'\n"
+        "import ml_dtypes\n"
+        "x = np.ones(3, ml_dtypes.bfloat16)\n"
+        "sys.modules['ml_dtypes'] = None  # as if it were not installed\n"
+        "try:\n"
+        "    m.forward(x)\n"
+        "except TypeError as e:\n"
+        "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "needs the ml_dtypes package" in out.stdout and "symgrad[bfloat16]" in out.stdout, out
