@@ -79,21 +79,13 @@ POOLS = [  # windows that do not overlap: each input element gets at most one gr
      (2, 2, 6, 6)),
 ]
 
-# ops whose sign of zero under the torch preset differs today (relu(-0.0), relu6(-0.0), abs at
-# +-0: issue 15's signed zeros, another change, checked for float16/32/64 in
-# tests/test_conventions.py): compared here with +0 == -0 until it lands; empty this set then
-SIGNED_ZERO_PENDING = {"relu", "relu6", "abs"}
-
-
 # PyTorch's CPU hardtanh/relu6 backward at NaN is 0 in SIMD lanes and g in the scalar tail; the
 # preset follows the scalar path (README, Framework conventions)
 NAN_BY_LANE = {"hardtanh", "relu6"}
 
 
-def _same(name, got, want) -> bool:
+def _same(name, got, want) -> bool:  # bit for bit, the sign of zero included
     got, want = np.asarray(got, dtype=np.float32), np.asarray(want, dtype=np.float32)
-    if name in SIGNED_ZERO_PENDING:
-        got, want = got + np.float32(0), want + np.float32(0)  # -0 + 0 = +0
     return _bits(got) == _bits(want)
 
 
