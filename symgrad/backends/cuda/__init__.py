@@ -16,8 +16,8 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import SPECIAL_KINDS, docstring, environment, header, special_docstring, wrap
-from ..printing import python_integer_code
+from ..common import SPECIAL_KINDS, python_geometry, docstring, environment, header, special_docstring, wrap
+from ..printing import atom, bare, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -192,13 +192,43 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(spatial=spatial, axes=list(range(spatial)),
                    kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
+        ctx["pool"] = [_pool_code(kernel.axes, a) for a in range(spatial)]
+        g = kernel.axes
+        ctx.update(loader_coordinates=python_integer_code(
+                       g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
+                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}))
     elif kernel.geometry == "maxout":
-        ctx.update(pieces=op.params["pieces"])
+        names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
+        g = kernel.axes
+        ctx.update(pieces=op.params["pieces"], maxout={
+            "groups": cuda_integer_code(g.output_size, names),
+            "start": cuda_integer_code(g.start, names),
+            "coordinate": cuda_integer_code(g.coordinate, names),
+            "winner": cuda_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
+            "holder": cuda_integer_code(g.holder, names),
+            "element": cuda_integer_code(g.element, names)})
     elif kernel.geometry == "adaptive":
         ctx.update(_cuda_adaptive(op, kernel))
     elif kernel.geometry == "fractional":
         ctx.update(_cuda_fractional(op, kernel))
+    ctx.update(python_geometry(kernel))  # the loader's Python
     return ctx
+
+
+def _pool_code(g, a: int) -> dict:
+    """Pooling's geometry (symgrad.geometry) along spatial axis a as pool.cu.jinja's kernels name
+    it: window p<a>, element k<a>, input coordinate i<a>, constants K<a> S<a> P<a> D<a>."""
+    names = {"i": f"p{a}", "j": f"k{a}", "x": f"i{a}", "length": f"l{a}", "out": f"o{a}",
+             "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}", "q": f"q{a}"}
+    outside = sp.to_nnf(sp.Not(g.inside))
+    return {"coordinate": cuda_integer_code(g.coordinate, names),
+            "outside": bare(cuda_integer_code(outside, names | {"x": f"i{a}"})),
+            "inside": bare(cuda_integer_code(g.inside, names)),
+            "coordinate_of_local": cuda_integer_code(g.coordinate, names | {"j": f"(local % K{a})"}),
+            "offset": cuda_integer_code(g.offset, names),
+            "holds": cuda_integer_code(g.holds, names),
+            "holder": cuda_integer_code(g.holder, names),
+            "holder_operand": atom(cuda_integer_code(g.holder, names))}
 
 
 def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
@@ -218,7 +248,10 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
                  + ("; forward also saves their number per output (the loader stores it in the "
                     "smallest unsigned type holding it; the kernels take it as long long)"
                     if kernel.selection.counts else "") + "; and the samples.")
+    names = {"i": "(A)i", "length": "l", "out": "o"}
+    g = kernel.axes
     return {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+            "fractional": {f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")},
             "kernel_size": list(op.params["kernel_size"]),
             "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
             "windows_doc": f"Window starts: {FRACTIONAL_WINDOWS}.",

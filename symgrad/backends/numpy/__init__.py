@@ -7,10 +7,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import naming
-from ...geometry import ADAPTIVE
+from dataclasses import replace
+
+import sympy as sp
+
+from ...geometry import ADAPTIVE, S
 from ...lower import ElementwiseKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import (SPECIAL_KINDS, docstring, environment, expression_docstring, expression_header,
+from ..printing import PYTHON, bare, integer_code
+from ..common import (SPECIAL_KINDS, python_geometry, docstring, environment, expression_docstring, expression_header,
                       header, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
@@ -103,13 +108,41 @@ def context(art: Artifacts) -> dict:
                    end_holder=numpy_integer_code(ADAPTIVE.end_holder),
                    windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
                                     f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
+    ctx.update(python_geometry(kernel))
+    if kernel.geometry == "pool":
+        ctx["pool"] = _pool_code(kernel.axes)
+    if kernel.geometry == "maxout":
+        ctx["maxout_groups"] = numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})
     if kernel.geometry == "fractional":
+        arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+        ctx["fractional"] = {f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
+                             for f in ("alpha", "start", "last_start")}
         ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
         ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
     if kernel.geometry in ("pool", "maxout", "fractional"):
         ctx["imports"] = {"pool": ["itertools", "math", "sys"], "maxout": ["math", "sys"],
                           "fractional": ["math"]}[kernel.geometry]
     return ctx
+
+
+def _pool_code(g) -> dict:
+    """Pooling's geometry (symgrad.geometry) as the phase planes of _geometry_pool.py.jinja read
+    it, per axis: element j's windows inside the input, its phase (the residue of its offset j*d
+    from the window's start modulo the stride) and shift, coordinates of windows."""
+    offset = g.coordinate - g.start  # element j's offset from its window's start
+    along = {"s": "STRIDE[axis]", "p": "PADDING[axis]", "d": "DILATION[axis]"}
+    return {
+        "first_inside": numpy_integer_code(g.first_inside),
+        "end_inside": numpy_integer_code(g.end_inside),
+        "residue": numpy_integer_code(sp.Mod(offset, S)),
+        "shift": numpy_integer_code(sp.floor(offset / S)),
+        "coordinate": numpy_integer_code(g.coordinate),
+        "coordinate_lo": numpy_integer_code(g.coordinate, {"i": "lo"}),
+        "coordinate_last": numpy_integer_code(g.coordinate, {"i": "(hi - 1)"}),
+        "origin": numpy_integer_code(g.start, {"i": "o"} | along),
+        "coordinate_of_window": numpy_integer_code(g.coordinate, {"i": "o"} | along),
+        "inside_plane": bare(numpy_integer_code(g.inside, {"x": "c", "length": "plan.plane_shape[axis]"})),
+    }
 
 
 # The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
