@@ -95,6 +95,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         ctx.update(index_ctype=_C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else "",
                    count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
                    index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
+        ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
         if sel.form == "scan":
             saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
                      f"({np.dtype(kernel.index_dtype).itemsize} byte{'s' if np.dtype(kernel.index_dtype).itemsize > 1 else ''}) "
@@ -106,6 +107,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           else ".")
     else:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
+        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"))
         if sel.form == "scan":
             saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
                      "n (the loader picks it at run time; the backward kernel takes it as long long)."]
@@ -116,6 +118,39 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           "the backward kernel takes it as long long)." if sel.counts else ".")
     ctx["saved_doc"] = [line for s in saved for line in wrap(s, 96, "  ")]
     return ctx
+
+
+def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[str, str]) -> dict:
+    """What forward saves and backward and jvp read, as finished parameter lists and arguments of
+    the kernels: the saved index (scan) or x and the output and maybe the count (mask), from the
+    lowered selection.  index, count: (type in the kernel templates, C type in the extern "C"
+    wrappers); "T" is the data type of the kernel templates."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    counted = [("count", *count)] if sel.counts else []
+    writes = [("index", *index)] if scan else counted
+    reads = [("index", *index)] if scan else [("x", "T", "T"), ("output", "T", "T")] + counted
+
+    def params(arrays, const, c_type):
+        return "".join(f"{const}{c_type(k, c)}* __restrict__ {name}, " for name, k, c in arrays)
+
+    def doc(arrays, const):
+        return "".join(f"{const}{c}* {name}, " for name, _, c in arrays)
+
+    def per_dtype(arrays, const):  # the extern "C" wrappers' parameters, per data type
+        return {dt: params(arrays, const, lambda k, c, ct=ct: ct if c == "T" else c) for dt, ct in CUDA_DTYPES}
+
+    return {
+        "writes_doc": doc(writes, ""), "reads_doc": doc(reads, "const "),
+        # the kernel templates' parameter lines (each ends with a comma)
+        "writes": [params(writes, "", lambda k, c: k).rstrip()] if writes else [],
+        "reads": [params(reads, "const ", lambda k, c: k).rstrip()],
+        "writes_c": per_dtype(writes, ""), "reads_c": per_dtype(reads, "const "),
+        "writes_args": "".join(f"{name}, " for name, _, _ in writes),
+        "reads_args": "".join(f"{name}, " for name, _, _ in reads),
+        # the count argument of sg_weight, read at an output position (none where uncounted)
+        "count_at": {at: (f", (acc)count[{at}]" if sel.counts else "") for at in ("o", "t", "r")},
+    }
 
 
 def context(art: Artifacts) -> dict:
