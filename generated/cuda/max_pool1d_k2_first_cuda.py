@@ -279,7 +279,9 @@ def _saved_arrays(saved: Saved) -> list:
     out_batched = batched[:2] + outs
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
-    return [("index", out_batched, INDEX_DTYPE, int(np.prod(KERNEL_SIZE)))]
+    return [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("index", out_batched, INDEX_DTYPE, 2),
+    ]
 
 
 def forward(x):

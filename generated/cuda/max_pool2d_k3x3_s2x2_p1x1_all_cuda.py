@@ -282,8 +282,10 @@ def _saved_arrays(saved: Saved) -> list:
     out_batched = batched[:2] + outs
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
-    arrays = [("x", batched, saved.dtype, None), ("output", out_batched, saved.dtype, None)]
-    return arrays
+    return [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("x", batched, saved.dtype, None),
+        ("output", out_batched, saved.dtype, None),
+    ]
 
 
 def forward(x):

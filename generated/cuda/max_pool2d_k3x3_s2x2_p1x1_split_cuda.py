@@ -282,9 +282,11 @@ def _saved_arrays(saved: Saved) -> list:
     out_batched = batched[:2] + outs
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
-    arrays = [("x", batched, saved.dtype, None), ("output", out_batched, saved.dtype, None)]
-    arrays.append(("count", out_batched, COUNT_DTYPE, int(np.prod(KERNEL_SIZE)) + 1))
-    return arrays
+    return [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("x", batched, saved.dtype, None),
+        ("output", out_batched, saved.dtype, None),
+        ("count", out_batched, COUNT_DTYPE, 10),
+    ]
 
 
 def forward(x):

@@ -96,6 +96,19 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                    count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
                    index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
         ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
+        # the kernels' constants of the selection: the scan's output rule and saved index type, the
+        # count's type
+        ctx["saved_constants"] = (
+            [f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  // {ctx['winner_comment']}",
+             f"typedef {ctx['index_ctype']} index_t;  // saved: the winner's window-local index"]
+            if sel.form == "scan" else []) + (
+            [f"typedef {ctx['count_ctype']} count_t;  // saved: the number of elements attaining the extremum"]
+            if sel.counts else [])
+        ctx["dtype_constants"] = (
+            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
+            if sel.form == "scan" else []) + (
+            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
+            if sel.counts else [])
         if sel.form == "scan":
             saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
                      f"({np.dtype(kernel.index_dtype).itemsize} byte{'s' if np.dtype(kernel.index_dtype).itemsize > 1 else ''}) "
@@ -107,7 +120,11 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           else ".")
     else:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
-        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"))
+        window = {"adaptive": ("size", "int(np.prod(box))"), "fractional": ("WINDOW", "WINDOW")}.get(kernel.geometry)
+        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"), window)
+        extra = ", the samples" if kernel.geometry == "fractional" else ""
+        ctx["saved_class_doc"] = wrap(f'    """What forward keeps: {ctx["saved"]["keeps"]}{extra}; its layout, and shapes."""',
+                                      100, "    ")
         if sel.form == "scan":
             saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
                      "n (the loader picks it at run time; the backward kernel takes it as long long)."]
@@ -120,16 +137,31 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     return ctx
 
 
-def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[str, str]) -> dict:
+def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[str, str],
+                     window: tuple[str, str] | None = None) -> dict:
     """What forward saves and backward and jvp read, as finished parameter lists and arguments of
     the kernels: the saved index (scan) or x and the output and maybe the count (mask), from the
     lowered selection.  index, count: (type in the kernel templates, C type in the extern "C"
-    wrappers); "T" is the data type of the kernel templates."""
+    wrappers); "T" is the data type of the kernel templates.  window: where the window's size is
+    known only at run time (adaptive, fractional), the loader's expression of it in _saved_arrays
+    and in forward; the kernels then take index and count as long long, which forward narrows to
+    the smallest unsigned type and backward and jvp widen again."""
     sel = kernel.selection
     scan = sel.form == "scan"
     counted = [("count", *count)] if sel.counts else []
     writes = [("index", *index)] if scan else counted
     reads = [("index", *index)] if scan else [("x", "T", "T"), ("output", "T", "T")] + counted
+
+    if window is None:  # static: the dtypes are the loader's constants
+        bound = {"index": str(kernel.window), "count": str(kernel.window + 1)}
+        dtype = {"index": "INDEX_DTYPE", "count": "COUNT_DTYPE"}
+        allocated = dtype
+        narrow = {}
+    else:
+        bound = {"index": window[0], "count": f"{window[0]} + 1"}
+        dtype = {name: f"_index_dtype({b})" for name, b in bound.items()}
+        allocated = {"index": "np.int64", "count": "np.int64"}
+        narrow = {"index": window[1], "count": f"{window[1]} + 1"}
 
     def params(arrays, const, c_type):
         return "".join(f"{const}{c_type(k, c)}* __restrict__ {name}, " for name, k, c in arrays)
@@ -150,6 +182,24 @@ def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[
         "reads_args": "".join(f"{name}, " for name, _, _ in reads),
         # the count argument of sg_weight, read at an output position (none where uncounted)
         "count_at": {at: (f", (acc)count[{at}]" if sel.counts else "") for at in ("o", "t", "r")},
+        # the loader: Saved's array fields, what forward allocates (field, dtype constant), what
+        # backward and jvp pass, and each saved array's (field, "in" or "out" shape, dtype, bound of
+        # its values: the window's elements, or one more for a count)
+        "fields": [name for name, _, _ in reads],
+        "allocates": [(name, allocated[name]) for name, _, _ in writes],
+        "loader_reads": "".join(f"saved.{name}, " for name, _, _ in reads),
+        "arrays": ([("index", "out", dtype["index"], bound["index"])] if scan else
+                   [("x", "in", "saved.dtype", "None"), ("output", "out", "saved.dtype", "None")]
+                   + ([("count", "out", dtype["count"], bound["count"])] if sel.counts else [])),
+        # run-time windows: forward narrows what the kernel wrote, backward and jvp widen it
+        "narrows": [(name, f"_index_dtype({narrow[name]})") for name, _, _ in writes if name in narrow],
+        "widens": [name for name, _, _ in writes if name in narrow],
+        "widened_reads": "".join(f"{name}, " if name in narrow else f"saved.{name}, " for name, _, _ in reads),
+        "keeps": ("the window-local index of each output's winner" if window is None else
+                  "each output's winner as its row-major index in its window"
+                  + ("'s box (the largest window extent along each axis)" if window[0] == "size" else "")
+                  + ", in the smallest unsigned type holding it") if scan else
+                 "the input and the output (by reference)",
     }
 
 
@@ -219,6 +269,8 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     ctx.update(_cuda_window(op, kernel))
+    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
+    ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
