@@ -122,6 +122,13 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
         window = {"adaptive": ("size", "int(np.prod(box))"), "fractional": ("WINDOW", "WINDOW")}.get(kernel.geometry)
         ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"), window)
+        ctx["saved_constants"] = ([f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  "
+                                   f"// {ctx['winner_comment']}"] if sel.form == "scan" else [])
+        boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))
+        ctx["saved_index_doc"] = [] if sel.form != "scan" else {
+            "fractional": ["A winner is saved as its row-major index in its window."],
+            "adaptive": [f"{boxes}: the window box, the largest window extent along each axis; a winner is "
+                         f"saved as", "its row-major index in its window's box."]}.get(kernel.geometry, [])
         extra = ", the samples" if kernel.geometry == "fractional" else ""
         ctx["saved_class_doc"] = wrap(f'    """What forward keeps: {ctx["saved"]["keeps"]}{extra}; its layout, and shapes."""',
                                       100, "    ")
