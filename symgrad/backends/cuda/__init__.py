@@ -278,6 +278,8 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     ctx.update(_cuda_window(op, kernel))
     # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
     ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
+    if kernel.geometry == "reduction":  # its loader's scan or mask half likewise
+        ctx["loader_partial"] = f"cuda/_loader_reduction_{kernel.selection.form}.py.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
