@@ -91,6 +91,8 @@ def context(art: Artifacts) -> dict:
         reduce=numpy_extremum_reduce(sel.extremum, "xr"),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
     )
+    if kernel.geometry in _NUMPY_TEMPLATES:  # the template's scan or mask parts, by the lowered form
+        ctx["selection_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
     if op.spec.kind in ("pool", "adaptive", "fractional"):
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
