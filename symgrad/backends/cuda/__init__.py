@@ -278,8 +278,8 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     ctx.update(_cuda_window(op, kernel))
     # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
     ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
-    if kernel.geometry == "reduction":  # its loader's scan or mask half likewise
-        ctx["loader_partial"] = f"cuda/_loader_reduction_{kernel.selection.form}.py.jinja"
+    if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
+        ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
@@ -372,7 +372,9 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
                  + ("; forward also saves their number per output (the loader stores it in the "
                     "smallest unsigned type holding it; the kernels take it as long long)."
                     if sel.counts else "."))
+    scan = sel.form == "scan"  # the scan's kernels take the window box's sizes
     return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+            "box_axes": list(range(spatial)) if scan else [], "box_sizes": " + box" if scan else "",
             "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
             "saved_doc": wrap(saved, 96, "  "), "windows_text": ADAPTIVE.doc(),
             "cuda_window_start": cuda_integer_code(ADAPTIVE.start),
