@@ -103,6 +103,17 @@ def context(art: Artifacts) -> dict:
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
         ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+        # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace):
+        # the lines that start, step and per window compute it, and what forward returns
+        fold = sel.form == "scan" and not sel.winner_is_output
+        ctx["output_fold"] = {
+            "start": ["output = best.copy()  # under this NaN rule the winner of a NaN window need not be the NaN"]
+            if fold else [],
+            "step": [f"folded = {ctx['fold_output']}",
+                     "output = folded if valid is None else np.where(valid, folded, output)"] if fold else [],
+            "result": "output" if fold else "best",
+            "per_window": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, not the winner"]
+            if fold else []}
     if kernel.geometry == "adaptive":
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
                    window_end=numpy_integer_code(ADAPTIVE.end),
