@@ -103,6 +103,7 @@ def context(art: Artifacts) -> dict:
         ctx["combine"] = numpy_extremum_step(sel.extremum, "best", "v")  # the same rule for every dtype
         ctx["fold_output"] = numpy_extremum_step(sel.extremum, "output", "v")
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+        ctx["fold_winner_blocks"] = [ctx["fold_winner"]] if ctx["fold_winner"] else []  # helper functions
         # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace):
         # the lines that start, step and per window compute it, and what forward returns
         fold = sel.form == "scan" and not sel.winner_is_output
