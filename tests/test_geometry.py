@@ -113,6 +113,12 @@ def test_pool_output_sizes_windows_and_holders_equal_pytorchs(ceil_mode):
                 cs = [eval(code_c, env | {"i": i, "j": j}) for j in range(k)]
                 got.append(tuple(sorted(c for c in cs if eval(code_in, env | {"x": c}))))
             assert got == want, (L, k, s, p, d)
+        # return_indices: of distinct values, PyTorch's winner is the largest at the window's coordinates
+        values = torch.randperm(L, generator=torch.Generator().manual_seed(L * 1000 + k * 100 + s * 10 + p + d),
+                                dtype=torch.float64).reshape(1, 1, L)
+        _, index = torch.nn.functional.max_pool1d(values, k, s, p, d, ceil_mode, return_indices=True)
+        assert [max(w, key=lambda c: values[0, 0, c]) for w in got if w] == [
+            c for w, c in zip(got, index.flatten().tolist()) if w]  # (a window of padding only has none)
         for x, j in itertools.product(range(L), range(k)):
             for code_o, code_h, code_w in ((offset, holds, holder), (c_offset, c_holds, c_holder)):
                 q = eval(code_o, env | {"x": x, "j": j})
