@@ -1,6 +1,6 @@
 """Memory of the generated NumPy modules on large inputs, measured with tracemalloc.
 
-    PYTHONPATH=. python benchmarks/numpy_memory.py            # about a minute on one core
+    PYTHONPATH=. python benchmarks/numpy_memory.py            # a few minutes on one core
     PYTHONPATH=. python benchmarks/numpy_memory.py --size 2048
 
 NumPy reports its buffers to tracemalloc, so for each case this prints, in multiples of the
@@ -53,6 +53,11 @@ def main() -> None:
         measure(f"max_pool2d k8 s1 p4 {ties}, {n}x{n} float32", pool, [plane])
     pool = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1)
     measure(f"max_pool2d k3 s2 p1 first, {n}x{n} float32", pool, [plane])
+    batch = rng.standard_normal((32, 64, 56, 56)).astype(np.float32)  # planes smaller than a block
+    for kernel, stride, padding in ((2, 2, 0), (3, 2, 1)):
+        pool = symgrad.load("max_pool2d", kernel_size=kernel, stride=stride, padding=padding, ties="split")
+        measure(f"max_pool2d k{kernel} s{stride} p{padding} split, (32, 64, 56, 56) float32", pool, [batch])
+    del batch
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = rng.standard_normal((n, 1)).astype(np.float32)
     for ties in ("first", "split"):

@@ -111,7 +111,7 @@ def require_module(module, caller: str) -> None:
 
 def integer_inputs(module) -> tuple:
     """Positions of the inputs that are integers (unpooling's indices)."""
-    if "expr" in module.PARAMS or OPS[module.OP].kind != "unpool":
+    if "expr" in module.PARAMS or not OPS[module.OP].strategy.scatter:
         return ()
     return (module.INPUTS.index("indices"),)
 

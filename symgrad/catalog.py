@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
-from . import docs as _docs
+from . import pages as _pages
 from .backends import NAMES as BACKENDS  # every entry is generated for each
+from .catalog_entries import CATALOG_FILE, entries  # noqa: F401 (the list, read by docs too)
 from .files import has_provenance
-from .ops import Op, resolve
 from .pipeline import render
-
-CATALOG_FILE = Path(__file__).resolve().parent / "catalog.toml"
-
-
-def entries() -> list[Op]:
-    with open(CATALOG_FILE, "rb") as f:
-        data = tomllib.load(f)
-    ops = []
-    for e in data.get("entry", []):
-        params = {k: tuple(v) if isinstance(v, list) else v for k, v in e.get("params", {}).items()}
-        ops.append(resolve(e["op"], e.get("ties"), nan=e.get("nan"),
-                           convention=e.get("convention"), **params))
-    return ops
 
 
 def render_all() -> dict[str, str]:
@@ -32,7 +18,7 @@ def render_all() -> dict[str, str]:
         for backend in BACKENDS:
             for name, source in render(op, backend).items():
                 files[f"{backend}/{name}"] = source
-    files.update(_docs.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
+    files.update(_pages.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files
 
 

@@ -374,7 +374,7 @@ def _where(element) -> str:
 def _unpool_writers(target, xs, y0) -> dict:
     """{output position: [elements]} of the writers of each slot, for unpooling ops (from the
     indices: only the writer that stays moves the output, so probing cannot see the others)."""
-    if target.op not in OPS or OPS[target.op].kind != "unpool":
+    if target.op not in OPS or not OPS[target.op].strategy.scatter:
         return {}
     x, idx = xs[0], xs[1]
     spatial = OPS[target.op].spatial
@@ -417,7 +417,7 @@ class _Pieces:
 
     @classmethod
     def of(cls, name, params, order, ties):
-        if name not in OPS or OPS[name].kind != "elementwise":
+        if name not in OPS or not OPS[name].strategy.elementwise:
             return cls(None, ties)
         try:
             return cls(resolve(name, ties, order=order, **{k: v for k, v in (params or {}).items()}), ties)

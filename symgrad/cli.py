@@ -10,6 +10,7 @@ import difflib
 import os
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 from . import __version__, api, backends, catalog, derivations, naming
@@ -18,7 +19,7 @@ from . import policy as _policy
 from .backends.common import settings_lines
 from .conventions import CONVENTIONS
 from .derive import ALL_VARIABLES_UP_TO
-from .ops import FRACTIONAL_WINDOWS, OPS, ORDERS, STATIC_WINDOW_KINDS, Param, resolve
+from .ops import OPS, ORDERS, Param, resolve
 from .pipeline import render
 from .printers import text
 
@@ -327,7 +328,7 @@ def _progress():
     def announce(op) -> None:
         if shown or not sys.stderr.isatty():
             return
-        size = f" ({op.window_size()}-element window)" if op.spec.kind in STATIC_WINDOW_KINDS else ""
+        size = f" ({op.window_size()}-element window)" if op.spec.strategy.static else ""
         print(f"symgrad: deriving {op.name}{size}...", file=sys.stderr, flush=True)
         shown.append(op)
     return announce
@@ -365,42 +366,15 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         raise ValueError("derive needs an op (or --expr)")
     op = _resolve(ns, argv)
     if ns.format != "text":
-        from . import docs
-        print(docs.render(op, ns.format), end="", file=out)
+        from . import pages
+        print(pages.render(op, ns.format), end="", file=out)
         return 0
     full = ns.full
     with derivations.announcing(_progress()):
         d = api._derive(op)
     lines = [f"op: {op.describe()}"] + settings_lines(op)
-    if op.spec.kind in ("pool", "fractional"):
-        import numpy as np
-        offs = [f"x{i}={o}" for i, o in enumerate(np.ndindex(*op.params["kernel_size"]))]
-        if len(offs) > ALL_VARIABLES_UP_TO:  # derived on a representative window: first and last
-            offs = offs[:2] + ["..."] + offs[-1:]
-        lines.append(f"window elements (row-major scan order): {', '.join(offs)}")
-        if op.spec.kind == "fractional":
-            lines.append(f"windows: {FRACTIONAL_WINDOWS}")
-    elif op.spec.kind == "reduction":
-        lines.append(f"window: a representative slice of {op.window_size()} elements "
-                     f"(the rule is the same for every length)")
-    elif op.spec.kind == "adaptive":
-        lines.append(f"windows: PyTorch's adaptive windows, [floor(i*L/out), ceil((i+1)*L/out)) per "
-                     f"axis, overlapping and of varying size; derived on a representative window "
-                     f"of {op.window_size()} elements (the rule is the same for every size)")
-    lines += _steps_and_checks(d, full)
-    if op.spec.kind == "unpool":
-        lines += ["", "== backward ==",
-                  "  grad_input = W^T grad_output, a gather: grad_input[i] = grad_output.flat[indices[i]]"
-                  " per plane" + ("" if _policy.TIES[op.ties].winners == "each" else " for the element that stayed in its slot, 0 "
-                                                              "for the others") + "; indices: None"]
-    elif op.spec.kind == "logsumexp":
-        lines += ["", "== backward ==", "  grad_x = grad_output * exp((x - y) / t) = grad_output * "
-                  "softmax(x / t); as t -> 0+ the split policy's W"]
-    elif op.spec.kind != "elementwise":
-        lines += ["", "== backward ==",
-                  "  grad_x[i] = sum over the windows w holding i of w_k(i) * grad_output[w]"
-                  "  (W^T g; overlapping windows accumulate)"
-                  + ("; random_samples: None" if op.spec.constant_inputs else "")]
+    lines.extend(op.spec.strategy.describe(op, ALL_VARIABLES_UP_TO))
+    lines += _steps_and_checks(d, full) + op.spec.strategy.backward(op)
     _print_wrapped(lines, out)
     return 0
 
@@ -451,10 +425,10 @@ def cmd_generate(ns, argv: list[str], out) -> int:
 
 def _settings_summary(op) -> str:
     origin = dict(op.origin)
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         return f"tie policy {op.ties} [{origin['ties']}], NaN rule {op.nan}"
     parts = [f"tie policy {op.ties} [{origin['ties']}]", f"NaN rule {op.nan} [{origin['nan']}]"]
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         parts.append(f"order {op.order} [{origin['order']}]")
     return ", ".join(parts)
 
@@ -538,11 +512,24 @@ def _run(argv: list[str]) -> int:
     return cmd_generate(ns, rest, sys.stdout)
 
 
+def _one_line_warnings(previous):
+    """showwarning for the CLI: symgrad's own warnings (the derivation cache is off) as one line
+    on stderr, others as before."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, derivations.CacheWarning):
+            print(f"symgrad: warning: {message}", file=sys.stderr, flush=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         try:
-            return _run(argv)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warnings(warnings.showwarning)
+                return _run(argv)
         finally:  # here (--help too), so that a closed pipe is caught below, not at the exit
             sys.stdout.flush()
     except (UsageError, ValueError, TypeError) as exc:

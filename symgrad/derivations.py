@@ -9,7 +9,8 @@ Entries are pickles, and unpickling runs whatever the bytes say, so nothing is u
 user did not write: each entry starts with an HMAC-SHA256 of its key and its bytes under a
 per-user secret kept outside the cache (``key_file()``, mode 0600), checked before anything is
 unpickled.  A planted or copied file fails the check and is derived again and replaced; where the
-secret cannot be read or created, derivations are neither read from disk nor written.  As a
+secret cannot be read or created, derivations are neither read from disk nor written, and one
+CacheWarning per process names the key file, why it cannot be used and how to fix it.  As a
 second fence, the unpickler finds classes of SymPy and symgrad only (no function).  Entries are
 read only when the file and its directory belong to the user and nobody else can write them, and
 never through a link or past a size limit (``cache.read_private``); a cache directory that cannot
@@ -28,7 +29,9 @@ import json
 import os
 import pickle
 import secrets
+import stat
 import threading
+import warnings
 from pathlib import Path
 
 import sympy
@@ -142,30 +145,93 @@ def secret() -> bytes | None:
     return _secret(str(key_file()))
 
 
+class CacheWarning(UserWarning):
+    """The derivation disk cache is off in this process: the per-user secret cannot be used."""
+
+
+_WARNED: list = []  # the one CacheWarning of this process has been given
+
+
+def _unusable(path: str, why: str, fix: str) -> None:
+    """Say once per process which secret cannot be used, why, and how to fix it: without it every
+    derivation is derived again in every process (seconds for a large window), silently otherwise."""
+    from .files import shown
+    if _WARNED:
+        return
+    _WARNED.append(path)
+    warnings.warn(f"derivations are not cached on disk (each process derives again): the key file "
+                  f"{shown(path)} {why}; {fix}", CacheWarning, stacklevel=2)
+
+
 @functools.lru_cache(maxsize=None)
 def _secret(path: str) -> bytes | None:
     """The per-user secret at path (created on first use: 32 random bytes in hex, written
     atomically, mode 0600 in a directory made 0700), or None where it cannot be created or is not
-    this user's alone (owned by another user, readable or writable by others, a link)."""
+    this user's alone (owned by another user, readable or writable by others, a link, in a
+    directory others can write); then a CacheWarning says why, once per process."""
     from .cache import private, usable
-    from .files import read_bounded, write_atomic
+    from .files import read_bounded, shown, write_atomic
+    elsewhere = f"or set ${KEY_FILE_ENV} to a file in a directory only you can write"
+    folder = Path(path).parent
+    if not usable(folder):  # not made here (whoever can write the directory can swap the file)
+        fix = (f"set ${KEY_FILE_ENV} to a file in a directory only you can write, or unset it for "
+               f"the default ~/.config/symgrad/key" if os.environ.get(KEY_FILE_ENV) else
+               f"make it a directory of yours that only you can write (chmod 700 {shown(folder)}) "
+               f"or set ${KEY_FILE_ENV} to a file in one")
+        _unusable(path, f"is in {_folder_problem(folder)}", fix)
+        return None
     for _ in range(2):
         try:
             data, st = read_bounded(Path(path), 1024)
         except FileNotFoundError:
             try:
                 write_atomic(Path(path), secrets.token_hex(32) + "\n", private=True)
-            except OSError:
+            except OSError as exc:
+                _unusable(path, f"cannot be created ({exc.strerror or exc})",
+                          f"make its directory writable by you {elsewhere}")
                 return None
             continue
-        except (OSError, ValueError):
+        except ValueError as exc:  # a link, not a regular file, too large: its message says which
+            _unusable(path, f"cannot be used ({str(exc).rpartition(': ')[2]})",
+                      f"remove it (a new key is made on the next run) {elsewhere}")
+            return None
+        except OSError as exc:
+            _unusable(path, f"cannot be read ({exc.strerror or exc})",
+                      f"make it readable by you (chmod 600 {shown(path)}) {elsewhere}")
             return None
         text = data.strip()
-        if (private(st) and not st.st_mode & 0o077 and usable(Path(path).parent)
-                and len(text) == 64 and all(c in b"0123456789abcdef" for c in text)):
-            return bytes.fromhex(text.decode())
-        return None
+        if hasattr(os, "getuid") and st.st_uid != os.getuid():
+            _unusable(path, "belongs to another user",
+                      f"remove it (a new key is made on the next run) {elsewhere}")
+            return None
+        if not private(st) or st.st_mode & 0o077:
+            _unusable(path, f"is open to others (mode {stat.S_IMODE(st.st_mode):04o})",
+                      f"remove it (a new key is made on the next run; chmod 600 keeps one others "
+                      f"may have read) {elsewhere}")
+            return None
+        if len(text) != 64 or not all(c in b"0123456789abcdef" for c in text):
+            _unusable(path, "does not hold a symgrad key (64 hexadecimal digits)",
+                      f"remove it (a new key is made on the next run) {elsewhere}")
+            return None
+        return bytes.fromhex(text.decode())
     return None
+
+
+def _folder_problem(folder: Path) -> str:
+    """Why a directory is no place for the secret, in a few words."""
+    from .files import shown
+    name = shown(folder)
+    try:
+        st = os.lstat(folder)
+    except OSError as exc:
+        return f"{name}, which cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{name}, a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{name}, which is not a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"{name}, a directory of another user"
+    return f"{name}, a directory others can write (mode {stat.S_IMODE(st.st_mode):04o})"
 
 
 def _mac(secret_key: bytes, k: str, data: bytes) -> bytes:

@@ -36,7 +36,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
-from .ops import MAX_WINDOW, STATIC_WINDOW_KINDS, Op
+from .ops import MAX_WINDOW, Op
 from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
 from .printers import text
@@ -63,7 +63,7 @@ def window_symbols(n: int) -> tuple[sp.Symbol, ...]:
 
 
 def input_symbols(op: Op) -> tuple[sp.Symbol, ...]:
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         return tuple(sp.Symbol(name, real=True) for name in op.spec.inputs)
     return window_symbols(op.window_size())
 
@@ -463,10 +463,10 @@ def _chain(nodes: list[Node], inputs) -> dict:
 @functools.lru_cache(maxsize=256)
 def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     spec = op.spec
-    if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > ALL_VARIABLES_UP_TO:
+    if spec.strategy.static and op.window_size() > ALL_VARIABLES_UP_TO:
         return _derive_large_window(op)
     inputs = input_symbols(op)
-    if spec.kind == "elementwise":
+    if spec.strategy.elementwise:
         forward = spec.forward(op.params, inputs)
         if op.order == "reversed":
             forward = _reversed(forward)
@@ -479,7 +479,7 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     last_sym, last_ext = inner.pop()
     assert last_sym == root
     inner.append((y, last_ext))
-    if spec.kind != "elementwise":
+    if not spec.strategy.elementwise:
         try:
             node, checks = _window(len(inputs), op.ties, spec.extremum)
         except ValueError as exc:
@@ -530,7 +530,7 @@ def _derive_large_window(op: Op) -> Derivation:
 
 def _representative_note(op: Op) -> list[str]:
     """What a representative-window derivation stands for (adaptive pooling, large static windows)."""
-    if op.spec.kind in STATIC_WINDOW_KINDS and op.window_size() > ALL_VARIABLES_UP_TO:
+    if op.spec.strategy.static and op.window_size() > ALL_VARIABLES_UP_TO:
         n, r = op.window_size(), REPRESENTATIVE_STATIC_WINDOW
         return [f"the window of {n} elements is derived on a representative window of {r} (in full "
                 f"it has {n} weights of {n - 1} indicators each): every weight compares its element "
@@ -542,14 +542,8 @@ def _representative_note(op: Op) -> list[str]:
                 f"groups up to a relabeling that keeps the order of the elements, and cancels "
                 f"alike; the rule is lowered to a running scan (first/last) or a mask of the "
                 f"elements attaining the extremum (split/all), of the {n} elements"]
-    if op.spec.kind != "adaptive":
-        return []
-    return [f"adaptive windows (start floor(i*L/out), end ceil((i+1)*L/out) per axis) overlap and "
-            f"differ in size, and depend on the input length known only at run time: the rule is "
-            f"derived on a representative window of {len(input_symbols(op))} elements, whose weights "
-            f"have one factor per other element at any length, and is lowered to a running scan "
-            f"(first/last) or a mask of the elements attaining the extremum (split/all), valid for "
-            f"every window length"]
+    note = op.spec.strategy.representative_note  # a window known only at run time (adaptive)
+    return [note.format(n=len(input_symbols(op)))] if note else []
 
 
 def derive(op: Op, display: bool = True) -> Derivation:
@@ -559,10 +553,10 @@ def derive(op: Op, display: bool = True) -> Derivation:
     delta groups (the "raw derivative" and "delta elimination" steps are then empty); the
     elimination itself and every check still run.  Code generation derives this way.
     """
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         from .expr import parse
         return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
-    if op.spec.kind in ("unpool", "logsumexp"):  # not a max/min of pieces: derive_special.py
+    if op.spec.strategy.special:  # not a max/min of pieces: derive_special.py
         return derive_special(op)
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op, display)

@@ -204,11 +204,9 @@ def _logsumexp():
 
 def derive_special(op: Op):
     """The Derivation of an unpool or logsumexp op (no max/min nodes: ``nodes`` is empty)."""
-    if op.spec.kind == "unpool":
+    if op.spec.strategy.scatter:  # unpooling
         xs, y, jac, steps, checks = _unpool(op.ties)
         partials = {x: sp.Matrix(jac[:, i]) for i, x in enumerate(xs)}
         return Derivation(op, xs, y, [], partials, list(steps), list(checks))
-    if op.spec.kind == "logsumexp":
-        xs, t, y, grads, soft, steps, checks, _, _ = _logsumexp()
-        return Derivation(op, xs, y, [], dict(zip(xs, grads)), list(steps), list(checks))
-    raise AssertionError(op.spec.kind)
+    xs, t, y, grads, soft, steps, checks, _, _ = _logsumexp()
+    return Derivation(op, xs, y, [], dict(zip(xs, grads)), list(steps), list(checks))

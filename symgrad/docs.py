@@ -15,7 +15,9 @@ Nothing here is typed in by hand:
 * the tie and kink values of PyTorch and JAX are measured by running the modules of their presets
   (``conventions.PRESETS``), as ``symgrad conventions`` does.
 
-This module builds finished strings; templates under docs_templates/ place them.
+This module builds finished strings; templates under docs_templates/ place them.  The page of a
+max/min op is built here (``page``); pages.py picks it or docs_special.py's for an op and writes
+it out (``pages.render``, ``pages.catalog_files``).
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ import numpy as np
 import sympy as sp
 
 from . import __version__, naming
+from .catalog_entries import entries as _catalog_entries
 from . import policy as _policy
 from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
                      evaluate, running_weights, uniform_relations)
 from .indicators import Indicator
-from .ops import FRACTIONAL_WINDOWS, STATIC_WINDOW_KINDS, Op
+from .ops import Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
-from . import geometry, pipeline
+from . import pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -323,34 +326,6 @@ class Example:
     constants: tuple = ()
 
 
-def _pool_windows(op: Op, in_spatial: tuple, out_spatial: tuple):
-    k, s, p, dil = (op.params[n] for n in ("kernel_size", "stride", "padding", "dilation"))
-    windows, pads = [], {}
-    for o, opos in enumerate(np.ndindex(*out_spatial)):
-        elems, pad = [], []
-        for offs in np.ndindex(*k):
-            c = tuple(op_ * st + j * d - pd for op_, st, j, d, pd in zip(opos, s, offs, dil, p))
-            if all(0 <= ci < L for ci, L in zip(c, in_spatial)):
-                elems.append((0, (0,) + c))
-            else:
-                elems.append(None)
-                pad.append(c)
-        windows.append(elems)
-        pads[o] = pad
-    return windows, pads
-
-
-def _spatial_cell(spatial: int):
-    def cell(c):  # spatial coordinates -> (panel, row, col)
-        c = tuple(c)
-        if spatial == 1:
-            return (0, 0, c[0])
-        if spatial == 2:
-            return (0, c[0], c[1])
-        return c
-    return cell
-
-
 def _assign_values(sizes: list[int], windows: list) -> list[np.ndarray]:
     """Small distinct integers, then one element that wins two overlapping windows and one window
     with a two-way tie for its maximum (minimum for min ops: the caller negates)."""
@@ -382,137 +357,13 @@ def _assign_values(sizes: list[int], windows: list) -> list[np.ndarray]:
     return [flat[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
 
 
-def _example_windows(op: Op, mod):
-    """(input shapes, windows by multi-index, cell, out_cell, pads, note) of a window op's example."""
-    kind = op.spec.kind
-    if kind == "pool":
-        sp_ = op.spec.spatial
-        target = 3 if sp_ == 1 else 2
-        L = 1
-        while True:
-            try:
-                y, _ = mod.forward(np.zeros((1,) + (L,) * sp_))
-                if min(y.shape[1:]) >= target and L >= 4 - (sp_ == 3) * 2:
-                    break
-            except ValueError:
-                pass
-            L += 1
-        in_sp, out_sp = (L,) * sp_, y.shape[1:]
-        windows, pads = _pool_windows(op, in_sp, out_sp)
-        cell = _spatial_cell(sp_)
-        return ([(1,) + in_sp], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])),
-                {o: [cell(c) for c in cs] for o, cs in pads.items()}, y.shape)
-    if kind == "adaptive":
-        return _adaptive_example_windows(op, mod)
-    if kind == "fractional":
-        return _fractional_example_windows(op, mod)  # mod: _FixedSamples
-    if kind == "maxout":
-        p = op.params["pieces"]
-        windows = [[(0, (0, g * p + j)) for j in range(p)] for g in range(2)]
-        return [(1, 2 * p)], windows, (lambda e: (0, 0, e[1][1])), (lambda o: (0, 0, o[1])), {}, (1, 2)
-    if kind == "reduction":
-        shape = (2, 4) if op.params["dim"] is not None else (2, 2)
-        y, _ = mod.forward(np.zeros(shape))
-        axes = [a % 2 for a in op.params["dim"]] if op.params["dim"] is not None else [0, 1]
-        keep = [a for a in range(2) if a not in axes]
-        windows = []
-        for opos in np.ndindex(*[shape[a] for a in keep]):
-            fixed = dict(zip(keep, opos))
-            elems = []
-            for rpos in np.ndindex(*[shape[a] for a in axes]):
-                idx = dict(fixed)
-                idx.update(zip(axes, rpos))
-                elems.append((0, tuple(idx[a] for a in range(2))))
-            windows.append(elems)
-        out_shape = y.shape
-
-        def out_cell(o, keep=keep):
-            o = tuple(o)
-            r = o[0] if (keep == [0] and o) else 0
-            return (0, r, 0)
-        return [shape], windows, (lambda e: (0,) + tuple(e[1])), out_cell, {}, out_shape
-    raise AssertionError(kind)
-
-
-def _adaptive_example_windows(op: Op, mod):
-    """Adaptive pooling: each input length is its output size + 2, so that windows overlap and
-    differ in size.  Each window is listed over the window box (the largest extent along each
-    axis, row-major), None where the window has no element there (it never wins)."""
-    sp_ = op.spec.spatial
-    lengths = tuple(4 if o is None else o + 2 for o in op.params["output_size"])
-    y, _ = mod.forward(np.zeros((1,) + lengths))
-    outs = y.shape[1:]
-    axes = []
-    for L, o in zip(lengths, outs):
-        bounds = np.array(geometry.ADAPTIVE.windows(L, o))
-        axes.append((bounds[:, 0], bounds[:, 1] - bounds[:, 0]))
-    box = tuple(int(size.max()) for _, size in axes)
-    windows = []
-    for opos in np.ndindex(*outs):
-        elems = []
-        for offs in np.ndindex(*box):
-            inside = all(k < size[p] for k, p, (_, size) in zip(offs, opos, axes))
-            c = tuple(int(start[p]) + k for k, p, (start, _) in zip(offs, opos, axes))
-            elems.append((0, (0,) + c) if inside else None)
-        windows.append(elems)
-    cell = _spatial_cell(sp_)
-    return ([(1,) + lengths], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
-            y.shape)
-
-
-EXAMPLE_SAMPLE = 0.5  # fractional pooling's worked example: every plane's sample, along every axis
-
-
-class _FixedSamples:
-    """A fractional pooling module with its random samples fixed (EXAMPLE_SAMPLE): the worked
-    example's windows and gradients are then those of a one-input window op."""
-
-    def __init__(self, mod):
-        self.mod = mod
-
-    def samples(self, x):
-        batched = x.shape if x.ndim == self.mod.SPATIAL + 2 else (1,) + x.shape
-        return np.full(batched[:2] + (self.mod.SPATIAL,), EXAMPLE_SAMPLE, dtype=x.dtype)
-
-    def forward(self, x):
-        return self.mod.forward(x, self.samples(x))
-
-    def backward(self, g, saved):
-        return self.mod.backward(g, saved)[:1]
-
-
-def _fractional_example_windows(op: Op, mod):
-    """Fractional pooling, with every sample EXAMPLE_SAMPLE: the smallest input (from 4 elements
-    along each axis) with at least two outputs along each axis; its windows read off the module's
-    own starts."""
-    sp_ = op.spec.spatial
-    L = 4
-    while True:
-        try:
-            y, saved = mod.forward(np.zeros((1,) + (L,) * sp_))
-            if min(y.shape[1:]) >= 2:
-                break
-        except ValueError:
-            pass
-        L += 1
-    starts = [s[0] for s in mod.mod._windows((1, 1) + (L,) * sp_, (1, 1) + y.shape[1:], saved.samples)]
-    windows = []
-    for opos in np.ndindex(*y.shape[1:]):
-        windows.append([(0, (0,) + tuple(int(starts[a][p]) + k for a, (p, k) in enumerate(zip(opos, offs))))
-                        for offs in np.ndindex(*op.params["kernel_size"])])
-    cell = _spatial_cell(sp_)
-    return ([(1,) + (L,) * sp_], windows, (lambda e: cell(e[1][1:])), (lambda o: cell(o[1:])), {},
-            y.shape)
-
-
 def worked_example(op: Op, d: Derivation) -> Example:
     """The worked example: inputs with a tie (and, for pooling, an overlap), run through the module."""
     mod, _, _ = module_for(op)
-    kind = op.spec.kind
-    if kind == "fractional":
-        mod = _FixedSamples(mod)
-    names = tuple(str(s) for s in d.inputs) if kind == "elementwise" else ("x",)
-    if kind == "elementwise" and len(d.inputs) == 1:
+    elementwise = op.spec.strategy.elementwise
+    mod = op.spec.strategy.example_module(mod)  # fractional pooling: its samples fixed
+    names = tuple(str(s) for s in d.inputs) if elementwise else ("x",)
+    if elementwise and len(d.inputs) == 1:
         ks = sorted(_kinks(d))
         pts = ([ks[0] - sp.Rational(3, 2)] + [v for a, b in zip(ks, ks[1:]) for v in (a, (a + b) / 2)]
                + [ks[-1], ks[-1] + sp.Rational(3, 2)]) if ks else [sp.Integer(-1), sp.Integer(2)]
@@ -521,7 +372,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
         y, saved = mod.forward(x)
         (gx,) = mod.backward(g, saved)
         return Example(names, (x,), g, y, (gx,))
-    if kind == "elementwise":  # maximum / minimum: position i is a window {a_i, b_i}
+    if elementwise:  # maximum / minimum: position i is a window {a_i, b_i}
         n = 4
         windows = [[(0, (i,)), (1, (i,))] for i in range(n)]
         shapes = [(n,), (n,)]
@@ -529,7 +380,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
         out_cell = lambda o: (0, 0, o[0])  # noqa: E731
         pads, out_shape = {}, (n,)
     else:
-        shapes, windows, cell, out_cell, pads, out_shape = _example_windows(op, mod)
+        shapes, windows, cell, out_cell, pads, out_shape = op.spec.strategy.example(op, mod)
         shapes = [tuple(s) for s in shapes]
     flatw = [[None if e is None else (e[0], int(np.ravel_multi_index(e[1], shapes[e[0]]))) for e in w]
              for w in windows]
@@ -542,7 +393,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
     grads = mod.backward(g, saved)
     weights = _window_weights(op, d, inputs, flatw)
     out_cells = [out_cell(o) for o in np.ndindex(*out_shape)] if out_shape else [out_cell(())]
-    constants = (("random_samples", mod.samples(inputs[0])),) if kind == "fractional" else ()
+    constants = (("random_samples", mod.samples(inputs[0])),) if op.spec.constant_inputs else ()
     return Example(names, inputs, g, y, tuple(grads), flatw, weights,
                    cell=lambda e, ws=windows, fw=flatw: _cell_of(e, ws, fw, cell),
                    out_cell=lambda o, oc=out_cells: oc[o], pad_cells=pads, constants=constants)
@@ -557,11 +408,11 @@ def _cell_of(e, windows, flatw, cell):
 
 
 def _extremum_kind(op: Op, d: Derivation) -> str:
-    return d.output.kind if op.spec.kind == "elementwise" else op.spec.extremum
+    return d.output.kind if op.spec.strategy.elementwise else op.spec.extremum
 
 
 def _window_node(op: Op, d: Derivation, n: int) -> Node:
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         return d.output
     return derive_window(n, op.ties, op.spec.extremum)
 
@@ -570,7 +421,7 @@ def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
     """W of the example, from the derivation: each window's weights at its values (padding = -inf,
     which never wins)."""
     n = len(windows[0])
-    large = op.spec.kind in STATIC_WINDOW_KINDS and n > ALL_VARIABLES_UP_TO
+    large = op.spec.strategy.static and n > ALL_VARIABLES_UP_TO
     # a large static window is derived on a representative window (derive._derive_large_window);
     # deriving its n-element node in full here would cost O(n^2) SymPy objects
     node = None if large else _window_node(op, d, n)
@@ -705,19 +556,20 @@ def _cases(rows: list[tuple[str, str]]) -> str:
 
 def _shown(op: Op, d: Derivation) -> tuple[list[Node], bool]:
     """The nodes whose symbolic steps are shown, and whether they are a smaller stand-in window."""
-    if op.spec.kind == "elementwise" or op.window_size() <= SMALL_WINDOW:
+    if op.spec.strategy.elementwise or op.window_size() <= SMALL_WINDOW:
         return d.nodes, False
     return [derive_window(SHOWN_WINDOW, op.ties, op.spec.extremum)], True
 
 
 def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Section]:
     nodes, standin = _shown(op, d)
-    n = op.window_size() if op.spec.kind != "elementwise" else None
+    elementwise = op.spec.strategy.elementwise
+    n = op.window_size() if not elementwise else None
     out = []
 
     # 1. forward
     s = Section("Forward: a max/min of pieces")
-    if op.spec.kind == "elementwise":
+    if elementwise:
         s.blocks.append(Para([f"{op.name} written as a max/min of its pieces, in the argument order "
                               f"the tie policy is applied to ({op.order}):"]))
     else:
@@ -766,7 +618,7 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
     total = sum(len(node.raw) for node in nodes)
     for node in nodes:
         for v, e in node.raw.items():
-            if shown < MAX_RAW or op.spec.kind == "elementwise":
+            if shown < MAX_RAW or elementwise:
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
                 shown += 1
     if shown < total:
@@ -825,10 +677,10 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
     s = Section("Partials and the backward")
     s.blocks.append(Para(["What is left once the delta terms cancel, and its value region by region:"]))
     for node in nodes:
-        if op.spec.kind == "elementwise" and len(d.nodes) > 1:
+        if elementwise and len(d.nodes) > 1:
             for v, e in node.partials.items():
                 s.blocks.append(Display(_d(node.symbol, v), _lines(e)))
-    if op.spec.kind == "elementwise":
+    if elementwise:
         if len(d.nodes) > 1:
             s.blocks.append(Para(["By the chain rule through ",
                                   *_join_math([latex(nd.symbol) + " = " + latex(nd.forward)
@@ -866,44 +718,9 @@ def _join_math(texs: list[str]) -> list:
     return out
 
 
-def _window_text(op: Op) -> str:
-    kind = op.spec.kind
-    if kind == "pool":
-        k = op.params["kernel_size"]
-        offs = list(np.ndindex(*k))
-        shown = offs if len(offs) <= 9 else offs[:4] + [None] + offs[-1:]
-        parts: list = []
-        for o in shown:
-            parts.append(", " if parts else "")
-            if o is None:
-                parts.append(M(r"\ldots"))
-            else:
-                at = ", ".join(map(str, o))
-                parts.append(M(r"x_{%d} \leftarrow \left(%s\right)" % (offs.index(o), at)))
-        return ([f"Each output is the max of one window of {len(offs)} input elements, numbered in "
-                 f"row-major (scan) order of the window by their offset in it: "] + parts
-                + [". Padding never wins."])
-    if kind == "maxout":
-        return [f"Each output is the max of a group of {op.params['pieces']} consecutive channels, "
-                f"numbered in channel order."]
-    if kind == "fractional":
-        return [f"Each output is the {op.spec.extremum} of one window of {op.window_size()} input "
-                f"elements (kernel_size {op.params['kernel_size']}), numbered in row-major (scan) "
-                f"order of the window. Windows start at PyTorch's pseudo-random positions: "
-                f"{FRACTIONAL_WINDOWS}. The worked example takes every sample u = {EXAMPLE_SAMPLE}; "
-                f"random_samples get no gradient."]
-    if kind == "adaptive":
-        return ["Each output is the max of one of PyTorch's adaptive windows: along an axis of "
-                "length ", M("L"), " with ", M("n"), " outputs, window ", M("i"), " covers ",
-                M(r"\left\lfloor i L / n \right\rfloor \leq j < \left\lceil \left(i + 1\right) L / n "
-                  r"\right\rceil"),
-                ", so windows overlap and differ in size, and their size is known only at run time. "
-                f"Elements are numbered in row-major (scan) order of the window; the rule is shown on "
-                f"a representative window of {op.window_size()} elements and is the same for every "
-                f"window size."]
-    return [f"Each output is the {op.spec.extremum} of the elements along the reduced dims, numbered "
-            f"in row-major order (shown on a window of {op.window_size()}; the rule is the same for "
-            f"every length)."]
+def _window_text(op: Op) -> list:
+    """The kind's paragraph on its windows, its $...$ spans as inline math."""
+    return [M(t) if i % 2 else t for i, t in enumerate(op.spec.strategy.docs_windows(op).split("$"))]
 
 
 def _policy_note(op: Op) -> str:
@@ -928,12 +745,12 @@ def _w_matrix_blocks(op: Op, d: Derivation, ex: Example) -> list:
     def label(c):
         i, j = c
         idx = np.unravel_index(j, shapes[i])
-        sub = ",".join(str(t) for t in idx[1:]) if (op.spec.kind in ("pool", "adaptive", "fractional")) else ",".join(map(str, idx))
+        sub = ",".join(str(t) for t in idx[1:]) if op.spec.spatial else ",".join(map(str, idx))
         return "%s_{%s}" % (names[i], sub)
     blocks = [Para(["For the worked example below, ", M("W"),
                     f" has one row per output ({len(W)}) and one column per input element "
                     f"({len(cols)}); each row holds that window's weights (the indicator products of its "
-                    + (f"{len(ex.windows[0])} elements" if op.spec.kind != "adaptive" else
+                    + (f"{len(ex.windows[0])} elements" if not op.spec.strategy.windows_vary else
                        "elements, which differ in number from window to window")
                     + ") evaluated at the example's values, and is 0 off the window:"])]
     if len(cols) <= MATRIX_COLUMNS:
@@ -957,9 +774,7 @@ def _conventions_section(op: Op) -> Section:
     from . import table
     from .api import load
     s = Section("Ties and kinks: this policy, PyTorch and JAX")
-    # fractional pooling's presets are adaptive pooling's (torch: first, last NaN; jax: split, nan)
-    family = {"pool": "max_pool1d", "adaptive": "adaptive_max_pool1d",
-              "fractional": "adaptive_max_pool1d"}.get(op.spec.kind, op.name)
+    family = op.spec.strategy.conventions_family or op.name
     rows = [r for r in table.SITUATIONS if r[0] == family]
     intro = [f"The gradient of each input at ties, kinks, NaN and infinity with grad_output = 1, "
              f"measured by running the generated modules: this page's settings (tie policy "
@@ -999,7 +814,6 @@ def _conventions_section(op: Op) -> Section:
 
 def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) -> Section:
     s = Section("Worked example")
-    kind = op.spec.kind
     mod, source, name = module_for(op)
     if ex.windows is None:
         s.blocks.append(Para(["The inputs sit on both sides of each kink and exactly on it; ",
@@ -1019,9 +833,8 @@ def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) ->
         if any(c > 1 for c in counts.values()):
             what.append("windows overlap, and one element wins two of them, so its gradient is "
                         "the sum of both windows' g")
-        elif kind == "pool":
-            what.append("these windows do not overlap (stride >= kernel size), so each input is in "
-                        "at most one window")
+        elif op.spec.strategy.docs_apart:
+            what.append(op.spec.strategy.docs_apart)
         s.blocks.append(Para([f"Outputs are numbered in row-major order, ", M("g"),
                               " (grad_output) is 1, 2, 3, ... in that order; " + "; ".join(what)
                               + ". The numbers are what the generated module returns:"]))
@@ -1214,9 +1027,7 @@ class Page:
 
 
 def page(op: Op) -> Page:
-    if op.spec.kind in ("unpool", "logsumexp"):
-        from .docs_special import special_page
-        return special_page(op)
+    """The page of a max/min op (pages.page: of any op; docs_special.py: unpooling, logsumexp)."""
     d = derive(op)
     mod, source, name = module_for(op)
     ex = worked_example(op, d)
@@ -1254,8 +1065,7 @@ def _in_catalog(op: Op) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _catalog_keys() -> frozenset:
-    from . import catalog
-    return frozenset(naming.key(e) for e in catalog.entries())
+    return frozenset(naming.key(e) for e in _catalog_entries())
 
 
 # ------------------------------------------------------------------------------ writers
@@ -1365,10 +1175,9 @@ def latex_blocks(blocks: list) -> list[str]:
     return out
 
 
-def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: Page | None = None) -> str:
-    """The Markdown page of an op. image_src maps the picture's file name to the link written
+def markdown_page(pg: Page, image_src: Callable[[str], str] | None = None) -> str:
+    """A page in Markdown. image_src maps the picture's file name to the link written
     (default: a data: URI holding the SVG, so the page stands alone)."""
-    pg = pg or page(op)
     if image_src is None:
         data = base64.b64encode((pg.svg or "").encode()).decode()
         image_src = lambda _src: f"data:image/svg+xml;base64,{data}"  # noqa: E731
@@ -1379,43 +1188,13 @@ def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: P
     return _templates().get_template("docs/page.md.jinja").render(**ctx)
 
 
-def render_latex(op: Op) -> str:
-    pg = page(op)
+def latex_page(pg: Page) -> str:
+    """A page as a standalone LaTeX document."""
     ctx = dict(provenance="% " + PROVENANCE[5:-4], title=_tex_escape(pg.title),
                intro=latex_blocks(pg.intro),
                sections=[{"title": _tex_escape(s.title), "blocks": latex_blocks(s.blocks)}
                          for s in pg.sections])
     return _templates().get_template("docs/page.tex.jinja").render(**ctx)
-
-
-def render(op: Op, fmt: str) -> str:
-    if fmt == "markdown":
-        return render_markdown(op)
-    if fmt == "latex":
-        return render_latex(op)
-    raise ValueError(f"unknown format {fmt!r}; expected one of: {', '.join(FORMATS)}")
-
-
-# ------------------------------------------------------------------------------ catalog
-
-def catalog_files(ops: list[Op]) -> dict[str, str]:
-    """{relative path: text} of generated/docs: a page (+ picture) per entry, and an index."""
-    files = {}
-    rows = []
-    for op in ops:
-        pg = page(op)
-        stem = pg.module_name
-        files[f"docs/{stem}.md"] = render_markdown(op, image_src=lambda src: src, pg=pg)
-        if pg.svg is not None:
-            files[f"docs/{stem}.svg"] = pg.svg
-        t, j = PRESETS["torch"][op.name], PRESETS["jax"][op.name]
-        rows.append({"link": f"[`{_op_label(op)}`]({stem}.md)", "ties": op.ties, "nan": op.nan,
-                     "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
-                     "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
-                     "picture": "yes" if pg.svg is not None else ""})
-    files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
-        provenance=PROVENANCE, rows=rows, policies=list(_policy.TIES.values()))
-    return files
 
 
 def _op_label(op: Op) -> str:

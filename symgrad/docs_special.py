@@ -245,7 +245,7 @@ def _page(op: Op, secs: list, title: str) -> Page:
 
 
 def special_page(op: Op) -> Page:
-    return _unpool_page(op) if op.spec.kind == "unpool" else _lse_page(op)
+    return _unpool_page(op) if op.spec.strategy.scatter else _lse_page(op)
 
 
 __all__ = ["special_page", "unpool_example"]

@@ -156,9 +156,3 @@ FRACTIONAL = AxisGeometry("fractional", sp.floor(LENGTH * RATIO), _FRACTIONAL_ST
                           _FRACTIONAL_START + J, _INSIDE,
                           alpha=(LENGTH - K) / (OUT - 1), last_start=LENGTH - K)
 
-
-def of(kind: str, params: dict) -> AxisGeometry | None:
-    """The axis geometry of a window op's kind (None for reductions: a whole axis is one window)."""
-    if kind == "pool":
-        return pool(bool(params["ceil_mode"]))
-    return {"maxout": MAXOUT, "adaptive": ADAPTIVE, "fractional": FRACTIONAL}.get(kind)

@@ -25,7 +25,7 @@ import sympy as sp
 from . import geometry as _geometry
 from . import policy as _policy
 from .derive import Derivation, Node
-from .ops import STATIC_WINDOW_KINDS, _num
+from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf
 
 
@@ -265,9 +265,9 @@ def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -
 
 def lower(d: Derivation):
     op = d.op
-    if op.spec.kind in ("unpool", "logsumexp"):
+    if op.spec.strategy.special:
         return lower_special(d)
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         inter = tuple(Assign(str(n.symbol), n.forward) for n in d.nodes[:-1])
         roles = factor_roles(d.nodes)
         grads = []
@@ -288,11 +288,11 @@ def lower(d: Derivation):
         )
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     geometry = op.spec.kind
-    static = geometry in STATIC_WINDOW_KINDS
+    static = op.spec.strategy.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", _geometry.of(geometry, op.params))
+                        op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params))
 
 
 # ----------------------------------------------------------------------------- linearity
@@ -698,7 +698,7 @@ class LogSumExpKernel:
 
 def lower_special(d: Derivation):
     op = d.op
-    if op.spec.kind == "unpool":
+    if op.spec.strategy.scatter:  # unpooling (else logsumexp)
         policy = _policy.TIES[op.ties]
         each = policy.winners == "each"
         return UnpoolKernel(op.spec.spatial, policy.keeps, each,

@@ -155,6 +155,30 @@ def cuda_loader_name(op: Op) -> str:
     return module_name(op) + "_cuda.py"
 
 
+# The .cu spells every input name (which an expression's user chooses) and the names made of it
+# with symgrad's prefix: a macro of whatever headers nvcc includes on some machine cannot
+# replace them.  C, C++ and POSIX leave identifiers like sg_in_x to the program (the
+# implementation's own are __x, _X and a few listed families), and symgrad's own helpers in the
+# .cu are never spelled sg_in_, sg_grad_, sg_g_ or sg_tangent_.  The NumPy module and the
+# loader keep the names as given.
+CUDA_ROLES = {"value": "sg_in_", "grad": "sg_grad_", "local": "sg_g_", "tangent": "sg_tangent_"}
+
+
+def cuda_identifiers(name: str) -> dict:
+    """{role: C identifier} of an input in a generated .cu: its value, its gradient (array and
+    reference), the kernels' local gradient and its tangent."""
+    return {role: prefix + name for role, prefix in CUDA_ROLES.items()}
+
+
+def cuda_names(inputs) -> dict:
+    """{symbol name: C identifier} for the printer: each input and its grad_<input>."""
+    names = {}
+    for name in inputs:
+        ids = cuda_identifiers(name)
+        names[name], names[f"grad_{name}"] = ids["value"], ids["grad"]
+    return names
+
+
 def cuda_namespace(op: Op) -> str:
     """The C++ namespace that holds an op's device code (several .cu files can share a unit)."""
     return "sg_" + module_name(op)

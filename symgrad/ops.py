@@ -35,16 +35,11 @@ import sympy as sp
 from . import policy as _policy
 from .conventions import preset_for
 from .indicators import MaxOf, MinOf
+from .kinds import FRACTIONAL_WINDOWS, KINDS, Kind  # noqa: F401 (FRACTIONAL_WINDOWS: re-exported)
 
-REPRESENTATIVE_REDUCTION_WINDOW = 4
-FRACTIONAL_WINDOWS = (
-    "per (N, C) plane and axis, window i starts at int((i + u) * alpha) - int(u * alpha), alpha = "
-    "(in - k) / (out - 1), computed in the input's dtype from that plane's sample u, the last at "
-    "in - k (PyTorch's sequence); windows may overlap")
 # which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
 # width's sample first, 3-d reads them in axis order)
 FRACTIONAL_SAMPLE_OF = {2: (1, 0), 3: (0, 1, 2)}
-STATIC_WINDOW_KINDS = ("pool", "maxout", "fractional")  # one window of kernel_size (or pieces) elements
 MAX_WINDOW = 1024  # the largest static window (pool, maxout) symgrad derives
 MAX_INT = 2**31 - 1  # the largest size parameter: index arithmetic stays far inside int64
 
@@ -86,6 +81,11 @@ class OpSpec:
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
+    @property
+    def strategy(self) -> Kind:
+        """What the op's kind decides (kinds.py)."""
+        return KINDS[self.kind]
+
 
 ORDERS = ("given", "reversed")
 
@@ -116,17 +116,7 @@ class Op:
         return f"{self.name}({ps}) ties={self.ties} nan={self.nan} order={self.order}"
 
     def window_size(self) -> int:
-        if self.spec.kind == "unpool":
-            return 1  # each output element receives at most the elements written to it
-        if self.spec.kind == "logsumexp":
-            return REPRESENTATIVE_REDUCTION_WINDOW
-        if self.spec.kind in ("pool", "fractional"):
-            return math.prod(self.params["kernel_size"])
-        if self.spec.kind == "maxout":
-            return self.params["pieces"]
-        if self.spec.kind in ("reduction", "adaptive"):
-            return REPRESENTATIVE_REDUCTION_WINDOW
-        raise ValueError(f"{self.name} has no window")
+        return self.spec.strategy.window(self)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -280,15 +270,10 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     order = order if order is not None else (preset.order if preset else "given")
     if not isinstance(order, str) or order not in ORDERS:
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-    if order != "given" and spec.kind != "elementwise":
+    if order != "given" and not spec.strategy.elementwise:
         raise ValueError(f"{name}: order={order!r} applies to elementwise ops; a window keeps its "
                          f"scan order")
-    if spec.kind == "reduction" and ties in ("first", "last") and nan != "dominate":
-        raise ValueError(f"{name}: with ties={ties!r} a reduction follows NaN rule 'dominate' "
-                         f"(NumPy's argmax/argmin), not {nan!r}")
-    if nan == "each" and spec.kind == "elementwise" and name not in ("maximum", "minimum"):
-        raise ValueError(f"{name}: NaN rule 'each' is defined for a single max/min (maximum, "
-                         f"minimum, windows), not for {name}")
+    spec.strategy.settings(name, ties, nan)
     known = {p.name for p in spec.params}
     unknown = sorted(set(params) - known)
     if unknown:
@@ -304,10 +289,10 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         norm[p.name] = _norm_value(name, p, params[p.name], spec.spatial)
     if spec.check:
         spec.check(norm)
-    padding_mode = preset.padding if (preset and spec.kind == "pool") else "never_wins"
+    padding_mode = preset.padding if (preset and spec.strategy.preset_padding) else "never_wins"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode)
-    if spec.kind in STATIC_WINDOW_KINDS and op.window_size() > MAX_WINDOW:
-        what = "pieces" if spec.kind == "maxout" else "kernel_size"
+    if spec.strategy.static and op.window_size() > MAX_WINDOW:
+        what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
                          f"{what}={norm[what]!r} ({op.window_size()} elements)")
     return op

@@ -38,7 +38,7 @@ class Artifacts:
 def _build(key: str, op: Op) -> Artifacts:
     # code needs the partials, not the display of the raw derivative and its delta groups
     d = derive(op, display=False)
-    kernel = lower_expression(d) if op.spec.kind == "expression" else lower(d)
+    kernel = lower_expression(d) if op.spec.strategy.expression else lower(d)
     return Artifacts(op, d, kernel, piecewise_linear(kernel))
 
 

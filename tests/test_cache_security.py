@@ -28,6 +28,7 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("SYMGRAD_KEY_FILE", str(tmp_path / "config" / "symgrad" / "key"))
     monkeypatch.setattr(api, "_LOADED", {})
     monkeypatch.setattr(derivations, "_MEMO", {})
+    monkeypatch.setattr(derivations, "_WARNED", [])  # as a new process: no warning given yet
     pipeline._build.cache_clear()  # an op built earlier in this process derives nothing again
     return tmp_path
 
@@ -202,7 +204,8 @@ def test_without_a_usable_secret_nothing_is_read_from_disk(env, monkeypatch, pro
         key.write_text("ab" * 32 + "\n" if problem == "readable-by-others" else "not a key\n")
         key.chmod(0o644 if problem == "readable-by-others" else 0o600)
     op = resolve("max_pool1d", "last", kernel_size=3)
-    d = derivations.derive(op)
+    with pytest.warns(derivations.CacheWarning):
+        d = derivations.derive(op)
     path = _entry_of(op)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(dataclasses.replace(d, op=None)))  # what the old cache held
@@ -210,6 +213,82 @@ def test_without_a_usable_secret_nothing_is_read_from_disk(env, monkeypatch, pro
     ran = counting_derive(monkeypatch)
     assert derivations.derive(op).partials == d.partials and ran == ["max_pool1d"]
     assert symgrad.load("max_pool1d", ties="last", kernel_size=3).forward(np.array([[1.0, 3.0, 2.0]]))[0].tolist() == [[3.0]]
+
+
+UNUSABLE_SECRETS = {  # how the key file is broken: (words the warning must say, a fix it must give)
+    "directory-writable-by-others": ("a directory others can write (mode 0777)", "set $SYMGRAD_KEY_FILE"),
+    "readable-by-others": ("is open to others (mode 0644)", "remove it"),
+    "writable-by-group": ("is open to others (mode 0620)", "remove it"),
+    "not-hex": ("does not hold a symgrad key", "remove it"),
+    "a-directory": ("it is not a regular file", "remove it"),
+    "a-link": ("it is a symbolic link", "remove it"),
+    "cannot-be-created": ("which cannot be examined (Not a directory)", "set $SYMGRAD_KEY_FILE"),
+}
+
+
+def _break_secret(env: Path, problem: str) -> Path:
+    """Make the key file unusable in the given way; returns its path."""
+    key = env / "config" / "symgrad" / "key"
+    if problem == "cannot-be-created":
+        (env / "config").write_text("a file where the config directory should be\n")
+        return key
+    key.parent.mkdir(parents=True)
+    if problem == "directory-writable-by-others":
+        key.parent.chmod(0o777)  # as /tmp: whoever can write it can swap the key
+        return key
+    if problem == "a-directory":
+        key.mkdir()
+    elif problem == "a-link":
+        (env / "real-key").write_text("ab" * 32 + "\n")
+        (env / "real-key").chmod(0o600)
+        key.symlink_to(env / "real-key")
+    else:
+        key.write_text("ab" * 32 + "\n" if problem != "not-hex" else "a forged key\n")
+        key.chmod({"readable-by-others": 0o644, "writable-by-group": 0o620}.get(problem, 0o600))
+    return key
+
+
+@pytest.mark.parametrize("problem", sorted(UNUSABLE_SECRETS))
+def test_an_unusable_secret_is_named_once_with_why_and_a_fix(env, monkeypatch, problem):
+    """Without a usable secret the derivation disk cache is off: a warm run derives as long as a
+    cold one.  That must not be silent: one CacheWarning per process names the key file, says why
+    it cannot be used and how to fix it; everything still works."""
+    if problem == "directory-writable-by-others" and not POSIX_OWNERS:
+        pytest.skip("POSIX permissions")
+    key = _break_secret(env, problem)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in (2, 3):  # two ops, each read and written: still one warning
+            op = resolve("max_pool1d", "last", kernel_size=k)
+            assert derivations.derive(op).partials
+        assert symgrad.load("max_pool1d", ties="last", kernel_size=3).forward(
+            np.array([[1.0, 3.0, 2.0]]))[0].tolist() == [[3.0]]
+    ours = [w for w in caught if issubclass(w.category, derivations.CacheWarning)]
+    assert len(ours) == 1 and len(caught) == 1, [str(w.message) for w in caught]
+    text = str(ours[0].message)
+    why, fix = UNUSABLE_SECRETS[problem]
+    assert "\n" not in text and str(key) in text and why in text and fix in text, text
+    assert "not cached on disk" in text
+
+
+def test_the_cli_names_an_unusable_secret_in_one_line(env, monkeypatch):
+    """The CLI: one 'symgrad: warning:' line on stderr for the whole command, the output as
+    usual; and none at all where the secret is usable."""
+    key = _break_secret(env, "directory-writable-by-others")
+    out = env / "out"
+    rc, stdout, stderr = run_cli("generate", "max_pool1d", "--kernel-size", "3", "--out", out)
+    assert rc == 0 and "wrote" in stdout, (rc, stdout, stderr)
+    lines = stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("symgrad: warning: "), stderr
+    assert str(key) in lines[0] and "others can write" in lines[0]
+    fresh(monkeypatch)
+    rc, stdout, stderr = run_cli("generate", "relu", "--out", out)  # same process: said already
+    assert rc == 0 and stderr == "", stderr
+    monkeypatch.setenv("SYMGRAD_KEY_FILE", str(env / "private" / "key"))
+    monkeypatch.setattr(derivations, "_WARNED", [])
+    fresh(monkeypatch)
+    rc, stdout, stderr = run_cli("generate", "max_pool1d", "--kernel-size", "4", "--out", out)
+    assert rc == 0 and stderr == "", stderr
 
 
 # ----------------------------------------------------------------------------- ownership

@@ -638,6 +638,8 @@ FORGED = [
     ("amax", {"dim": 1}, [(3, 4, 5)]),
     ("amax", {"dim": 1, "ties": "split"}, [(3, 4, 5)]),
     ("maximum", {}, [(3, 4), (4,)]),
+    ("maximum", {}, [(3, 1), (4,)]),
+    ("relu", {}, [(3, 4)]),
     ("max_unpool2d", {"kernel_size": 2}, None),
     ("logsumexp", {"dim": -1}, [(3, 4)]),
 ]
@@ -672,6 +674,74 @@ def test_forged_saved_values_are_refused_before_a_kernel_reads_them(fake_cupy, o
             except Exception as exc:  # noqa: BLE001 - the point of the test
                 escapes.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
     assert not escapes, escapes[:5]
+
+
+@pytest.mark.parametrize("make,shapes", [
+    (lambda: symgrad.load("relu", backend="cuda"), [(3, 4)]),
+    (lambda: symgrad.load("maximum", backend="cuda"), [(3, 1), (4,)]),
+    (lambda: symgrad.load_expr("Max(x*y, x + y, z)", backend="cuda"), [(2, 1, 4), (3, 1), (4,)]),
+], ids=["relu", "maximum-broadcast", "expression"])
+def test_a_forged_output_shape_of_an_elementwise_loader_is_refused(fake_cupy, make, shapes):
+    """Issue 16: saved.output_shape must be the broadcast of the saved inputs' shapes, as forward
+    made it; a forged one (a huge leading dim, which the inputs still broadcast to) gave the
+    allocation's MemoryError (CuPy: OutOfMemoryError), or computed on a shape forward never gave."""
+    m = make()
+    xs = [np.ones(s, np.float32) for s in shapes]
+    y, saved = m.forward(*xs)
+    assert tuple(saved.output_shape) == tuple(y.shape) == np.broadcast_shapes(*shapes)
+    for forged in [(1 << 40,) + y.shape, (2,) + y.shape, y.shape[:-1] + (1,)]:
+        bad = saved._replace(output_shape=forged)
+        g = np.broadcast_to(np.ones((), np.float32), forged)  # a grad_output of that shape, cheaply
+        for call in (lambda: m.backward(g, bad), lambda: m.jvp(*xs, bad)):
+            with pytest.raises(ValueError, match=r"saved\.output_shape must be \(") as caught:
+                call()
+            assert str(y.shape) in str(caught.value)
+    assert [tuple(g.shape) for g in m.backward(np.ones_like(y), saved)] == shapes  # the real one works
+
+
+# Macros another machine's headers may define under a name an input may take (not in
+# symgrad/cuda_macros.py, which lists what nvcc includes on the machine it was dumped on): errno is
+# a macro in every C library's errno.h, BSD in the BSDs' sys/param.h; q and w stand for any name.
+FOREIGN_MACROS = {"errno": "(*__errno_location())", "BSD": "199506", "q": "1", "w": "(0)"}
+
+
+def test_no_macro_can_replace_an_input_name_in_the_cu(fake_cupy, tmp_path):
+    """Issue 16: an input name is the user's, and a macro of that name in some machine's headers
+    (which no list dumped on this machine can know) would be replaced by the preprocessor (the old
+    .cu spelled inputs as given: `const float (*__errno_location())` does not compile).  Every
+    name made of an input is spelled with symgrad's prefix in the .cu, so a macro of each input's
+    name and of every name the old scheme made of it, defined ahead of the file, changes nothing:
+    the kernels compile and give the NumPy module's results bit for bit."""
+    import importlib.util
+    names = list(FOREIGN_MACROS)
+    text = "Max(q*errno, BSD + w, 0) + q*w"
+    symgrad.generate_expr(text, tmp_path, name="foreign", inputs=names, backend="cuda")
+    cu = next(tmp_path.glob("foreign_*.cu"))
+    source = cu.read_text()
+    defines = "".join(f"#define {n} {v}\n" for n, v in FOREIGN_MACROS.items())
+    defines += "".join(f"#define {p}_{n} 1\n" for n in names for p in ("grad", "g", "tangent"))
+    cu.write_text(defines + source)
+    nvcc = harness.find_nvcc()
+    if nvcc is not None:  # and nvcc, with its own headers, compiles it too
+        r = subprocess.run([nvcc, "--fatbin", "-gencode=arch=compute_80,code=sm_80", "-Werror", "all-warnings",
+                            str(cu), "-o", str(tmp_path / "foreign.fatbin")], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+    spec = importlib.util.spec_from_file_location("foreign_loader", next(tmp_path.glob("foreign_*_cuda.py")))
+    loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loader)
+    reference = symgrad.load_expr(text, inputs=names)
+    rng = np.random.default_rng(16)
+    xs = [rng.integers(-2, 3, size=(3, 4)).astype(np.float32) for _ in names]  # ties and zeros
+    g = rng.normal(size=(3, 4)).astype(np.float32)
+    y, saved = loader.forward(*xs)
+    y_np, saved_np = reference.forward(*xs)
+    assert y.tobytes() == y_np.tobytes()
+    for got, want in zip(loader.backward(g, saved), reference.backward(g, saved_np)):
+        assert got.tobytes() == want.tobytes()
+    assert loader.jvp(*xs, saved).tobytes() == reference.jvp(*xs, saved_np).tobytes()
+    for name in names:  # the code names each input only with the prefix
+        assert not re.search(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])",
+                             "\n".join(l for l in source.splitlines() if not l.lstrip().startswith("//"))), name
 
 
 def test_an_adaptive_index_outside_its_own_window_is_refused(fake_cupy):

@@ -359,8 +359,8 @@ def test_pages_say_one_variable_not_1_variables():
 def test_a_page_says_how_to_regenerate_it_in_its_own_format(fmt, other):
     """`symgrad derive clamp --min 0 --max 6 --format latex` writes a .tex whose Regenerate line
     says --format latex (it said markdown)."""
-    from symgrad import docs
+    from symgrad import pages
     from symgrad.ops import resolve
-    text = docs.render(resolve("clamp", min=0, max=6), fmt)
+    text = pages.render(resolve("clamp", min=0, max=6), fmt)
     line = next(ln for ln in text.splitlines() if "Regenerate" in ln)
     assert "--format " + fmt in line and "--format " + other not in line, line

@@ -696,7 +696,8 @@ def _saved_mutations(saved, rng):
                 values += [v * np.nan]
         if isinstance(v, tuple):
             values += [v + (1,), v[:-1], tuple(n + 1 for n in v), tuple(n * 1000 for n in v),
-                       (1 << 43,) + v[1:], tuple(-n for n in v), tuple(float(n) for n in v), list(v),
+                       (1 << 43,) + v[1:], (1 << 40,) + v, (4,) + v, tuple(-n for n in v),
+                       tuple(float(n) for n in v), list(v),
                        (2**40,) * len(v), (True,) * len(v)]
         for value in values:
             yield name, saved._replace(**{name: value})

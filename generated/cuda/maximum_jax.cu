@@ -42,16 +42,18 @@
 //   <IX>: i32, i64 with I = int, long long: index arithmetic in I; use i64 when a tensor has
 //         more than 2^31 - 1 elements
 //
-//   maximum_jax_forward_<DT>_<IX>(const T* a, const T* b, T* out, I n)
+//   maximum_jax_forward_<DT>_<IX>(const T* sg_in_a, const T* sg_in_b, T* out, I n)
 //       n threads, one per element; every array has n elements (broadcast the inputs first)
-//   maximum_jax_backward_<DT>_<IX>(const T* grad_output, const T* a, const T* b, T* grad_a, T* grad_b, I n)
+//   maximum_jax_backward_<DT>_<IX>(const T* grad_output, const T* sg_in_a, const T* sg_in_b, T* sg_grad_a, T* sg_grad_b, I n)
 //       n threads, one per element; the gradients have the broadcast shape: sum them over the broadcast dims
-//   maximum_jax_jvp_<DT>_<IX>(const T* tangent_a, const T* tangent_b, const T* a, const T* b, T* out, int given, I n)
+//   maximum_jax_jvp_<DT>_<IX>(const T* sg_tangent_a, const T* sg_tangent_b, const T* sg_in_a, const T* sg_in_b, T* out, int given, I n)
 //       n threads, one per element: the sum over inputs of dy/d<input> * tangent (each product as
 //       backward computes dy/d<input> * grad_output), for the inputs whose bit is set in given
 //       (bit k: input k); every array has n elements
 //
 // Saved state: none; backward recomputes every comparison from the inputs.
+// The inputs a, b are spelled sg_in_a, sg_in_b here (gradients sg_grad_a, sg_grad_b):
+// no macro of a system header can replace a name with symgrad's prefix.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
 // results bit for bit.  Backward kernels are in gather form: each thread writes only its own
@@ -150,57 +152,57 @@ __device__ __forceinline__ long long sg_thread_count() {
 
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
-__device__ __forceinline__ float sg_output(const float a, const float b) {
-  return (sg_isnan(a) || a > b) ? a : b;
+__device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b) {
+  return (sg_isnan(sg_in_a) || sg_in_a > sg_in_b) ? sg_in_a : sg_in_b;
 }
 
-__device__ __forceinline__ void sg_gradients(const float grad_output, const float a, const float b, float& grad_a, float& grad_b) {
-  const bool cmp0 = a >= b;
-  const bool cmp1 = b >= a;
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b) {
+  const bool cmp0 = sg_in_a >= sg_in_b;
+  const bool cmp1 = sg_in_b >= sg_in_a;
   const float t0 = (grad_output) / ((float)(cmp0) + (float)(cmp1));
-  grad_a = cmp0 ? t0 : 0.0f;
-  grad_b = cmp1 ? t0 : 0.0f;
+  sg_grad_a = cmp0 ? t0 : 0.0f;
+  sg_grad_b = cmp1 ? t0 : 0.0f;
 }
 
-__device__ __forceinline__ double sg_output(const double a, const double b) {
-  return (sg_isnan(a) || a > b) ? a : b;
+__device__ __forceinline__ double sg_output(const double sg_in_a, const double sg_in_b) {
+  return (sg_isnan(sg_in_a) || sg_in_a > sg_in_b) ? sg_in_a : sg_in_b;
 }
 
-__device__ __forceinline__ void sg_gradients(const double grad_output, const double a, const double b, double& grad_a, double& grad_b) {
-  const bool cmp0 = a >= b;
-  const bool cmp1 = b >= a;
+__device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_a, const double sg_in_b, double& sg_grad_a, double& sg_grad_b) {
+  const bool cmp0 = sg_in_a >= sg_in_b;
+  const bool cmp1 = sg_in_b >= sg_in_a;
   const double t0 = (grad_output) / ((double)(cmp0) + (double)(cmp1));
-  grad_a = cmp0 ? t0 : 0.0;
-  grad_b = cmp1 ? t0 : 0.0;
+  sg_grad_a = cmp0 ? t0 : 0.0;
+  sg_grad_b = cmp1 ? t0 : 0.0;
 }
 
 // ---------------------------------------------------------------------------- kernels
 template <typename T, typename I>
-__device__ __forceinline__ void forward_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, const I n) {
+__device__ __forceinline__ void forward_kernel(const T* __restrict__ sg_in_a, const T* __restrict__ sg_in_b, T* __restrict__ out, const I n) {
   typedef sg_traits<T> tr;
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
     const I i = (I)t;
-    out[i] = tr::store(sg_output(tr::load(a[i]), tr::load(b[i])));
+    out[i] = tr::store(sg_output(tr::load(sg_in_a[i]), tr::load(sg_in_b[i])));
   }
 }
 
 template <typename T, typename I>
-__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ grad_a, T* __restrict__ grad_b, const I n) {
+__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output, const T* __restrict__ sg_in_a, const T* __restrict__ sg_in_b, T* __restrict__ sg_grad_a, T* __restrict__ sg_grad_b, const I n) {
   typedef sg_traits<T> tr;
   typedef typename tr::acc acc;
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
     const I i = (I)t;
-    acc g_a;
-    acc g_b;
-    sg_gradients(tr::load(grad_output[i]), tr::load(a[i]), tr::load(b[i]), g_a, g_b);
-    grad_a[i] = tr::store(g_a);
-    grad_b[i] = tr::store(g_b);
+    acc sg_g_a;
+    acc sg_g_b;
+    sg_gradients(tr::load(grad_output[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+    sg_grad_a[i] = tr::store(sg_g_a);
+    sg_grad_b[i] = tr::store(sg_g_b);
   }
 }
 
 // Forward mode: the transpose of backward, term by term in input order.
 template <typename T, typename I>
-__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_a, const T* __restrict__ tangent_b, const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, const int given, const I n) {
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ sg_tangent_a, const T* __restrict__ sg_tangent_b, const T* __restrict__ sg_in_a, const T* __restrict__ sg_in_b, T* __restrict__ out, const int given, const I n) {
   typedef sg_traits<T> tr;
   typedef typename tr::acc acc;
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
@@ -208,17 +210,17 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_a, cons
     acc total = 0;
     bool any = false;
     if (given & 1) {
-      acc g_a;
-      acc g_b;
-      sg_gradients(tr::load(tangent_a[i]), tr::load(a[i]), tr::load(b[i]), g_a, g_b);
-      total = any ? total + g_a : g_a;
+      acc sg_g_a;
+      acc sg_g_b;
+      sg_gradients(tr::load(sg_tangent_a[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+      total = any ? total + sg_g_a : sg_g_a;
       any = true;
     }
     if (given & 2) {
-      acc g_a;
-      acc g_b;
-      sg_gradients(tr::load(tangent_b[i]), tr::load(a[i]), tr::load(b[i]), g_a, g_b);
-      total = any ? total + g_b : g_b;
+      acc sg_g_a;
+      acc sg_g_b;
+      sg_gradients(tr::load(sg_tangent_b[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+      total = any ? total + sg_g_b : sg_g_b;
       any = true;
     }
     out[i] = tr::store(total);
@@ -228,98 +230,98 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_a, cons
 }  // namespace sg_maximum_jax
 
 extern "C" __global__ void maximum_jax_forward_f16_i32(
-    const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const int n) {
-  sg_maximum_jax::forward_kernel<sg_half, int>(a, b, out, n);
+    const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ out, const int n) {
+  sg_maximum_jax::forward_kernel<sg_half, int>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f16_i32(
-    const sg_half* __restrict__ grad_output, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ grad_a, sg_half* __restrict__ grad_b, const int n) {
-  sg_maximum_jax::backward_kernel<sg_half, int>(grad_output, a, b, grad_a, grad_b, n);
+    const sg_half* __restrict__ grad_output, const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ sg_grad_a, sg_half* __restrict__ sg_grad_b, const int n) {
+  sg_maximum_jax::backward_kernel<sg_half, int>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f16_i32(
-    const sg_half* __restrict__ tangent_a, const sg_half* __restrict__ tangent_b, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const int given, const int n) {
-  sg_maximum_jax::jvp_kernel<sg_half, int>(tangent_a, tangent_b, a, b, out, given, n);
+    const sg_half* __restrict__ sg_tangent_a, const sg_half* __restrict__ sg_tangent_b, const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ out, const int given, const int n) {
+  sg_maximum_jax::jvp_kernel<sg_half, int>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_f16_i64(
-    const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const long long n) {
-  sg_maximum_jax::forward_kernel<sg_half, long long>(a, b, out, n);
+    const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ out, const long long n) {
+  sg_maximum_jax::forward_kernel<sg_half, long long>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f16_i64(
-    const sg_half* __restrict__ grad_output, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ grad_a, sg_half* __restrict__ grad_b, const long long n) {
-  sg_maximum_jax::backward_kernel<sg_half, long long>(grad_output, a, b, grad_a, grad_b, n);
+    const sg_half* __restrict__ grad_output, const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ sg_grad_a, sg_half* __restrict__ sg_grad_b, const long long n) {
+  sg_maximum_jax::backward_kernel<sg_half, long long>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f16_i64(
-    const sg_half* __restrict__ tangent_a, const sg_half* __restrict__ tangent_b, const sg_half* __restrict__ a, const sg_half* __restrict__ b, sg_half* __restrict__ out, const int given, const long long n) {
-  sg_maximum_jax::jvp_kernel<sg_half, long long>(tangent_a, tangent_b, a, b, out, given, n);
+    const sg_half* __restrict__ sg_tangent_a, const sg_half* __restrict__ sg_tangent_b, const sg_half* __restrict__ sg_in_a, const sg_half* __restrict__ sg_in_b, sg_half* __restrict__ out, const int given, const long long n) {
+  sg_maximum_jax::jvp_kernel<sg_half, long long>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_bf16_i32(
-    const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int n) {
-  sg_maximum_jax::forward_kernel<sg_bfloat16, int>(a, b, out, n);
+    const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ out, const int n) {
+  sg_maximum_jax::forward_kernel<sg_bfloat16, int>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_bf16_i32(
-    const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ grad_a, sg_bfloat16* __restrict__ grad_b, const int n) {
-  sg_maximum_jax::backward_kernel<sg_bfloat16, int>(grad_output, a, b, grad_a, grad_b, n);
+    const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ sg_grad_a, sg_bfloat16* __restrict__ sg_grad_b, const int n) {
+  sg_maximum_jax::backward_kernel<sg_bfloat16, int>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_bf16_i32(
-    const sg_bfloat16* __restrict__ tangent_a, const sg_bfloat16* __restrict__ tangent_b, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int given, const int n) {
-  sg_maximum_jax::jvp_kernel<sg_bfloat16, int>(tangent_a, tangent_b, a, b, out, given, n);
+    const sg_bfloat16* __restrict__ sg_tangent_a, const sg_bfloat16* __restrict__ sg_tangent_b, const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ out, const int given, const int n) {
+  sg_maximum_jax::jvp_kernel<sg_bfloat16, int>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_bf16_i64(
-    const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const long long n) {
-  sg_maximum_jax::forward_kernel<sg_bfloat16, long long>(a, b, out, n);
+    const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ out, const long long n) {
+  sg_maximum_jax::forward_kernel<sg_bfloat16, long long>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_bf16_i64(
-    const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ grad_a, sg_bfloat16* __restrict__ grad_b, const long long n) {
-  sg_maximum_jax::backward_kernel<sg_bfloat16, long long>(grad_output, a, b, grad_a, grad_b, n);
+    const sg_bfloat16* __restrict__ grad_output, const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ sg_grad_a, sg_bfloat16* __restrict__ sg_grad_b, const long long n) {
+  sg_maximum_jax::backward_kernel<sg_bfloat16, long long>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_bf16_i64(
-    const sg_bfloat16* __restrict__ tangent_a, const sg_bfloat16* __restrict__ tangent_b, const sg_bfloat16* __restrict__ a, const sg_bfloat16* __restrict__ b, sg_bfloat16* __restrict__ out, const int given, const long long n) {
-  sg_maximum_jax::jvp_kernel<sg_bfloat16, long long>(tangent_a, tangent_b, a, b, out, given, n);
+    const sg_bfloat16* __restrict__ sg_tangent_a, const sg_bfloat16* __restrict__ sg_tangent_b, const sg_bfloat16* __restrict__ sg_in_a, const sg_bfloat16* __restrict__ sg_in_b, sg_bfloat16* __restrict__ out, const int given, const long long n) {
+  sg_maximum_jax::jvp_kernel<sg_bfloat16, long long>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_f32_i32(
-    const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int n) {
-  sg_maximum_jax::forward_kernel<float, int>(a, b, out, n);
+    const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ out, const int n) {
+  sg_maximum_jax::forward_kernel<float, int>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f32_i32(
-    const float* __restrict__ grad_output, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ grad_a, float* __restrict__ grad_b, const int n) {
-  sg_maximum_jax::backward_kernel<float, int>(grad_output, a, b, grad_a, grad_b, n);
+    const float* __restrict__ grad_output, const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ sg_grad_a, float* __restrict__ sg_grad_b, const int n) {
+  sg_maximum_jax::backward_kernel<float, int>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f32_i32(
-    const float* __restrict__ tangent_a, const float* __restrict__ tangent_b, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int given, const int n) {
-  sg_maximum_jax::jvp_kernel<float, int>(tangent_a, tangent_b, a, b, out, given, n);
+    const float* __restrict__ sg_tangent_a, const float* __restrict__ sg_tangent_b, const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ out, const int given, const int n) {
+  sg_maximum_jax::jvp_kernel<float, int>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_f32_i64(
-    const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const long long n) {
-  sg_maximum_jax::forward_kernel<float, long long>(a, b, out, n);
+    const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ out, const long long n) {
+  sg_maximum_jax::forward_kernel<float, long long>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f32_i64(
-    const float* __restrict__ grad_output, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ grad_a, float* __restrict__ grad_b, const long long n) {
-  sg_maximum_jax::backward_kernel<float, long long>(grad_output, a, b, grad_a, grad_b, n);
+    const float* __restrict__ grad_output, const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ sg_grad_a, float* __restrict__ sg_grad_b, const long long n) {
+  sg_maximum_jax::backward_kernel<float, long long>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f32_i64(
-    const float* __restrict__ tangent_a, const float* __restrict__ tangent_b, const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out, const int given, const long long n) {
-  sg_maximum_jax::jvp_kernel<float, long long>(tangent_a, tangent_b, a, b, out, given, n);
+    const float* __restrict__ sg_tangent_a, const float* __restrict__ sg_tangent_b, const float* __restrict__ sg_in_a, const float* __restrict__ sg_in_b, float* __restrict__ out, const int given, const long long n) {
+  sg_maximum_jax::jvp_kernel<float, long long>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_f64_i32(
-    const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int n) {
-  sg_maximum_jax::forward_kernel<double, int>(a, b, out, n);
+    const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ out, const int n) {
+  sg_maximum_jax::forward_kernel<double, int>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f64_i32(
-    const double* __restrict__ grad_output, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ grad_a, double* __restrict__ grad_b, const int n) {
-  sg_maximum_jax::backward_kernel<double, int>(grad_output, a, b, grad_a, grad_b, n);
+    const double* __restrict__ grad_output, const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ sg_grad_a, double* __restrict__ sg_grad_b, const int n) {
+  sg_maximum_jax::backward_kernel<double, int>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f64_i32(
-    const double* __restrict__ tangent_a, const double* __restrict__ tangent_b, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int given, const int n) {
-  sg_maximum_jax::jvp_kernel<double, int>(tangent_a, tangent_b, a, b, out, given, n);
+    const double* __restrict__ sg_tangent_a, const double* __restrict__ sg_tangent_b, const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ out, const int given, const int n) {
+  sg_maximum_jax::jvp_kernel<double, int>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }
 extern "C" __global__ void maximum_jax_forward_f64_i64(
-    const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const long long n) {
-  sg_maximum_jax::forward_kernel<double, long long>(a, b, out, n);
+    const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ out, const long long n) {
+  sg_maximum_jax::forward_kernel<double, long long>(sg_in_a, sg_in_b, out, n);
 }
 extern "C" __global__ void maximum_jax_backward_f64_i64(
-    const double* __restrict__ grad_output, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ grad_a, double* __restrict__ grad_b, const long long n) {
-  sg_maximum_jax::backward_kernel<double, long long>(grad_output, a, b, grad_a, grad_b, n);
+    const double* __restrict__ grad_output, const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ sg_grad_a, double* __restrict__ sg_grad_b, const long long n) {
+  sg_maximum_jax::backward_kernel<double, long long>(grad_output, sg_in_a, sg_in_b, sg_grad_a, sg_grad_b, n);
 }
 extern "C" __global__ void maximum_jax_jvp_f64_i64(
-    const double* __restrict__ tangent_a, const double* __restrict__ tangent_b, const double* __restrict__ a, const double* __restrict__ b, double* __restrict__ out, const int given, const long long n) {
-  sg_maximum_jax::jvp_kernel<double, long long>(tangent_a, tangent_b, a, b, out, given, n);
+    const double* __restrict__ sg_tangent_a, const double* __restrict__ sg_tangent_b, const double* __restrict__ sg_in_a, const double* __restrict__ sg_in_b, double* __restrict__ out, const int given, const long long n) {
+  sg_maximum_jax::jvp_kernel<double, long long>(sg_tangent_a, sg_tangent_b, sg_in_a, sg_in_b, out, given, n);
 }

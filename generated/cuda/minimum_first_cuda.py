@@ -200,18 +200,27 @@ class Saved(NamedTuple):
 
 def _saved_arrays(saved: Saved) -> list:
     """(field, shape, dtype, bound or None) of every array forward saves: the inputs as they
-    were given, each a floating array that broadcasts to the output shape."""
-    arrays = []
+    were given, each a floating array, and saved.output_shape what forward made of them (their
+    broadcast shape), so that a forged shape allocates nothing larger than the inputs'
+    broadcast."""
+    arrays, shapes = [], []
     for name in INPUTS:
         value = getattr(saved, name)
         shape = tuple(getattr(value, "shape", ()))
         if len(shape) > 32:
             raise ValueError(f"saved.{name} has {len(shape)} dims, more than an input has (32)")
-        if np.broadcast_shapes(shape, tuple(saved.output_shape)) != tuple(saved.output_shape):
-            raise ValueError(f"saved.{name} of shape {shape} does not broadcast to the output shape")
+        shapes.append(shape)
         dtype = getattr(value, "dtype", None)
         arrays.append((name, shape, dtype if getattr(dtype, "name", None) in _DTYPES else saved.dtype,
                        None, None))  # any strides: backward reads them through their own
+    try:
+        shape = tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"the saved inputs' shapes {' and '.join(map(str, shapes))} do not broadcast "
+                         f"together") from None
+    if tuple(saved.output_shape) != shape:
+        raise ValueError(f"saved.output_shape must be {shape}, the shape forward gives these inputs, "
+                         f"got {tuple(saved.output_shape)}")
     return arrays
 
 

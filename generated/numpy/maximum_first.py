@@ -241,15 +241,65 @@ def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> 
     return tuple(grad.reshape(x.shape) for grad, x in zip(grads, returned))
 
 
+def _blocks(shape: tuple):
+    """Index tuples that cut shape into blocks of about BLOCK elements, in row-major order: whole
+    trailing axes, a run of one axis, single indices of the axes before it (one block if it all
+    fits)."""
+    axis, inner = len(shape), 1
+    while axis > 0 and inner * shape[axis - 1] <= BLOCK:
+        axis -= 1
+        inner *= shape[axis]
+    if axis == 0:
+        yield (slice(None),) * len(shape)
+        return
+    axis -= 1  # the axis cut into runs; the axes before it are taken one index at a time
+    step, rest = max(1, BLOCK // inner), (slice(None),) * (len(shape) - axis - 1)
+    for head in np.ndindex(*shape[:axis]):
+        for start in range(0, shape[axis], step):
+            yield tuple(slice(i, i + 1) for i in head) + (slice(start, start + step),) + rest
+
+
+def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
+    """The gradients backward returns: for an output of more than 4 * BLOCK elements block by block
+    (_blocks), each block's gradients summed to its inputs' blocks at once, so that no temporary
+    is larger than a block whatever the broadcast (an input broadcast along a cut axis adds its
+    blocks up in row-major order)."""
+    shape = grad_output.shape
+    returned = (0, 1)  # the inputs whose gradients backward returns
+    if grad_output.size <= 4 * BLOCK:  # one block: the gradients, then their sums (the fastest)
+        chunk = _gradients(grad_output, *inputs, dtype)
+        return tuple(np.array(_sum_to_shape(np.broadcast_to(grad, shape), inputs[k].shape), dtype=inputs[k].dtype)
+                     for grad, k in zip(chunk, returned))
+    grads = [(np.empty if 0 not in shape else np.zeros)(inputs[k].shape, dtype=dtype) for k in returned]
+    axes = []  # per input, per output axis: (the input has the axis, it is broadcast along it)
+    for x in inputs:
+        lead = len(shape) - x.ndim
+        axes.append([(k >= lead, k < lead or (x.shape[k - lead] == 1 and n != 1)) for k, n in enumerate(shape)])
+    for block in _blocks(shape):
+        sub = grad_output[block]
+        at = []  # per input: its index of the block, and whether the block is the first to reach it
+        for flags in axes:
+            index = tuple(slice(None) if wide else cut for (has, wide), cut in zip(flags, block) if has)
+            first = all(cut == slice(None) or cut.start == 0 for (_, wide), cut in zip(flags, block) if wide)
+            at.append((index, first))
+        chunk = _gradients(sub, *[x[index] for x, (index, _) in zip(inputs, at)], dtype)
+        for out, grad, k in zip(grads, chunk, returned):
+            index, first = at[k]
+            part = _sum_to_shape(np.broadcast_to(grad, sub.shape), inputs[k][index].shape)
+            if first:
+                out[index] = part
+            else:
+                out[index] += part
+    return tuple(grad.astype(inputs[k].dtype, copy=False) for grad, k in zip(grads, returned))
+
+
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
     returned = inputs  # the gradient of every input is returned
     if any(x.shape != saved.output_shape for x in inputs):
-        grads = _gradients(grad_output, *inputs, saved.dtype)
-        grads = tuple(np.array(_sum_to_shape(np.broadcast_to(grad, saved.output_shape), x.shape),
-                               dtype=x.dtype) for grad, x in zip(grads, returned))
+        grads = _broadcast_chunked(grad_output, inputs, saved.dtype)
     else:
         grads = _chunked(grad_output, inputs, returned, saved.dtype)
     return grads

@@ -15,11 +15,9 @@ from .. import __version__, naming
 from .. import policy as _policy
 from ..derive import Derivation
 from ..files import PROVENANCE
-from ..lower import EXTREMUM
-from ..ops import FRACTIONAL_WINDOWS, Op
+from ..lower import EXTREMUM, UnpoolKernel
+from ..ops import Op
 from ..printers import text
-
-SPECIAL_KINDS = ("unpool", "logsumexp")  # ops that are not a max/min of pieces (derive_special.py)
 
 
 _PKG = Path(__file__).resolve().parent.parent  # the symgrad package
@@ -100,13 +98,13 @@ def settings_lines(op: Op) -> list[str]:
         f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {ties_rule}",
         f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {nan_rule}",
     ]
-    if op.spec.kind == "elementwise":
+    if op.spec.strategy.elementwise:
         lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")
     return lines
 
 
 def header(op: Op, backend: str) -> list[str]:
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         return expression_header(op, backend)
     return [
         f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
@@ -125,20 +123,15 @@ def wrap(line: str, width: int = 92, indent: str = "    ") -> list[str]:
 def docstring(op: Op, d: Derivation, kernel=None) -> list[str]:
     """The module docstring: the math (forward, W-form, gradient) and, from the lowered ``kernel``,
     the conditions the code evaluates, each comparison under the NaN rule."""
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         return expression_docstring(op, d)
-    spec = op.spec
+    spec, kind = op.spec, op.spec.strategy
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
-    if spec.kind != "elementwise":
+    if not kind.elementwise:
         lines += wrap(f"Forward: {spec.summary}.")
-    if spec.kind == "adaptive":
-        lines += [""] + wrap(
-            "Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
-            "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "
-            "derived on a representative window and holds for every window size.")
-    if spec.kind == "fractional":
-        lines += [""] + wrap(f"Windows: {FRACTIONAL_WINDOWS}.")
-    if spec.kind == "elementwise":
+    if kind.windows_doc:
+        lines += [""] + wrap(kind.windows_doc)
+    if kind.elementwise:
         lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:
             lines += wrap(f"{n.symbol} = {text(n.forward)}", indent="        ")
@@ -227,11 +220,12 @@ def expression_docstring(op: Op, d) -> list[str]:
 
 # ----------------------------------------------------------------------------- unpool, logsumexp
 
-def special_docstring(op: Op, d: Derivation) -> list[str]:
+def special_docstring(op: Op, d: Derivation, kernel) -> list[str]:
+    """The docstring of an unpooling or logsumexp module (its lowered ``kernel`` says which)."""
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
     lines += wrap(f"Forward: {op.spec.summary}.")
     lines += [""]
-    if op.spec.kind == "unpool":
+    if isinstance(kernel, UnpoolKernel):
         lines += wrap("W-form, per (N, C) plane over the flat spatial output: y = W x with "
                        "W[j, i] = [indices_i = j]" + {
                            "first": " * prod_{k < i} [indices_k != j] (a slot keeps the first "

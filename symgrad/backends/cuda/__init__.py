@@ -13,10 +13,10 @@ import sympy as sp
 from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
-from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, WindowKernel,
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import SPECIAL_KINDS, python_geometry, docstring, environment, header, special_docstring, wrap
+from ..common import docstring, environment, header, python_geometry, special_docstring, wrap
 from ..printing import atom, bare, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -215,7 +215,7 @@ def context(art: Artifacts) -> dict:
     op, kernel = art.op, art.kernel
     ctx = _cuda_base_context(op, art.derivation, kernel)
     ctx["piecewise_linear"] = art.piecewise_linear
-    if op.spec.kind in SPECIAL_KINDS:
+    if op.spec.strategy.special:
         ctx.update(_special_cuda_context(op, kernel))
         return ctx
     return _cuda_context_rest(op, kernel, ctx)
@@ -224,7 +224,7 @@ def context(art: Artifacts) -> dict:
 def _cuda_base_context(op: Op, d, kernel) -> dict:
     return {
         "header": ["//" + line[1:] for line in header(op, "cuda")],
-        "docstring": (special_docstring(op, d) if op.spec.kind in SPECIAL_KINDS
+        "docstring": (special_docstring(op, d, kernel) if op.spec.strategy.special
                       else docstring(op, d, kernel)),
         "op": op.name,
         "ties": op.ties,
@@ -250,25 +250,29 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
 def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
-        grad_names = {a.name for a in kernel.grads}
+        # the inputs (an expression's user names them) as the .cu spells them: sg_in_x, sg_grad_x
+        names = naming.cuda_names(kernel.inputs)
+        c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
         real_types = []
         for rt in CUDA_REAL_TYPES:
             def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
-                return [("bool" if a.boolean else rt, a.name, cuda_code(a.expr, rt)) for a in assigns]
+                return [("bool" if a.boolean else rt, names.get(a.name, a.name), cuda_code(a.expr, rt, names))
+                        for a in assigns]
             real_types.append({
                 "name": rt,
-                "input_params": _params(rt, *kernel.inputs),
-                "grad_params": ", ".join(f"{rt}& {a.name}" for a in kernel.grads),
+                "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
+                "grad_params": ", ".join(f"{rt}& {names.get(a.name, a.name)}" for a in kernel.grads),
                 "intermediates": lets(kernel.intermediates),
                 "backward_intermediates": lets(back_inter),
                 "adjoints": lets(adjoints),
-                "output": cuda_code(kernel.output, rt),
+                "output": cuda_code(kernel.output, rt, names),
                 # gradients are assigned to the output references, temporaries among them declared
-                "grads": [("" if name in grad_names else f"const {ctype} ", name, code)
+                "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
                           for ctype, name, code in lets(grads)],
             })
         ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
+                   c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, broadcast=kernel.broadcast,
                    index_types_doc=True, layouts_doc=False, form="", counts=False,
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
@@ -393,7 +397,7 @@ def render(art: Artifacts) -> dict[str, str]:
 
 
 def _special_cuda_context(op: Op, kernel) -> dict:
-    if op.spec.kind == "unpool":
+    if isinstance(kernel, UnpoolKernel):
         return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
                     keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)

@@ -27,7 +27,8 @@ CUDA_REAL_TYPES = ("float", "double")
 class CudaPrinter(ConditionPrinter, C99CodePrinter):
     """C99 printer for CUDA device code in one compute type (``real_type``: float or double)."""
 
-    _default_settings = {**C99CodePrinter._default_settings, "real_type": "float"}
+    # names: {symbol name: C identifier}, how a user-chosen name is spelled in the .cu
+    _default_settings = {**C99CodePrinter._default_settings, "real_type": "float", "names": {}}
     AND, OR, NOT, TRUE, FALSE = "&&", "||", "!", "true", "false"  # C's operators
 
     def __init__(self, settings=None):
@@ -43,6 +44,10 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     @property
     def real_type(self) -> str:
         return self._settings["real_type"]
+
+    def _print_Symbol(self, expr):
+        c_name = self._settings["names"].get(expr.name)
+        return c_name if c_name is not None else super()._print_Symbol(expr)
 
     # numbers: the value the NumPy backend computes with, as a literal of the compute type
     def _literal(self, value: float) -> str:
@@ -151,9 +156,11 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         return out
 
 
-def cuda_code(expr: sp.Basic, real_type: str) -> str:
-    """One expression as CUDA C in the compute type real_type, without outer parentheses."""
-    return _bare(CudaPrinter({"real_type": real_type}).doprint(expr))
+def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
+    """One expression as CUDA C in the compute type real_type, without outer parentheses; names:
+    {symbol name: C identifier} for the symbols spelled otherwise in the .cu (the inputs'
+    mangled names, naming.cuda_identifiers)."""
+    return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {})}).doprint(expr))
 
 
 CUDA_ARITHMETIC = Arithmetic(lambda p, q: f"{atom(p)} / {q}", lambda p, q: f"({p} + {q} - 1) / {q}",

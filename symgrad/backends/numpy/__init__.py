@@ -3,20 +3,19 @@ template (``templates/``: vectorized NumPy; the module needs nothing else)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ... import naming
-from dataclasses import replace
-
 import sympy as sp
 
+from ... import naming
 from ...geometry import ADAPTIVE, S
-from ...lower import ElementwiseKernel, WindowKernel, backward_plan
+from ...lower import ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
+from ..common import (docstring, environment, expression_docstring, expression_header, header,
+                      python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, bare, integer_code
-from ..common import (SPECIAL_KINDS, python_geometry, docstring, environment, expression_docstring, expression_header,
-                      header, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
@@ -48,9 +47,9 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
-    if op.spec.kind == "expression":
+    if op.spec.strategy.expression:
         return _expression_context(art)
-    if op.spec.kind in SPECIAL_KINDS:
+    if op.spec.strategy.special:
         return _special_context(art)
     ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
@@ -93,7 +92,7 @@ def context(art: Artifacts) -> dict:
     )
     if kernel.geometry in _NUMPY_TEMPLATES:  # the template's scan or mask parts, by the lowered form
         ctx["selection_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
-    if op.spec.kind in ("pool", "adaptive", "fractional"):
+    if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
@@ -195,10 +194,10 @@ def _expression_context(art: Artifacts) -> dict:
 
 def _special_context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
-    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d))
+    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
     ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
-    if op.spec.kind == "unpool":
+    if isinstance(kernel, UnpoolKernel):
         # np.unique returns each key's first position: of the keys reversed, the last writer's
         stay = {"first": ["_, stay = np.unique(keys, return_index=True)"],
                 "last": ["_, from_end = np.unique(keys[::-1], return_index=True)",

@@ -1,0 +1,57 @@
+"""The docs page of any op, written out: a max/min op's page (docs.py) or unpooling's and
+logsumexp's (docs_special.py, built from docs.py's pieces), as Markdown or LaTeX, and the
+catalog's pages with their index.  Above both page builders, so neither imports the other."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import policy as _policy
+from .conventions import PRESETS
+from .docs import FORMATS, PROVENANCE, Page, _op_label, _templates, latex_page, markdown_page
+from .docs import page as _maxmin_page
+from .docs_special import special_page
+from .ops import Op
+
+
+def page(op: Op) -> Page:
+    return special_page(op) if op.spec.strategy.special else _maxmin_page(op)
+
+
+def render_markdown(op: Op, image_src: Callable[[str], str] | None = None, pg: Page | None = None) -> str:
+    """The Markdown page of an op (docs.markdown_page)."""
+    return markdown_page(pg or page(op), image_src)
+
+
+def render_latex(op: Op) -> str:
+    return latex_page(page(op))
+
+
+def render(op: Op, fmt: str) -> str:
+    if fmt == "markdown":
+        return render_markdown(op)
+    if fmt == "latex":
+        return render_latex(op)
+    raise ValueError(f"unknown format {fmt!r}; expected one of: {', '.join(FORMATS)}")
+
+
+# ------------------------------------------------------------------------------ catalog
+
+def catalog_files(ops: list[Op]) -> dict[str, str]:
+    """{relative path: text} of generated/docs: a page (+ picture) per entry, and an index."""
+    files = {}
+    rows = []
+    for op in ops:
+        pg = page(op)
+        stem = pg.module_name
+        files[f"docs/{stem}.md"] = render_markdown(op, image_src=lambda src: src, pg=pg)
+        if pg.svg is not None:
+            files[f"docs/{stem}.svg"] = pg.svg
+        t, j = PRESETS["torch"][op.name], PRESETS["jax"][op.name]
+        rows.append({"link": f"[`{_op_label(op)}`]({stem}.md)", "ties": op.ties, "nan": op.nan,
+                     "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
+                     "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
+                     "picture": "yes" if pg.svg is not None else ""})
+    files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
+        provenance=PROVENANCE, rows=rows, policies=list(_policy.TIES.values()))
+    return files
