@@ -282,6 +282,9 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     ctx.update(_cuda_window(op, kernel))
     # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
     ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
+    # the reduction's first kernel needs the compute type where it compares (scan) or counts
+    ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
+                           if kernel.selection.form == "scan" or kernel.selection.counts else [])
     if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
         ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
