@@ -6,7 +6,7 @@ import tomllib
 from pathlib import Path
 
 from . import docs as _docs
-from .backends import NAMES as BACKENDS  # every entry is generated for each
+from .backends import COMPLETE as BACKENDS  # every entry is generated for each
 from .files import has_provenance
 from .ops import Op, resolve
 from .pipeline import render
