@@ -241,3 +241,16 @@ def test_forged_saved_is_refused_before_any_kernel_reads_it(ties):
             m.backward(np.ones(bad.output_shape, np.float32), bad)
         with pytest.raises((TypeError, ValueError), match=r"saved"):
             m.jvp(np.zeros(bad.input_shape, np.float32), bad)
+
+
+def test_cache_clear_removes_the_c_source_and_the_library(tmp_path, monkeypatch):
+    from symgrad import api, cache
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_LOADED", {})
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2, stride=1)
+    m.forward(np.zeros((1, 1, 3)))
+    folder = m.SOURCE.parent
+    assert {p.suffix for p in folder.iterdir()} == {".c", ".py", ".so", ".sha256"}
+    assert cache.info()["modules"] == 1
+    result = cache.clear()
+    assert result["kept"] == 0 and result["modules"] == 1 and not folder.exists()
