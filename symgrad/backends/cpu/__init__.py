@@ -161,6 +161,21 @@ def _pool_code(g, a: int) -> dict:
             "holder": c_integer_code(g.holder, names)}
 
 
+def _inner_rows(g, a: int) -> dict:
+    """Backward's row form along the last axis a: the row's elements x = r + S * m (r the residue
+    modulo the stride), whose offset q (geometry.offset) is q_r + S * m.  The geometry's holds
+    (q >= 0, Mod(q, s) == 0, holder < out) with its holder floor(q / s) = m + q_r / s, and the
+    row's end (x < length), solved for m: the residue holds iff q_r % S == 0, and then the
+    windows m + shift hold element k of x = r + S * m for m in [lo, hi)."""
+    names = {"j": f"k{a}", "x": "r", "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}"}
+    q, s, out, length = f"q{a}", f"S{a}", f"o{a}", f"l{a}"
+    return {"offset_at_r": c_integer_code(g.offset, names),
+            "not_divisible": f"{q} % {s} != 0",
+            "shift": f"{q} / {s}",
+            "m_lo": "(shift < 0 ? -shift : 0)",
+            "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
+
+
 def context(art: Artifacts) -> dict:
     """The template context of an op's .c source and loader: finished strings only."""
     op, kernel = art.op, art.kernel
@@ -217,6 +232,7 @@ def context(art: Artifacts) -> dict:
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [_pool_code(g, a) for a in range(spatial)],
+        "inner": _inner_rows(g, spatial - 1),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
         "loader_note": wrap(
