@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from conftest import POLICIES, WINDOWED, case_id
+from conftest import WINDOWED, case_id
 from cuda_harness.check import compare, inputs_for, mismatch
 from symgrad.ops import resolve
 from symgrad.policy import NAN_RULES
@@ -53,7 +53,25 @@ def _problems(op, params, shape, settings, layouts=LAYOUTS, dtypes=DTYPES) -> li
     return problems
 
 
-@pytest.mark.parametrize("ties", POLICIES)
+# the geometries under a scan policy and the counted mask one; every policy (each NaN rule with
+# the policies it admits) on OVERLAP below
+GEOMETRY_POLICIES = ("last", "split")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_in_parallel():
+    """Every library the tests below use, compiled first, two at a time (the compiler runs in
+    subprocesses): the tests then find them in the cache."""
+    from concurrent.futures import ThreadPoolExecutor
+    settings = ([(op, params, {"ties": t}) for op, params, _ in POOLS for t in GEOMETRY_POLICIES]
+                + [(OVERLAP[0], OVERLAP[1], s) for s in NAN_SETTINGS]
+                + [(op, params, {"convention": c}) for op, params, _ in (OVERLAP, POOLS[3]) for c in ("torch", "jax")])
+    modules = [symgrad.load(op, backend="cpu", **st, **params) for op, params, st in settings]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda m: m.library(), modules))
+
+
+@pytest.mark.parametrize("ties", GEOMETRY_POLICIES)
 @pytest.mark.parametrize("op,params,shape", POOLS, ids=[case_id(*c) for c in POOLS])
 def test_equals_numpy_bit_for_bit(op, params, shape, ties):
     problems = _problems(op, params, shape, {"ties": ties})
