@@ -169,7 +169,10 @@ def _inner_rows(g, a: int) -> dict:
     windows m + shift hold element k of x = r + S * m for m in [lo, hi)."""
     names = {"j": f"k{a}", "x": "r", "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}"}
     q, s, out, length = f"q{a}", f"S{a}", f"o{a}", f"l{a}"
-    return {"offset_at_r": c_integer_code(g.offset, names),
+    inside = {"j": f"k{a}", "out": f"o{a}", "length": f"l{a}", "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}"}
+    return {"first_inside": c_integer_code(g.first_inside, inside),  # forward: the windows whose
+            "end_inside": c_integer_code(g.end_inside, inside),  # element k is inside the input
+            "offset_at_r": c_integer_code(g.offset, names),
             "not_divisible": f"{q} % {s} != 0",
             "shift": f"{q} / {s}",
             "m_lo": "(shift < 0 ? -shift : 0)",

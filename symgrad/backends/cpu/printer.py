@@ -28,11 +28,15 @@ def c_code(expr: sp.Basic, real_type: str) -> str:
     return bare(CPrinter({"real_type": real_type}).doprint(expr))
 
 
-# floating-point parts (fractional pooling's starts, not yet a kind of this backend) in double
-C_ARITHMETIC = replace(CUDA_ARITHMETIC, real=lambda s: f"(double)({s})")
+# floating-point parts (fractional pooling's starts, not yet a kind of this backend) in double;
+# Min and Max as the .c file's sg_min/sg_max of 64-bit integers
+C_ARITHMETIC = replace(CUDA_ARITHMETIC, real=lambda s: f"(double)({s})",
+                       min=lambda a, b: f"sg_min({a}, {b})", max=lambda a, b: f"sg_max({a}, {b})")
 
 
 def c_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
     """An expression of the window geometry in C's 64-bit integer arithmetic (see
-    ``cuda_integer_code``: every quotient has a nonnegative numerator where its value is used)."""
+    ``cuda_integer_code``: every quotient has a nonnegative numerator where its value is used, or
+    one whose value a Max with 0 or a Min with a bound decides alike: a ceiling of a numerator
+    n <= 0 prints as (n + q - 1) / q, which C truncates to a value <= 0, as the ceiling is)."""
     return integer_code(expr, C_ARITHMETIC, names)
