@@ -272,3 +272,19 @@ def test_cache_clear_removes_the_c_source_and_the_library(tmp_path, monkeypatch)
     assert cache.info()["modules"] == 1
     result = cache.clear()
     assert result["kept"] == 0 and result["modules"] == 1 and not folder.exists()
+
+
+@pytest.mark.parametrize("ties", ("first", "split"))
+def test_rows_longer_than_a_chunk(ties):
+    """Forward scans a row's outputs in chunks of SG_CHUNK (256): rows of 550 and 300 outputs,
+    with padding at both ends and overlapping windows, equal the NumPy backend's bit for bit."""
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    for op, shape in (("max_pool1d", (2, 2, 1100)), ("max_pool2d", (1, 2, 5, 600))):
+        module = symgrad.load(op, backend="cpu", ties=ties, **params)
+        rng = np.random.default_rng(7)
+        problems = []
+        for specials in (False, True):
+            inputs = inputs_for(rng, op, [shape], specials)
+            for dtype in (np.float32, np.float16):
+                problems += compare(np, op, params, ties, inputs, dtype, module=module)
+        assert not problems, "\n".join(problems[:10])
