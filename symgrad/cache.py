@@ -30,6 +30,7 @@ HASH_SUFFIX = ".sha256"
 DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
 _KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (backends.common.generator_hash)
 _DERIVATION = re.compile(r"[0-9a-f]{24}\.pickle")  # derivations.key(op) + ".pickle"
+_LIBRARY = re.compile(r"\w+\.[0-9a-f]{16}\.so")  # the cpu backend's library beside its module
 
 
 def cache_dir() -> Path:
@@ -174,10 +175,12 @@ def _ours(dir_fd: int, name: str, derivations: bool) -> os.stat_result | None:
     target = temporary.group(1) if temporary else name
     if derivations:
         return st if _DERIVATION.fullmatch(target) else None
-    if not target.endswith((".py", ".cu", ".py" + HASH_SUFFIX, ".cu" + HASH_SUFFIX)):
+    if not target.endswith(tuple(s + h for s in (".py", ".cu", ".c", ".so") for h in ("", HASH_SUFFIX))):
         return None
     if temporary:
         return st
+    if name.endswith(".so"):  # the cpu backend's compiled kernels, named <module>.<source hash>.so
+        return st if _LIBRARY.fullmatch(name) else None
     if name.endswith(HASH_SUFFIX):
         try:
             head = read_bounded(name, HEADER_BYTES, head=True, dir_fd=dir_fd)[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import pages as _pages
-from .backends import NAMES as BACKENDS  # every entry is generated for each
+from .backends import COMPLETE as BACKENDS  # every entry is generated for each complete backend
 from .catalog_entries import CATALOG_FILE, entries  # noqa: F401 (the list, read by docs too)
 from .backends.common import CATALOG_GENERATOR, GENERATOR_LINE, generator_hash
 from .files import has_provenance

@@ -1,0 +1,290 @@
+"""The native CPU backend (symgrad/backends/cpu): C kernels compiled on first use, called through
+ctypes.  Oracle: the NumPy backend, bit for bit (tests/cuda_harness/check.py's comparison and
+tie-heavy inputs with +-0, NaN, +-inf; float16 against NumPy in float32 rounded once), for every
+tie policy x NaN rule, both framework presets, float16/32/64, NCHW, channels-last and strided
+inputs, several geometries; the same bits with 1 and 2 threads; the compile cache; the errors.
+
+Skipped when no C compiler is found, except under CI=true, where the compiler is required."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+
+import numpy as np
+import pytest
+
+import symgrad
+from conftest import WINDOWED, case_id
+from cuda_harness.check import compare, inputs_for, mismatch
+from symgrad.ops import resolve
+from symgrad.policy import NAN_RULES
+from symgrad.backends import cpu
+
+COMPILER = next((shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))
+                 if shutil.which(c)), None)
+if COMPILER is None and os.environ.get("CI") != "true":
+    pytest.skip("no C compiler (cc, gcc, clang or $CC) on this machine: the cpu backend needs one "
+                "(required when CI=true)", allow_module_level=True)
+
+LAYOUTS = ("contiguous", "channels_last", "strided")
+DTYPES = (np.float64, np.float32, np.float16)
+POOLS = [(op, params, shape) for op, params, shape in WINDOWED if op.startswith("max_pool")]
+OVERLAP = ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 6))
+# every NaN rule with every tie policy it admits
+NAN_SETTINGS = [{"ties": t, "nan": n} for n, rule in NAN_RULES.items() for t in rule.policies]
+
+
+def _problems(op, params, shape, settings, layouts=LAYOUTS, dtypes=DTYPES) -> list[str]:
+    """Every comparison of the cpu module with the NumPy module on tie-heavy inputs, without and
+    with NaN/+-inf/-0."""
+    module = symgrad.load(op, backend="cpu", **settings, **params)
+    rng = np.random.default_rng(sum(map(ord, f"{op}{params}{settings}")))
+    problems = []
+    for specials in (False, True):
+        inputs = inputs_for(rng, op, [shape], specials)
+        for dtype in dtypes:
+            for layout in layouts:
+                if layout == "channels_last" and len(shape) != resolve(op, **params).spec.spatial + 2:
+                    continue
+                problems += compare(np, op, params, settings, inputs, dtype, layout, module=module)
+    return problems
+
+
+# the geometries under a scan policy and the counted mask one; every policy (each NaN rule with
+# the policies it admits) on OVERLAP below
+GEOMETRY_POLICIES = ("last", "split")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_in_parallel():
+    """Every library the tests below use, compiled first, two at a time (the compiler runs in
+    subprocesses): the tests then find them in the cache."""
+    from concurrent.futures import ThreadPoolExecutor
+    settings = ([(op, params, {"ties": t}) for op, params, _ in POOLS for t in GEOMETRY_POLICIES]
+                + [(OVERLAP[0], OVERLAP[1], s) for s in NAN_SETTINGS]
+                + [(op, params, {"convention": c}) for op, params, _ in (OVERLAP, POOLS[3]) for c in ("torch", "jax")])
+    modules = [symgrad.load(op, backend="cpu", **st, **params) for op, params, st in settings]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda m: m.library(), modules))
+
+
+@pytest.mark.parametrize("ties", GEOMETRY_POLICIES)
+@pytest.mark.parametrize("op,params,shape", POOLS, ids=[case_id(*c) for c in POOLS])
+def test_equals_numpy_bit_for_bit(op, params, shape, ties):
+    problems = _problems(op, params, shape, {"ties": ties})
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("settings", NAN_SETTINGS, ids=[f"{s['ties']}-{s['nan']}" for s in NAN_SETTINGS])
+def test_equals_numpy_under_every_nan_rule(settings):
+    problems = _problems(*OVERLAP, settings)
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("convention", ("torch", "jax"))
+@pytest.mark.parametrize("op,params,shape", [OVERLAP, POOLS[3]], ids=[case_id(*OVERLAP), case_id(*POOLS[3])])
+def test_equals_numpy_under_each_preset(op, params, shape, convention):
+    """A preset's NaN rule and padding (JAX: -inf that takes part) reach the C kernels."""
+    problems = _problems(op, params, shape, {"convention": convention})
+    assert not problems, "\n".join(problems[:10])
+
+
+# ----------------------------------------------------------------------------- threads
+
+def test_the_same_bits_with_one_and_two_threads():
+    """Each element is computed by one thread in a fixed order: 1 and 2 threads (and OpenMP's
+    default) give identical bytes for forward, saved, backward and jvp, on overlapping windows
+    where backward adds several gradients per element, under a scan and a mask policy."""
+    rng = np.random.default_rng(3)
+    for ties in ("first", "split"):
+        m = symgrad.load("max_pool2d", backend="cpu", ties=ties, kernel_size=3, stride=1, padding=1)
+        x = rng.integers(0, 3, size=(3, 5, 17, 19)).astype(np.float32)
+        g = rng.standard_normal((3, 5, 17, 19)).astype(np.float32)  # sums that round differently by order
+        runs = []
+        for threads in (1, 2, None):
+            y, saved = m.forward(x, threads=threads)
+            (gx,) = m.backward(g, saved, threads=threads)
+            runs.append([y.tobytes(), *(a.tobytes() for a in saved if isinstance(a, np.ndarray)),
+                         gx.tobytes(), m.jvp(g, saved, threads=threads).tobytes()])
+        assert runs[0] == runs[1] == runs[2]
+
+
+def test_threads_argument_is_checked():
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2)
+    x = np.zeros((1, 2, 4), np.float32)
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        m.forward(x, threads=0)
+    with pytest.raises(TypeError, match="threads must be a positive int"):
+        m.forward(x, threads=1.5)
+
+
+# ----------------------------------------------------------------------------- the library and its cache
+
+def _fresh(monkeypatch, module):
+    """The module as a new process finds it: its library not yet loaded."""
+    monkeypatch.setattr(module, "_library", None)
+
+
+def _compiles(monkeypatch, module) -> list:
+    calls = []
+    real = module._compile
+
+    def counted(cc, source):
+        calls.append(cc)
+        return real(cc, source)
+    monkeypatch.setattr(module, "_compile", counted)
+    return calls
+
+
+def _library_file(module):
+    return module.library_path(module._source(), module.compiler())
+
+
+def test_library_is_compiled_once_and_kept_owner_only(monkeypatch):
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=3, stride=2, ceil_mode=True)
+    x = np.arange(14, dtype=np.float64).reshape(2, 7)
+    y, _ = m.forward(x)  # compiled here, or found from an earlier test
+    path = _library_file(m)
+    assert path.parent == m.SOURCE.parent and path.name.startswith(m.PREFIX + ".")
+    for p in (path, path.with_name(path.name + ".sha256")):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+    _fresh(monkeypatch, m)
+    calls = _compiles(monkeypatch, m)
+    y2, _ = m.forward(x)
+    assert calls == [] and np.array_equal(y, y2)  # the second load does not compile
+
+
+def test_a_tampered_library_is_not_loaded(monkeypatch):
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2, ties="last")
+    x = np.array([[1.0, 1.0, 2.0, 0.0]])
+    m.forward(x)
+    path = _library_file(m)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    tampered = path.with_name("tampered")
+    tampered.write_bytes(bytes(data))
+    tampered.chmod(0o600)
+    os.replace(tampered, path)  # same name, other bytes (a new file: the loaded one stays mapped)
+    _fresh(monkeypatch, m)
+    calls = _compiles(monkeypatch, m)
+    y, saved = m.forward(x)
+    assert len(calls) == 1  # compiled again, not loaded
+    assert path.read_bytes() != bytes(data)
+    assert y.tolist() == [[1.0, 2.0]] and saved.index.tolist() == [[1, 0]]
+
+
+def test_an_edited_source_gets_its_own_library(monkeypatch, tmp_path):
+    """The library is named by its source's hash: a kernel whose take is edited (a later equal
+    element takes over: 'last' instead of 'first') is compiled anew, and the comparison with the
+    NumPy backend sees the difference (the tests above can fail)."""
+    m = symgrad.load("max_pool2d", backend="cpu", ties="first", kernel_size=2)
+    source = m._source()
+    edited = source.replace("return (v > best)", "return (v >= best)")
+    assert edited != source
+    tmp_path.chmod(0o700)
+    (tmp_path / m.SOURCE.name).write_text(edited)
+    monkeypatch.setattr(m, "SOURCE", tmp_path / m.SOURCE.name)
+    _fresh(monkeypatch, m)
+    rng = np.random.default_rng(0)
+    problems = compare(np, "max_pool2d", {"kernel_size": 2}, "first",
+                       inputs_for(rng, "max_pool2d", [(2, 3, 6, 6)], False), np.float32, module=m)
+    assert any("saved index differs" in p for p in problems)
+    assert any(p.suffix == ".so" for p in tmp_path.iterdir())
+
+
+def test_no_compiler_is_one_clear_error(monkeypatch, tmp_path):
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2, ties="split")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    _fresh(monkeypatch, m)
+    with pytest.raises(RuntimeError, match=r"needs a C compiler .* install one .*gcc"):
+        m.forward(np.zeros((1, 1, 4)))
+
+
+# ----------------------------------------------------------------------------- interface and errors
+
+def test_other_kinds_are_refused_naming_the_kinds_there_are():
+    for op, params in (("relu", {}), ("adaptive_max_pool2d", {"output_size": 2})):
+        with pytest.raises(ValueError, match="cpu backend builds the pool kind only"):
+            symgrad.load(op, backend="cpu", **params)
+
+
+def test_cli_generates_the_c_source_and_its_loader(tmp_path, capsys):
+    from symgrad.cli import main
+    assert main(["generate", "max_pool3d", "--kernel-size", "2", "--backend", "cpu", "--out", str(tmp_path)]) == 0
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".c", ".py"]
+    assert main(["generate", "relu", "--backend", "cpu", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pool kind" in err[0]
+
+
+def test_interface_is_the_numpy_modules():
+    numpy_module = symgrad.load("max_pool2d", kernel_size=2, ties="split")
+    m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2, ties="split")
+    for name in ("OP", "TIES", "PARAMS", "INPUTS", "PIECEWISE_LINEAR"):
+        assert getattr(m, name) == getattr(numpy_module, name), name
+    assert set(numpy_module.Saved._fields) <= set(m.Saved._fields)
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        import torch
+        m.forward(torch.zeros(1, 2, 4, 4))
+    with pytest.raises(TypeError, match="float16, float32 or float64"):
+        m.forward(np.zeros((1, 2, 4, 4), np.int32))
+    with pytest.raises(ValueError, match="dims"):
+        m.forward(np.zeros((4, 4)))
+
+
+@pytest.mark.parametrize("ties", ("first", "split"))
+def test_forged_saved_is_refused_before_any_kernel_reads_it(ties):
+    m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2, ties=ties)
+    x = np.zeros((2, 3, 4, 4), np.float32)
+    y, saved = m.forward(x)
+    field = saved._fields[0]  # index (first) or x (split)
+    a = getattr(saved, field)
+    forged = [
+        saved._replace(**{field: a.astype(np.float64 if a.dtype != np.float64 else np.float32)}),
+        saved._replace(**{field: a[..., :1]}),
+        saved._replace(**{field: np.asfortranarray(a) if a.ndim else a}),
+        saved._replace(**{field: list(a.ravel())}),
+        saved._replace(output_shape=(2, 3, 3, 2)),
+        saved._replace(input_shape=(2, 3, 1, 1)),
+        saved._replace(dtype=np.dtype(np.int64)),
+    ]
+    if field == "index":
+        forged.append(saved._replace(index=np.full_like(a, 4)))  # beyond the window's 4 elements
+    for bad in forged:
+        with pytest.raises((TypeError, ValueError), match=r"saved"):
+            m.backward(np.ones(bad.output_shape, np.float32), bad)
+        with pytest.raises((TypeError, ValueError), match=r"saved"):
+            m.jvp(np.zeros(bad.input_shape, np.float32), bad)
+
+
+def test_cache_clear_removes_the_c_source_and_the_library(tmp_path, monkeypatch):
+    from symgrad import api, cache
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_LOADED", {})
+    m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2, stride=1)
+    m.forward(np.zeros((1, 1, 3)))
+    folder = m.SOURCE.parent
+    assert {p.suffix for p in folder.iterdir()} == {".c", ".py", ".so", ".sha256"}
+    assert cache.info()["modules"] == 1
+    result = cache.clear()
+    assert result["kept"] == 0 and result["modules"] == 1 and not folder.exists()
+
+
+@pytest.mark.parametrize("ties", ("first", "split"))
+def test_rows_longer_than_a_chunk(ties):
+    """Forward scans a row's outputs in chunks of SG_CHUNK (256): rows of 550 and 300 outputs,
+    with padding at both ends and overlapping windows, equal the NumPy backend's bit for bit."""
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    for op, shape in (("max_pool1d", (2, 2, 1100)), ("max_pool2d", (1, 2, 5, 600))):
+        module = symgrad.load(op, backend="cpu", ties=ties, **params)
+        rng = np.random.default_rng(7)
+        problems = []
+        for specials in (False, True):
+            inputs = inputs_for(rng, op, [shape], specials)
+            for dtype in (np.float32, np.float16):
+                problems += compare(np, op, params, ties, inputs, dtype, module=module)
+        assert not problems, "\n".join(problems[:10])
