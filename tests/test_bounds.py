@@ -150,14 +150,56 @@ def test_split_pool_backward_memory_of_a_batch_stays_near_its_input(params):
     """The split (mask, with counts) pool backward works a block of planes at a time (about BLOCK
     elements of a phase plane per array operation): on a batch of planes its peak, the gradient
     it returns included, stays below 1.5x the input (1.23x measured here, 1.11x on (32, 64, 56, 56);
-    a guard: it was so before).
-    One plane larger than a block is not cut: see benchmarks/numpy_memory.py."""
+    a guard: it was so before)."""
     m = symgrad.load("max_pool2d", ties="split", **params)
     x = np.random.default_rng(6).normal(size=(16, 64, 56, 56)).astype(np.float32)
     y, saved = m.forward(x)
     g = np.ones_like(y)
     peak, _ = _traced(lambda: m.backward(g, saved))
     assert peak < 1.5 * x.nbytes, peak / x.nbytes
+
+
+def test_split_pool_backward_memory_of_one_large_plane_stays_near_its_inputs():
+    """One plane larger than a block: backward works it band by band of rows of windows, so its
+    temporaries (hits, counts, weights) follow BLOCK, not the plane; what is left is the phase
+    plane, its accumulator and the gradient returned, about 3x the input against the 3x of
+    backward's inputs (grad_output, saved x and output).  6.28x before on 2048x2048 k8 s1 p4
+    (benchmarks/numpy_memory.py), 3.08x after."""
+    m = symgrad.load("max_pool2d", kernel_size=8, stride=1, padding=4, ties="split")
+    x = np.random.default_rng(7).integers(0, 4, size=(1, 1, 1024, 1024)).astype(np.float32)
+    y, saved = m.forward(x)
+    g = np.ones_like(y)
+    peak, _ = _traced(lambda: m.backward(g, saved))
+    assert peak < 3.5 * x.nbytes, peak / x.nbytes
+
+
+@pytest.mark.parametrize("ties", ["split", "all"])
+def test_split_pool_backward_in_bands_sums_what_the_definition_sums(ties):
+    """A plane of more windows than a block, worked band by band: every window's gradient goes to
+    the elements attaining its max (split: g / count each; all: g each), NaN dominating, summed
+    over the windows holding an element; against a brute force over the windows (gradients of
+    exact binary fractions, so any order of the sums gives the same bits)."""
+    k, s, p = 3, 1, 1
+    m = symgrad.load("max_pool2d", kernel_size=k, stride=s, padding=p, ties=ties)
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 3, size=(1, 1, 300, 260)).astype(np.float64)
+    x.flat[rng.integers(0, x.size, 40)] = np.nan
+    y, saved = m.forward(x)
+    assert y[0, 0].size > 65536  # more windows than a block: several bands
+    g = rng.integers(-4, 5, size=y.shape) / 4.0
+    want = np.zeros_like(x)
+    padded = np.pad(x[0, 0], p, constant_values=np.nan)
+    inside = np.pad(np.ones(x.shape[2:], bool), p)
+    for i in range(y.shape[2]):
+        for j in range(y.shape[3]):
+            win = padded[i:i + k, j:j + k]
+            ok = inside[i:i + k, j:j + k]
+            vals = np.where(ok, win, -np.inf)
+            hit = ok & (np.isnan(win) if np.isnan(vals).any() else vals == vals.max())
+            share = g[0, 0, i, j] / hit.sum() if ties == "split" else g[0, 0, i, j]
+            for a, b in zip(*np.nonzero(hit)):
+                want[0, 0, i + a - p, j + b - p] += share
+    np.testing.assert_array_equal(m.backward(g, saved)[0], want)
 
 
 @pytest.mark.parametrize("shapes", [

@@ -465,21 +465,41 @@ def _cropped(buf: np.ndarray, e: _Element, n: int, plan: _Plan) -> np.ndarray:
     return phase_planes[(slice(None),) + shifted]
 
 
-def _hit(buf: np.ndarray, w: _Element, n: int, plan: _Plan, extremum: np.ndarray) -> np.ndarray:
-    """Element w of every window of a block of n planes attains its window's extremum."""
-    v = _cropped(buf, w, n, plan)
+def _hit(buf: np.ndarray, w: _Element, n: int, plan: _Plan, extremum: np.ndarray,
+         rows: slice = slice(None)) -> np.ndarray:
+    """Element w of the windows of a block of n planes (those in `rows` along the first spatial
+    axis; extremum is theirs) attains its window's extremum."""
+    v = _cropped(buf, w, n, plan)[:, rows]
     hit = np.isnan(v) | (v == extremum)
     if w.valid is not None:
-        for at in _outside(w.valid):
+        for at in _outside(_in_band(w.valid, rows, plan.out_plane[0])):
             hit[at] = False  # padding never wins
     return hit
 
 
-def _count(buf: np.ndarray, n: int, plan: _Plan, extremum: np.ndarray, dtype) -> np.ndarray:
-    """How many elements of each window attain its extremum."""
+def _in_band(box: tuple, rows: slice, out: int) -> tuple:
+    """A box of windows (one slice per axis) in the coordinates of a band of rows of windows."""
+    r0, r1 = rows.indices(out)[:2]
+    first = box[0]
+    start, stop = (min(max(e - r0, 0), r1 - r0) for e in (first.start, first.stop))
+    return (slice(start, stop),) + tuple(box[1:])
+
+
+def _bands(plan: _Plan, n: int) -> list:
+    """Bands of rows of windows (along the first spatial axis) of about BLOCK windows of a block
+    of n planes: a block of small planes is one band, a single large plane several (so the
+    temporaries of backward follow BLOCK, not the plane)."""
+    rows = max(1, BLOCK // max(1, n * math.prod(plan.out_plane[1:])))
+    out = plan.out_plane[0]
+    return [slice(r, min(r + rows, out)) for r in range(0, out, rows)]
+
+
+def _count(buf: np.ndarray, n: int, plan: _Plan, extremum: np.ndarray, dtype,
+           rows: slice = slice(None)) -> np.ndarray:
+    """How many elements of each window (in `rows`) attain its extremum."""
     count = np.zeros(extremum.shape, dtype=dtype)
     for w in plan.elements:
-        count += _hit(buf, w, n, plan, extremum)
+        count += _hit(buf, w, n, plan, extremum, rows)
     return count
 
 
@@ -533,15 +553,18 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         b1 = min(b0 + block, plan.planes)
         n = b1 - b0
         _gather(buf, planes[b0:b1], plan)
-        extremum = outputs[b0:b1]
-        grad_output = grads[b0:b1]
-
-        count = _count(buf, n, plan, extremum, dtype)
         acc.fill(0)
-        with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-            for w in reversed(plan.elements):  # output order, as in _accumulate
-                view = _cropped(acc, w, n, plan)
-                view += _weight(grad_output, _hit(buf, w, n, plan, extremum), count, extremum)
+        # band by band of rows of windows: an input element gets its terms in the same order as
+        # in one pass (window element w descending: a later band's windows hold it as an
+        # earlier element w along the first axis)
+        for rows in _bands(plan, n):
+            extremum = outputs[b0:b1, rows]
+            grad_output = grads[b0:b1, rows]
+            count = _count(buf, n, plan, extremum, dtype, rows)
+            with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+                for w in reversed(plan.elements):  # output order, as in _accumulate
+                    view = _cropped(acc, w, n, plan)[:, rows]
+                    view += _weight(grad_output, _hit(buf, w, n, plan, extremum, rows), count, extremum)
         _spread(acc, grad[b0:b1], plan)
     return (grad.reshape(saved.input_shape),)
 
