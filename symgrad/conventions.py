@@ -78,7 +78,8 @@ TORCH = {
         "lane; this preset follows the scalar code path (g at NaN)")),
     "leaky_relu": Preset("first", "keep", "reversed", gradient="nested", half="float", zeros="first", note=(
         "F.leaky_relu: x > 0 ? g : g*slope: the slope at 0 and at NaN; written max(slope*x, x) "
-        "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0)")),
+        "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0). A slope of 0 is "
+        "x*0 and g*0 (NaN at x = -inf and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(
         "torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN; forward fabs (+0 at -0)")),
     "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
@@ -139,7 +140,8 @@ JAX = {
         "first; forward minimum(maximum(x, 0), 6) (+0 at -0)")),
     "leaky_relu": Preset("last", "keep", "reversed", gradient="scaled", zeros="second", note=(
         "jax.nn.leaky_relu: where(x >= 0, x, slope*x): 1 at 0, the slope at NaN; written "
-        "max(slope*x, x), last (x at 0)")),
+        "max(slope*x, x), last (x at 0). A slope of 0 is x*0 and 0*(c ? 0 : g) (NaN at x = -inf "
+        "and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("last", "keep", "reversed", gradient="scaled", zeros="ordered", note=(
         "jnp.abs: select(x >= 0, g, 0) - select(x >= 0, 0, g): +1 at 0 and -0, -1 at NaN; written "
         "max(-x, x), last; forward fabs (+0 at -0)")),

@@ -25,7 +25,7 @@ import sympy as sp
 from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
-from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit
+from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
 
 
 class _SortsAsWritten:
@@ -302,11 +302,22 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
     first    b where isnan(b) or b beats a strictly, else a
     second   a where isnan(a) or a beats b strictly, else b
     ordered  as second, and a where a == b and -0 is b (max) or a (min): -0 is below +0
+
+    Two linear pieces of one variable are compared, and tested for NaN, through the variable, as
+    the gradients are (``policy.code_relation``, ``policy.isnan_of``): leaky_relu's x > 0.01*x is
+    x > 0, which is how the frameworks decide it, and right where 0.0*x is NaN (x = +-inf).
     """
-    beats = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
+    rel = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
+
+    def beats(p, q):
+        # as the gradients compare (policy's code relation): two linear pieces of one variable
+        # through the variable (0.0*x < x is x > 0, also at x = +-inf where 0.0*x is NaN)
+        ind = compare(rel, p, q)
+        return _policy.code_relation(ind) if isinstance(ind, Indicator) else rel(p, q, evaluate=False)
+
     if zeros == "first":
-        return Select(sp.Or(IsNan(b), beats(b, a, evaluate=False)), b, a)
-    cond = sp.Or(IsNan(a), beats(a, b, evaluate=False))
+        return Select(sp.Or(_policy.isnan_of(b), beats(b, a)), b, a)
+    cond = sp.Or(_policy.isnan_of(a), beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
         cond = sp.Or(cond, sp.And(sp.Eq(a, b, evaluate=False), SignBit(negative)))

@@ -34,7 +34,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .conventions import preset_for
-from .indicators import MaxOf, MinOf
+from .indicators import Literal, MaxOf, MinOf
 from .kinds import FRACTIONAL_WINDOWS, KINDS, Kind  # noqa: F401 (FRACTIONAL_WINDOWS: re-exported)
 
 # which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
@@ -68,6 +68,9 @@ class OpSpec:
     extremum: str = "max"  # for pool, maxout, reduction
     spatial: int = 0  # pooling dims
     forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
+    # the forward a framework preset derives, where it differs: parameters as the framework
+    # computes with them (a slope of 0 as a Literal: x * 0, not SymPy's 0)
+    framework_forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
     check: Callable[[dict], None] | None = None
     torch_name: str = ""
     # ops whose tie policies or NaN rules are restricted (unpool, logsumexp): the ones allowed,
@@ -356,11 +359,14 @@ def _clamp(x, lo, hi) -> sp.Expr:
     return MinOf(MaxOf(x, _num(lo)), _num(hi))
 
 
-def _leaky(params, xs):
+def _leaky(params, xs, literal: bool = False):
     (x,) = xs
     a = params["negative_slope"]
     # x and a*x cross at 0; the upper envelope is max for a <= 1 and min for a > 1.
-    return (MaxOf if a <= 1 else MinOf)(x, _num(a) * x)
+    # A slope of 0 under a preset: the frameworks compute x * 0 (NaN at +-inf, -0 for x < 0), which
+    # SymPy would fold to 0; the slope stays a Literal, printed as its value
+    slope = Literal("negative_slope", a) if literal and a == 0 else _num(a)
+    return (MaxOf if a <= 1 else MinOf)(x, slope * x)
 
 
 def _check_clamp(params):
@@ -444,7 +450,8 @@ def _spec_list() -> list[OpSpec]:
         OpSpec("leaky_relu", "elementwise",
                "max(x, negative_slope*x) (min for negative_slope > 1)",
                params=(Param("negative_slope", "float", 0.01, "slope for x < 0"),),
-               forward=_leaky, torch_name="F.leaky_relu"),
+               forward=_leaky, framework_forward=lambda p, xs: _leaky(p, xs, literal=True),
+               torch_name="F.leaky_relu"),
         OpSpec("abs", "elementwise", "max(x, -x)",
                forward=lambda p, xs: MaxOf(x(xs), -x(xs)), torch_name="torch.abs"),
         OpSpec("amax", "reduction", "max over dim(s)", params=_RED, torch_name="torch.amax"),

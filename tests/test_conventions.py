@@ -154,6 +154,9 @@ ELEMENTWISE = {
     "leaky_relu-0.5": ({"negative_slope": 0.5}, lambda t: F.leaky_relu(t, 0.5), lambda x: jax.nn.leaky_relu(x, 0.5)),
     "leaky_relu-neg": ({"negative_slope": -0.5}, lambda t: F.leaky_relu(t, -0.5), lambda x: jax.nn.leaky_relu(x, -0.5)),
     "leaky_relu-2": ({"negative_slope": 2.0}, lambda t: F.leaky_relu(t, 2.0), lambda x: jax.nn.leaky_relu(x, 2.0)),
+    # slope 0: x * 0 as the frameworks compute it (NaN at -inf, -0 for x < 0, g * 0), not relu
+    "leaky_relu-0": ({"negative_slope": 0.0}, lambda t: F.leaky_relu(t, 0.0), lambda x: jax.nn.leaky_relu(x, 0.0)),
+    "leaky_relu-neg0": ({"negative_slope": -0.0}, lambda t: F.leaky_relu(t, -0.0), lambda x: jax.nn.leaky_relu(x, -0.0)),
     "abs": ({}, torch.abs, jnp.abs),
 }
 SCALAR_PATH = {"hardtanh", "hardtanh-2-6", "hardtanh-0-6", "hardtanh-0.1", "relu6"}
@@ -183,6 +186,35 @@ def test_elementwise_jax(case, data):
     x = data.draw(values(st.integers(1, 12).map(lambda n: (n,)), dtype))
     g = data.draw(grads(x.shape, dtype))
     assert_same(ours(op, "jax", params, [x], g), jax_vjp(jfn, [x], g))
+
+
+SPECIAL_GRADS = [np.inf, -np.inf, np.nan, -1.0, -0.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("case", ["leaky_relu-0", "leaky_relu-neg0", "leaky_relu-neg", "leaky_relu"])
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_leaky_relu_every_special_value_and_gradient(case, framework, dtype):
+    """Every special value against every special gradient (+-inf, NaN, +-0: hypothesis draws
+    finite gradients): slope 0 is x * 0 and g * 0 in both frameworks (NaN at x = -inf and for an
+    infinite g, -0 for x < 0), not relu; a negative slope's zeros keep their signs."""
+    params, tfn, jfn = ELEMENTWISE[case]
+    x, g = (a.ravel().astype(dtype) for a in np.meshgrid(np.array(VALUES), np.array(SPECIAL_GRADS)))
+    want = torch_vjp(tfn, [x], g) if framework == "torch" else jax_vjp(jfn, [x], g)
+    assert_same(ours("leaky_relu", framework, params, [x], g), want)
+
+
+def test_leaky_relu_slope_zero_without_a_convention_is_max_x_0():
+    """Without a preset the slope 0 is folded as mathematics does (0*x = 0): max(x, 0), which
+    has no NaN at x = -inf, where both presets compute -inf * 0 = NaN as their frameworks do."""
+    x = np.array([-np.inf, -2.0, -0.0, 0.0, 3.0, np.inf])
+    y, saved = symgrad.load("leaky_relu", negative_slope=0.0).forward(x)
+    assert_bits(y, np.maximum(x, 0.0), "forward")
+    assert_bits(symgrad.load("leaky_relu", negative_slope=0.0).backward(np.ones(6), saved)[0],
+                np.array([0.0, 0.0, 1.0, 1.0, 1.0, 1.0]), "gradient")  # first: x wins at 0
+    for framework in ("torch", "jax"):
+        assert np.isnan(symgrad.load("leaky_relu", convention=framework, negative_slope=0.0)
+                        .forward(x)[0][0])
 
 
 BINARY_SHAPES = st.sampled_from([((5,), (5,)), ((3, 1), (4,)), ((2, 1, 3), (4, 1)), ((1,), (6,))])
@@ -400,7 +432,8 @@ def test_jax_padding_that_wins_drops_its_gradient_on_every_backward_path(kernel,
     assert_same((y, list(m.backward(g, saved))), jax_vjp(jfn, [x], g))
 
 
-@pytest.mark.parametrize("case", ["hardtanh-0.1", "leaky_relu", "leaky_relu-0.5", "leaky_relu-neg"])
+@pytest.mark.parametrize("case", ["hardtanh-0.1", "leaky_relu", "leaky_relu-0.5", "leaky_relu-neg",
+                                  "leaky_relu-0"])
 def test_torch_computes_these_float16_ops_in_float32(case):
     """PyTorch's CPU hardtanh and leaky_relu compute float16 in float32 (float32 constants, one
     rounding): at x = float16(-0.1) hardtanh(-0.1, 0.1) is inside its bounds (-0.1 rounds to

@@ -10,6 +10,7 @@ import sympy as sp
 
 from ... import naming
 from ...geometry import ADAPTIVE
+from ...indicators import Literal
 from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
@@ -52,6 +53,15 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
             "inputs_tuple": repr(tuple(op.spec.inputs))}
 
 
+def _forward_quiet(kernel: ElementwiseKernel) -> str:
+    """Why forward computes under np.errstate(invalid="ignore"), or "": a Literal parameter of 0
+    multiplies an input (x * 0 is NaN at x = +-inf, silently, as the frameworks compute it)."""
+    values = [kernel.output] + [a.expr for a in kernel.intermediates]
+    if any(lit.value == 0 for e in values for lit in e.atoms(Literal)):
+        return "x * 0 is NaN at x = +-inf, as the frameworks compute it"
+    return ""
+
+
 def _widened(name: str) -> str:
     """An array as float32 where it is float16 (else itself): float16 computed in float32."""
     return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
@@ -84,6 +94,7 @@ def context(art: Artifacts) -> dict:
             output=numpy_code(kernel.output.xreplace(sub), select=True),
             grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
             broadcast=kernel.broadcast,
+            forward_quiet=_forward_quiet(kernel),
             backward_intermediates=(backward_wide if wide else [])
             + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
@@ -176,6 +187,7 @@ def _expression_context(art: Artifacts) -> dict:
         "output": numpy_code(kernel.output),
         "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
         "broadcast": kernel.broadcast,
+        "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],
         "piecewise_linear": art.piecewise_linear,
     }
