@@ -32,12 +32,23 @@ class Preset:
     # NumPy does) or "float" (computed in float32 with float32 constants and rounded to float16
     # once, as PyTorch's CPU kernels of hardtanh and leaky_relu do)
     half: str = "half"
+    # windows: the value every input element's gradient starts from before the terms of the
+    # windows holding it are added (GRAD_STARTS), which decides the sign of a zero gradient
+    grad_start: str = "+0"
 
 
 ZERO_RULES = {
     "first": "of two equal operands the first is returned (+0 and -0 included)",
     "second": "of two equal operands the second is returned (+0 and -0 included)",
     "ordered": "-0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)",
+}
+
+
+GRAD_STARTS = {
+    "+0": "+0, as a framework that adds each window's gradient into zeros (PyTorch's pooling "
+          "kernels' +=, XLA's scatter-add): a zero gradient is +0",
+    "-0": "-0, the identity of IEEE addition: the gradient is its terms' sum exactly, as "
+          "jnp.max's g * hit / count over one group (a loser gets -0 under a negative g)",
 }
 
 
@@ -160,9 +171,10 @@ JAX = {
     "adaptive_max_pool3d": _ADAPTIVE_JAX,
     "fractional_max_pool2d": _FRACTIONAL_JAX,
     "fractional_max_pool3d": _FRACTIONAL_JAX,
-    "maxout": Preset("split", "nan", zeros="ordered", note=(
+    "maxout": Preset("split", "nan", zeros="ordered", grad_start="-0", note=(
         "JAX has no maxout; this is jnp.max over each group of channels (split evenly, NaN for a "
-        "group holding NaN; -0 below +0)")),
+        "group holding NaN; -0 below +0); each element's gradient is its group's g * hit / count "
+        "(-0 for a loser under a negative g)")),
 }
 
 _UNPOOL_TORCH = Preset("all", "dominate", note=(

@@ -120,6 +120,8 @@ class Op:
     gradient: str = "sum"
     # elementwise: float16 computed in float32 with float32 constants, rounded once (Preset.half)
     half_in_float: bool = False
+    # windows: the value an element's gradient starts from (conventions.GRAD_STARTS)
+    grad_start: str = "+0"
 
     @property
     def name(self) -> str:
@@ -313,8 +315,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if preset and spec.strategy.elementwise and not any(how.startswith("explicit") for _, how in origin):
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
     half_in_float = bool(preset and spec.strategy.elementwise and preset.half == "float")
+    grad_start = preset.grad_start if preset and not spec.strategy.elementwise else "+0"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float)
+            zeros, gradient, half_in_float, grad_start)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

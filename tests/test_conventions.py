@@ -130,10 +130,11 @@ def torch_scalar_forward(fn, a, b):
 # Not reproduced (issue 15), each compared with +0 == -0 and named here: the sign of a zero that
 # PyTorch's amax/amin return among tied +0 and -0, which depends on the SIMD lane ...
 ZERO_SIGN_UNSET = {("torch", "amax"), ("torch", "amin")}
-# ... and zero gradients of maxout and JAX's adaptive pooling: symgrad adds each window's weights
-# into +0, where PyTorch's max(dim) writes g to the winner (-0 stays -0) and JAX's g * hit / count
-# gives a loser g's sign (-0 for a negative g)
-GRAD_ZERO_SIGN_UNSET = {("torch", "maxout"), ("jax", "maxout"), ("jax", "adaptive")}
+# ... and zero gradients of PyTorch's maxout and JAX's adaptive pooling: symgrad's winner gets
+# +0 + g, where PyTorch's max(dim) scatters g to the winner (-0 stays -0); JAX's jnp.max over
+# slices pads each slice's gradient with +0, so an element inside every window keeps its terms'
+# -0 (JAX's maxout, one group per element, is reproduced: grad_start -0)
+GRAD_ZERO_SIGN_UNSET = {("torch", "maxout"), ("jax", "adaptive")}
 
 
 # ------------------------------------------------------------------------ elementwise

@@ -540,7 +540,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         grad_output = grads[b0:b1]
 
         count = _count(buf, n, plan, extremum, dtype)
-        acc.fill(0)
+        acc.fill(0)  # +0.0: a zero gradient is +0.0
         with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
             for w in reversed(plan.elements):  # output order, as in _accumulate
                 view = _cropped(acc, w, n, plan)

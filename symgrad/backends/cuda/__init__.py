@@ -16,7 +16,8 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import docstring, environment, header, special_docstring, wrap
+from ..common import (docstring, environment, grad_start_comment, header, negative_zero,
+                      special_docstring, wrap)
 from ..printing import python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -80,6 +81,9 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
            "selection_doc": [f.doc for f in functions],
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
+           # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
+           "grad_start": "-(acc)0" if negative_zero(kernel.grad_start) else "0",
+           "grad_start_comment": grad_start_comment(kernel.grad_start),
            "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                                if kernel.padding_takes_part else "padding never wins"),
            "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",

@@ -14,7 +14,7 @@ from ...indicators import Literal
 from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
-                      header, special_docstring, wrap)
+                      grad_start_comment, header, negative_zero, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
@@ -124,6 +124,8 @@ def context(art: Artifacts) -> dict:
         counts=sel.counts,
         winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
+        grad_start="-0.0" if negative_zero(kernel.grad_start) else "0",
+        grad_start_comment=grad_start_comment(kernel.grad_start),
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
