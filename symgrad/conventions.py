@@ -49,6 +49,8 @@ GRAD_STARTS = {
           "kernels' +=, XLA's scatter-add): a zero gradient is +0",
     "-0": "-0, the identity of IEEE addition: the gradient is its terms' sum exactly, as "
           "jnp.max's g * hit / count over one group (a loser gets -0 under a negative g)",
+    "slices": "-0 for an element inside every window, else +0, as jnp.max over slices of x (each "
+              "window's gradient is padded with +0 to x's shape, and the windows' gradients added)",
 }
 
 
@@ -123,9 +125,10 @@ _POOL_JAX = Preset("first", "replace", note=(
     "+0)"), padding="neg_inf", zeros="ordered")
 
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
-    "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
-    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; forward "
-    "XLA max (-0 below +0)"), zeros="ordered")
+    "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows, x sliced (as "
+    "one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; "
+    "forward XLA max (-0 below +0); each slice's gradient is padded with +0"), zeros="ordered",
+    grad_start="slices")
 
 _FRACTIONAL_JAX = Preset("split", "nan", note=(
     "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "

@@ -118,9 +118,9 @@ class WindowKernel:
     index_dtype: str | None  # scan: the saved window-local index type (static windows)
     saved: tuple[str, ...]
     padding_takes_part: bool = False  # pooling: padding is -inf and competes (JAX) or never wins
-    # the value an element's gradient starts from before its windows' terms are added: +0.0, or
-    # -0.0 (the terms' sum exactly, a -0 kept), conventions.GRAD_STARTS
-    grad_start: float = 0.0
+    # what an element's gradient starts from before its windows' terms are added
+    # (conventions.GRAD_STARTS): "+0", "-0" (the terms' sum exactly, a -0 kept), or "slices"
+    grad_start: str = "+0"
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -376,7 +376,7 @@ def lower(d: Derivation):
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", -0.0 if op.grad_start == "-0" else 0.0)
+                        op.padding_mode == "neg_inf", op.grad_start)
 
 
 # ----------------------------------------------------------------------------- linearity

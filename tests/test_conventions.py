@@ -131,11 +131,10 @@ def torch_scalar_forward(fn, a, b):
 # PyTorch's amax/amin return among tied +0 and -0, which depends on the slice's length and on
 # which SIMD lanes the zeros fall in (README, Framework conventions) ...
 ZERO_SIGN_UNSET = {("torch", "amax"), ("torch", "amin")}
-# ... and, not reproduced yet (issue 15), zero gradients of PyTorch's maxout and JAX's adaptive pooling: symgrad's winner gets
-# +0 + g, where PyTorch's max(dim) scatters g to the winner (-0 stays -0); JAX's jnp.max over
-# slices pads each slice's gradient with +0, so an element inside every window keeps its terms'
-# -0 (JAX's maxout, one group per element, is reproduced: grad_start -0)
-GRAD_ZERO_SIGN_UNSET = {("torch", "maxout"), ("jax", "adaptive")}
+# ... and, not reproduced yet (issue 15), the zero gradients of PyTorch's maxout: symgrad's winner
+# gets +0 + g, where PyTorch's max(dim) scatters g to the winner (-0 stays -0).  (JAX's maxout and
+# adaptive pooling are reproduced: Preset.grad_start "-0" and "slices".)
+GRAD_ZERO_SIGN_UNSET = {("torch", "maxout")}
 
 
 # ------------------------------------------------------------------------ elementwise

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from pathlib import Path
 
 import jinja2
@@ -289,13 +288,9 @@ def special_docstring(op: Op, d: Derivation, kernel) -> list[str]:
     return lines
 
 
-def negative_zero(value: float) -> bool:
-    """value is -0.0 (a window kernel's grad_start)."""
-    return value == 0 and math.copysign(1.0, value) < 0
-
-
-def grad_start_comment(value: float) -> str:
+def grad_start_comment(rule: str) -> str:
     """What an element's gradient starts from (WindowKernel.grad_start), said in the code."""
-    if negative_zero(value):
-        return "-0.0: the gradient is its terms' sum exactly (a -0 term stays -0)"
-    return "+0.0: a zero gradient is +0.0"
+    return {"+0": "+0.0: a zero gradient is +0.0",
+            "-0": "-0.0: the gradient is its terms' sum exactly (a -0 term stays -0)",
+            "slices": "-0.0 inside every window, else +0.0: as the windows' gradients of x's "
+                      "slices, each padded with +0.0, added"}[rule]

@@ -14,7 +14,7 @@ from ...indicators import Literal
 from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
-                      grad_start_comment, header, negative_zero, special_docstring, wrap)
+                      grad_start_comment, header, special_docstring, wrap)
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
@@ -124,7 +124,7 @@ def context(art: Artifacts) -> dict:
         counts=sel.counts,
         winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
-        grad_start="-0.0" if negative_zero(kernel.grad_start) else "0",
+        grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
@@ -145,6 +145,13 @@ def context(art: Artifacts) -> dict:
         ctx["fold_output"] = fold("output", "v", numpy_extremum_step)
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
     if kernel.geometry == "adaptive":
+        # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
+        # inside every window (held by all of an axis's windows, along every axis)
+        inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
+                  " == len(axes)")
+        ctx["grad_zeros"] = (f"np.broadcast_to(np.where({inside}, saved.dtype.type(-0.0), "
+                             f"saved.dtype.type(0)), batched).copy()"
+                             if kernel.grad_start == "slices" else "np.zeros(batched, dtype=saved.dtype)")
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
                    window_end=numpy_integer_code(ADAPTIVE.end),
                    first_holder=numpy_integer_code(ADAPTIVE.first_holder),
