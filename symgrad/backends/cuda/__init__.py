@@ -252,8 +252,8 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
                     if sel.counts else "."))
     out = {}
     if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
-        inside = " && ".join(f"sg_window_start(i{a}, l{a}, o{a}) == 0 && sg_window_end(i{a}, l{a}, o{a}) == o{a}"
-                             for a in range(spatial))
+        inside = " && ".join(f"sg_window_start(i{a}, l{a}, o{a}) == 0 && "
+                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
         out["grad_start"] = f"({inside}) ? -(acc)0 : (acc)0"
     return out | {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
             "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
