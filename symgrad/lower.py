@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sympy as sp
 
+from . import geometry as _geometry
 from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
@@ -118,6 +119,7 @@ class WindowKernel:
     index_dtype: str | None  # scan: the saved window-local index type (static windows)
     saved: tuple[str, ...]
     padding_takes_part: bool = False  # pooling: padding is -inf and competes (JAX) or never wins
+    axes: _geometry.AxisGeometry | None = None  # the windows along each axis (None: reductions)
     # what an element's gradient starts from before its windows' terms are added
     # (conventions.GRAD_STARTS): "+0", "-0" (the terms' sum exactly, a -0 kept), or "slices"
     grad_start: str = "+0"
@@ -376,7 +378,8 @@ def lower(d: Derivation):
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", op.grad_start)
+                        op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params),
+                        op.grad_start)
 
 
 # ----------------------------------------------------------------------------- linearity

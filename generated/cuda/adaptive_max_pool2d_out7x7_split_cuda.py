@@ -197,7 +197,7 @@ SPATIAL = 2
 
 
 class Saved(NamedTuple):
-    """What forward keeps: the input and the output (by reference), its layout, and shapes."""
+    """What forward keeps: the input and the output (by reference); its layout, and shapes."""
 
     x: object
     output: object
@@ -283,9 +283,11 @@ def _saved_arrays(saved: Saved) -> list:
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
     size = int(np.prod(box))
-    arrays = [("x", batched, saved.dtype, None), ("output", out_batched, saved.dtype, None)]
-    arrays.append(("count", out_batched, _index_dtype(size + 1), size + 1))
-    return arrays
+    return [  # (field, shape, dtype, bound of its values: box-local indices, or counts up to the box's size)
+        ("x", batched, saved.dtype, None),
+        ("output", out_batched, saved.dtype, None),
+        ("count", out_batched, _index_dtype(size + 1), size + 1),
+    ]
 
 
 def forward(x):

@@ -283,7 +283,9 @@ def _saved_arrays(saved: Saved) -> list:
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
     size = int(np.prod(box))
-    return [("index", out_batched, _index_dtype(size), size)]
+    return [  # (field, shape, dtype, bound of its values: box-local indices, or counts up to the box's size)
+        ("index", out_batched, _index_dtype(size), size),
+    ]
 
 
 def _check_index_in_window(cp, saved: Saved) -> None:

@@ -202,7 +202,7 @@ WINDOW = 4  # elements per window
 
 
 class Saved(NamedTuple):
-    """What forward keeps: the input and the output (by reference), the samples, its layout, and
+    """What forward keeps: the input and the output (by reference), the samples; its layout, and
     shapes."""
 
     x: object
@@ -312,8 +312,11 @@ def _saved_arrays(saved: Saved) -> list:
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
     arrays = [("samples", batched[:2] + (SPATIAL,), saved.dtype, None, "c")]
-    arrays += [("x", batched, saved.dtype, None), ("output", out_batched, saved.dtype, None)]
-    arrays.append(("count", out_batched, _index_dtype(WINDOW + 1), WINDOW + 1))
+    arrays += [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("x", batched, saved.dtype, None),
+        ("output", out_batched, saved.dtype, None),
+        ("count", out_batched, _index_dtype(WINDOW + 1), WINDOW + 1),
+    ]
     return arrays
 
 

@@ -203,7 +203,7 @@ WINDOW = 8  # elements per window
 
 class Saved(NamedTuple):
     """What forward keeps: each output's winner as its row-major index in its window, in the
-    smallest unsigned type holding it; the samples, its layout, and shapes."""
+    smallest unsigned type holding it, the samples; its layout, and shapes."""
 
     index: object
     samples: object  # (N, C, SPATIAL) contiguous, in the working dtype
@@ -310,7 +310,9 @@ def _saved_arrays(saved: Saved) -> list:
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
     arrays = [("samples", batched[:2] + (SPATIAL,), saved.dtype, None, "c")]
-    arrays.append(("index", out_batched, _index_dtype(WINDOW), WINDOW))
+    arrays += [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("index", out_batched, _index_dtype(WINDOW), WINDOW),
+    ]
     return arrays
 
 

@@ -246,10 +246,7 @@ def _prepare(cp, a):
 
 def _output_size(length: int, k: int, s: int, p: int, d: int) -> int:
     """Output length exactly as PyTorch computes it (pooling_output_shape)."""
-    out = (length + 2 * p - d * (k - 1) - 1 + (s - 1 if CEIL_MODE else 0)) // s + 1
-    if CEIL_MODE and (out - 1) * s >= length + p:
-        out -= 1  # the last window must start inside the input or the left padding
-    return out
+    return (length + 2 * p - (k - 1) * d - 1) // s + 1
 
 
 def _check_rank(x) -> None:
@@ -271,7 +268,7 @@ def _sizes(shape: tuple):
             raise ValueError(f"{OP}: input spatial size {tuple(lengths)} is too small for "
                              f"kernel_size={KERNEL_SIZE}, stride={STRIDE}, padding={PADDING}, "
                              f"dilation={DILATION}: output size would be {out}")
-        position = (np.arange(out) * s - p)[:, None] + np.arange(k) * d  # input coordinates
+        position = np.arange(out)[:, None] * s + np.arange(k) * d - p  # input coordinates: (windows, elements)
         if not ((position >= 0) & (position < L)).any(axis=1).all():
             raise ValueError(f"{OP}: with padding={PADDING} and dilation={DILATION} some window of an "
                              f"input of spatial size {tuple(lengths)} holds only padding")
@@ -285,7 +282,9 @@ def _saved_arrays(saved: Saved) -> list:
     out_batched = batched[:2] + outs
     if tuple(saved.output_shape) != tuple(saved.input_shape[:-SPATIAL]) + outs:
         raise ValueError(f"the output shape is {tuple(saved.input_shape[:-SPATIAL]) + outs}")
-    return [("index", out_batched, INDEX_DTYPE, int(np.prod(KERNEL_SIZE)))]
+    return [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("index", out_batched, INDEX_DTYPE, 4),
+    ]
 
 
 def forward(x):

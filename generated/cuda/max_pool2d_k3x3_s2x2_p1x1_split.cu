@@ -224,13 +224,13 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     acc best = 0;
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
-      const I i0 = p0 * S0 - P0 + k0 * D0;
-      const bool pad0 = i0 < 0 || i0 >= l0;
+      const I i0 = p0 * S0 + k0 * D0 - P0;
+      const bool pad0 = (i0 >= l0) || (i0 < 0);
       if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
-        const I i1 = p1 * S1 - P1 + k1 * D1;
-        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        const I i1 = p1 * S1 + k1 * D1 - P1;
+        const bool pad1 = pad0 || (i1 >= l1) || (i1 < 0);
         if (pad1 && !PADDING_TAKES_PART) continue;
         const acc v = pad1 ? sg_padding<acc>() : tr::load(xw[i0 * in.s0 + i1 * in.s1]);
         best = started ? sg_combine(best, v) : v;
@@ -241,13 +241,13 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     unsigned int hits = 0;
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
-      const I i0 = p0 * S0 - P0 + k0 * D0;
-      const bool pad0 = i0 < 0 || i0 >= l0;
+      const I i0 = p0 * S0 + k0 * D0 - P0;
+      const bool pad0 = (i0 >= l0) || (i0 < 0);
       if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
-        const I i1 = p1 * S1 - P1 + k1 * D1;
-        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        const I i1 = p1 * S1 + k1 * D1 - P1;
+        const bool pad1 = pad0 || (i1 >= l1) || (i1 < 0);
         if (pad1 && !PADDING_TAKES_PART) continue;
         hits += sg_hit(pad1 ? sg_padding<acc>() : tr::load(xw[i0 * in.s0 + i1 * in.s1]), best) ? 1u : 0u;
       }
@@ -276,12 +276,12 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     acc g = 0;
     #pragma unroll
     for (int k0 = K0 - 1; k0 >= 0; --k0) {
-      const I q0 = i0 + P0 - k0 * D0;  // p0 * S0 for the window p0 holding i0 at k0
-      if (q0 < 0 || q0 % S0 != 0 || q0 / S0 >= o0) continue;
+      const I q0 = i0 + P0 - k0 * D0;  // i0 is element k0 of window q0 / S0 where the test below holds
+      if (!((q0 >= 0) && (q0 % S0 == 0) && (q0 / S0 < o0))) continue;
       #pragma unroll
       for (int k1 = K1 - 1; k1 >= 0; --k1) {
-        const I q1 = i1 + P1 - k1 * D1;  // p1 * S1 for the window p1 holding i1 at k1
-        if (q1 < 0 || q1 % S1 != 0 || q1 / S1 >= o1) continue;
+        const I q1 = i1 + P1 - k1 * D1;  // i1 is element k1 of window q1 / S1 where the test below holds
+        if (!((q1 >= 0) && (q1 % S1 == 0) && (q1 / S1 < o1))) continue;
         const I o = ow + (q0 / S0) * os.s0 + (q1 / S1) * os.s1;
         g += sg_weight(tr::load(grad_output[o]), v, tr::load(output[o]), (acc)count[o]);
       }
@@ -307,13 +307,13 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     acc sum = 0;
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
-      const I i0 = p0 * S0 - P0 + k0 * D0;
-      const bool pad0 = i0 < 0 || i0 >= l0;
+      const I i0 = p0 * S0 + k0 * D0 - P0;
+      const bool pad0 = (i0 >= l0) || (i0 < 0);
       if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
-        const I i1 = p1 * S1 - P1 + k1 * D1;
-        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        const I i1 = p1 * S1 + k1 * D1 - P1;
+        const bool pad1 = pad0 || (i1 >= l1) || (i1 < 0);
         if (pad1 && !PADDING_TAKES_PART) continue;
         const I at = base + i0 * in.s0 + i1 * in.s1;
         sum += pad1 ? sg_weight((acc)0, sg_padding<acc>(), e, (acc)count[t])  // padding has tangent 0

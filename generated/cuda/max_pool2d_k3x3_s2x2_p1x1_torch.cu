@@ -221,13 +221,13 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     T best_raw = xw[0];
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
-      const I i0 = p0 * S0 - P0 + k0 * D0;
-      const bool pad0 = i0 < 0 || i0 >= l0;
+      const I i0 = p0 * S0 + k0 * D0 - P0;
+      const bool pad0 = (i0 >= l0) || (i0 < 0);
       if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
-        const I i1 = p1 * S1 - P1 + k1 * D1;
-        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        const I i1 = p1 * S1 + k1 * D1 - P1;
+        const bool pad1 = pad0 || (i1 >= l1) || (i1 < 0);
         if (pad1 && !PADDING_TAKES_PART) continue;
         const T raw = pad1 ? tr::store(sg_padding<acc>()) : xw[i0 * in.s0 + i1 * in.s1];
         const acc v = tr::load(raw);
@@ -264,12 +264,12 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     acc g = 0;
     #pragma unroll
     for (int k0 = K0 - 1; k0 >= 0; --k0) {
-      const I q0 = i0 + P0 - k0 * D0;  // p0 * S0 for the window p0 holding i0 at k0
-      if (q0 < 0 || q0 % S0 != 0 || q0 / S0 >= o0) continue;
+      const I q0 = i0 + P0 - k0 * D0;  // i0 is element k0 of window q0 / S0 where the test below holds
+      if (!((q0 >= 0) && (q0 % S0 == 0) && (q0 / S0 < o0))) continue;
       #pragma unroll
       for (int k1 = K1 - 1; k1 >= 0; --k1) {
-        const I q1 = i1 + P1 - k1 * D1;  // p1 * S1 for the window p1 holding i1 at k1
-        if (q1 < 0 || q1 % S1 != 0 || q1 / S1 >= o1) continue;
+        const I q1 = i1 + P1 - k1 * D1;  // i1 is element k1 of window q1 / S1 where the test below holds
+        if (!((q1 >= 0) && (q1 % S1 == 0) && (q1 / S1 < o1))) continue;
         const I o = ow + (q0 / S0) * os.s0 + (q1 / S1) * os.s1;
         if ((int)index[o] == k0 * K1 + k1) g += tr::load(grad_output[o]);
       }
@@ -293,11 +293,11 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const I base = b * in.sb + ch * in.sc;
     int local = (int)index[t];
     bool inside = true;  // the winner may be padding where it takes part: its tangent is 0
-    const I i1 = p1 * S1 - P1 + (local % K1) * D1;
-    inside = inside && i1 >= 0 && i1 < l1;
+    const I i1 = p1 * S1 + (local % K1) * D1 - P1;
+    inside = inside && (i1 >= 0) && (i1 < l1);
     local /= K1;
-    const I i0 = p0 * S0 - P0 + (local % K0) * D0;
-    inside = inside && i0 >= 0 && i0 < l0;
+    const I i0 = p0 * S0 + (local % K0) * D0 - P0;
+    inside = inside && (i0 >= 0) && (i0 < l0);
     out[t] = inside ? tangent_x[base + i0 * in.s0 + i1 * in.s1] : tr::store((acc)0);
   }
 }

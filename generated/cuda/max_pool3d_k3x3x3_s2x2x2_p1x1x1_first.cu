@@ -221,18 +221,18 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     T best_raw = xw[0];
     #pragma unroll
     for (int k0 = 0; k0 < K0; ++k0) {
-      const I i0 = p0 * S0 - P0 + k0 * D0;
-      const bool pad0 = i0 < 0 || i0 >= l0;
+      const I i0 = p0 * S0 + k0 * D0 - P0;
+      const bool pad0 = (i0 >= l0) || (i0 < 0);
       if (pad0 && !PADDING_TAKES_PART) continue;
       #pragma unroll
       for (int k1 = 0; k1 < K1; ++k1) {
-        const I i1 = p1 * S1 - P1 + k1 * D1;
-        const bool pad1 = pad0 || i1 < 0 || i1 >= l1;
+        const I i1 = p1 * S1 + k1 * D1 - P1;
+        const bool pad1 = pad0 || (i1 >= l1) || (i1 < 0);
         if (pad1 && !PADDING_TAKES_PART) continue;
         #pragma unroll
         for (int k2 = 0; k2 < K2; ++k2) {
-          const I i2 = p2 * S2 - P2 + k2 * D2;
-          const bool pad2 = pad1 || i2 < 0 || i2 >= l2;
+          const I i2 = p2 * S2 + k2 * D2 - P2;
+          const bool pad2 = pad1 || (i2 >= l2) || (i2 < 0);
           if (pad2 && !PADDING_TAKES_PART) continue;
           const T raw = pad2 ? tr::store(sg_padding<acc>()) : xw[i0 * in.s0 + i1 * in.s1 + i2 * in.s2];
           const acc v = tr::load(raw);
@@ -270,16 +270,16 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     acc g = 0;
     #pragma unroll
     for (int k0 = K0 - 1; k0 >= 0; --k0) {
-      const I q0 = i0 + P0 - k0 * D0;  // p0 * S0 for the window p0 holding i0 at k0
-      if (q0 < 0 || q0 % S0 != 0 || q0 / S0 >= o0) continue;
+      const I q0 = i0 + P0 - k0 * D0;  // i0 is element k0 of window q0 / S0 where the test below holds
+      if (!((q0 >= 0) && (q0 % S0 == 0) && (q0 / S0 < o0))) continue;
       #pragma unroll
       for (int k1 = K1 - 1; k1 >= 0; --k1) {
-        const I q1 = i1 + P1 - k1 * D1;  // p1 * S1 for the window p1 holding i1 at k1
-        if (q1 < 0 || q1 % S1 != 0 || q1 / S1 >= o1) continue;
+        const I q1 = i1 + P1 - k1 * D1;  // i1 is element k1 of window q1 / S1 where the test below holds
+        if (!((q1 >= 0) && (q1 % S1 == 0) && (q1 / S1 < o1))) continue;
         #pragma unroll
         for (int k2 = K2 - 1; k2 >= 0; --k2) {
-          const I q2 = i2 + P2 - k2 * D2;  // p2 * S2 for the window p2 holding i2 at k2
-          if (q2 < 0 || q2 % S2 != 0 || q2 / S2 >= o2) continue;
+          const I q2 = i2 + P2 - k2 * D2;  // i2 is element k2 of window q2 / S2 where the test below holds
+          if (!((q2 >= 0) && (q2 % S2 == 0) && (q2 / S2 < o2))) continue;
           const I o = ow + (q0 / S0) * os.s0 + (q1 / S1) * os.s1 + (q2 / S2) * os.s2;
           if ((int)index[o] == k0 * K1 * K2 + k1 * K2 + k2) g += tr::load(grad_output[o]);
         }
@@ -304,14 +304,14 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const I base = b * in.sb + ch * in.sc;
     int local = (int)index[t];
     bool inside = true;  // the winner may be padding where it takes part: its tangent is 0
-    const I i2 = p2 * S2 - P2 + (local % K2) * D2;
-    inside = inside && i2 >= 0 && i2 < l2;
+    const I i2 = p2 * S2 + (local % K2) * D2 - P2;
+    inside = inside && (i2 >= 0) && (i2 < l2);
     local /= K2;
-    const I i1 = p1 * S1 - P1 + (local % K1) * D1;
-    inside = inside && i1 >= 0 && i1 < l1;
+    const I i1 = p1 * S1 + (local % K1) * D1 - P1;
+    inside = inside && (i1 >= 0) && (i1 < l1);
     local /= K1;
-    const I i0 = p0 * S0 - P0 + (local % K0) * D0;
-    inside = inside && i0 >= 0 && i0 < l0;
+    const I i0 = p0 * S0 + (local % K0) * D0 - P0;
+    inside = inside && (i0 >= 0) && (i0 < l0);
     out[t] = inside ? tangent_x[base + i0 * in.s0 + i1 * in.s1 + i2 * in.s2] : tr::store((acc)0);
   }
 }

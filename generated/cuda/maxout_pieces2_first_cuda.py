@@ -258,7 +258,9 @@ def _saved_arrays(saved: Saved) -> list:
     n, c, s = _flat(shape)
     if tuple(saved.output_shape) != (n, c // PIECES) + shape[2:]:
         raise ValueError(f"the output shape is {(n, c // PIECES) + shape[2:]}")
-    return [("index", (n, c // PIECES, s), INDEX_DTYPE, PIECES)]
+    return [  # (field, shape, dtype, bound of its values: window-local indices, or counts up to the window's size)
+        ("index", (n, c // PIECES, s), INDEX_DTYPE, 2),
+    ]
 
 
 def forward(x):

@@ -266,6 +266,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 
+
 # ----------------------------------------------------------------------------- bfloat16
 # bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
 # kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32

@@ -220,8 +220,7 @@ def _starts(u: np.ndarray, length: int, out: int, k: int) -> np.ndarray:
         real = u.dtype.type
         alpha = real(length - k) / real(out - 1)
         i = np.arange(out - 1).astype(u.dtype)
-        starts[:, :-1] = (((i + u[:, None]) * alpha).astype(np.intp)
-                          - (u * alpha).astype(np.intp)[:, None])
+        starts[:, :-1] = ((i + u[:, None]) * alpha).astype(np.intp) - (u[:, None] * alpha).astype(np.intp)
     starts[:, -1] = length - k
     return starts
 

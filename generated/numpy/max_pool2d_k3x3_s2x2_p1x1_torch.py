@@ -229,10 +229,7 @@ PAD_VALUE = -np.inf if PADDING_TAKES_PART else 0  # what the phase planes hold w
 
 def _output_size(length: int, k: int, s: int, p: int, d: int) -> int:
     """Output length exactly as PyTorch computes it (pooling_output_shape)."""
-    out = (length + 2 * p - d * (k - 1) - 1 + (s - 1 if CEIL_MODE else 0)) // s + 1
-    if CEIL_MODE and (out - 1) * s >= length + p:
-        out -= 1  # the last window must start inside the input or the left padding
-    return out
+    return (length + 2 * p - (k - 1) * d - 1) // s + 1
 
 
 def _check_rank(x: np.ndarray) -> None:
@@ -257,9 +254,9 @@ def _axis(length: int, k: int, s: int, p: int, d: int, out: int):
     wide = -(-max(p + length, (out - 1) * s + d * (k - 1) + 1) // s)
     elements, covered, earlier = [], np.zeros(length, dtype=bool), out
     for j in range(k):
-        # element j of window o is input coordinate o*s + j*d - p: inside for o in [lo, hi)
+        # element j of window i is input coordinate i * s + j * d - p: inside for i in [lo, hi)
         lo = min(out, max(0, -(-(p - j * d) // s)))
-        hi = max(lo, min(out, -(-(length + p - j * d) // s)))
+        hi = max(min(out, -(-(length + p - j * d) // s)), min(out, max(0, -(-(p - j * d) // s))))
         # an earlier element is inside for the windows from `earlier` on (the previous lo)
         elements.append(((j * d) % s, (j * d) // s, lo, hi, lo, max(lo, min(hi, earlier))))
         earlier = lo

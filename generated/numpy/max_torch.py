@@ -297,6 +297,7 @@ def _weight(grad_output, hit, count, extremum):
     return _select(hit, (grad_output) / (count))
 
 
+
 # ----------------------------------------------------------------------------- bfloat16
 # bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
 # kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32

@@ -236,7 +236,7 @@ def _plan(shape: tuple) -> _Plan:
                      for k in range(PIECES))
     phases = tuple((k, (slice(None), k, slice(None)), (slice(None), slice(None)))
                    for k in range(PIECES))
-    return _Plan(n, (c // PIECES, PIECES, rest), groups, (n, c // PIECES) + tuple(shape[2:]),
+    return _Plan(n, (groups[0], PIECES, rest), groups, (n, groups[0]) + tuple(shape[2:]),
                  groups, PIECES, phases, elements, True, True, False)
 
 

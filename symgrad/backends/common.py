@@ -294,3 +294,22 @@ def grad_start_comment(rule: str) -> str:
             "-0": "-0.0: the gradient is its terms' sum exactly (a -0 term stays -0)",
             "slices": "-0.0 inside every window, else +0.0: as the windows' gradients of x's "
                       "slices, each padded with +0.0, added"}[rule]
+
+
+# ----------------------------------------------------------------------------- window geometry
+
+def python_geometry(kernel) -> dict:
+    """The Python code of a window kernel's geometry (``kernel.axes``) that both backends' Python
+    (the NumPy modules, the CUDA loaders) place in the shared templates (``backends/templates``):
+    pooling's output size, fractional pooling's output size from a ratio."""
+    from ..geometry import FRACTIONAL, POOL_CEIL
+    from .printing import python_integer_code as py
+    g = kernel.axes
+    if g is None or g.name not in ("pool", "fractional"):
+        return {}
+    if g.name == "fractional":
+        return {"fractional_output_size": py(FRACTIONAL.output_size, {"length": "n", "ratio": "r"})}
+    return {"pool_output_size": py(g.output_size),
+            "pool_output_doc": "Output length exactly as PyTorch computes it (pooling_output_shape" + (
+                ", ceil_mode: at most the windows that start inside the input or its left padding)."
+                if g is POOL_CEIL else ").")}

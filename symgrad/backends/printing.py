@@ -6,6 +6,9 @@ through Heaviside or a subtraction (``inf - inf`` is NaN)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import sympy as sp
 
 from ..lower import Shared
@@ -77,31 +80,109 @@ def operand(printer, e, clean=lambda s: s) -> str:
     return printer._print(e) if isinstance(e, Shared) else f"({clean(printer._print(e))})"
 
 
-def integer_code(e: sp.Expr, floor_div, ceil_div) -> str:
-    """An integer expression of ``symgrad.geometry`` (sums and products of integers, floor and
-    ceiling of a quotient of nonnegative integers) as code: ``floor_div(p, q)`` and
-    ``ceil_div(p, q)`` print floor(p / q) and ceiling(p / q) from the printed p and q."""
+# the order in which terms and factors of the geometry are printed (symgrad.geometry's symbols)
+_ORDER = {name: k for k, name in enumerate("i x q j u length out k s p d alpha ratio".split())}
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """How a backend writes the geometry's integer and floating-point arithmetic (its printer's
+    settings): floor(p / q), ceiling(p / q), Mod(p, q), Min/Max (None: not printable there), the
+    connectives, a cast of an integer to the floating-point type, and int()'s truncation."""
+
+    floor_div: Callable[[str, str], str]
+    ceil_div: Callable[[str, str], str]
+    mod: Callable[[str, str], str]
+    min: Callable[[str, str], str] | None
+    max: Callable[[str, str], str] | None
+    AND: str
+    OR: str
+    NOT: str
+    TRUE: str
+    real: Callable[[str], str] = lambda s: s
+    trunc: Callable[[str], str] = lambda s: f"int({s})"
+
+
+def integer_code(e: sp.Basic, arithmetic: Arithmetic, names: dict | None = None) -> str:
+    """An expression of ``symgrad.geometry`` as code: sums and products of integers, floor and
+    ceiling of a quotient, Mod, Min and Max; comparisons and connectives; floor of a
+    floating-point product (truncation: its operands are nonnegative), where a quotient of
+    integers is a floating-point division.  ``names`` renames symbols ({symbol or its name: code});
+    the others are printed as they are named."""
+    a = arithmetic
+    names = {str(k): v for k, v in (names or {}).items()}
+
+    def name(sym) -> str:
+        return names.get(sym.name, sym.name)
+
+    def rank(t) -> tuple:  # the geometry's symbols in the order they are read: i * s + j * d - p
+        ranks = [_ORDER.get(str(x), len(_ORDER)) for x in t.free_symbols] or [len(_ORDER)]
+        return (min(ranks), sp.default_sort_key(t))
+
+    def terms(e):  # in the symbols' order, those with a minus sign after the others, numbers last
+        return sorted(e.args, key=lambda t: (t.is_number, t.could_extract_minus_sign(), rank(t)))
 
     def code(e, inner=False) -> str:
-        if e.is_Symbol or e.is_Integer:
+        """e as code; ``inner``: an operand of a product (a sum or a quotient in parentheses)."""
+        if e.is_Symbol:
+            return name(e)
+        if e.is_Integer:
             return str(e)
+        if e is sp.true:
+            return a.TRUE
+        if isinstance(e, sp.core.relational.Relational):
+            return f"({code(e.lhs)} {e.rel_op} {code(e.rhs)})"
+        if isinstance(e, (sp.And, sp.Or)):
+            return "(" + f" {a.AND if isinstance(e, sp.And) else a.OR} ".join(code(t) for t in e.args) + ")"
+        if isinstance(e, sp.Not):
+            return f"{a.NOT}{code(e.args[0])}"
+        if isinstance(e, sp.floor) and not sp.fraction(sp.together(e.args[0]))[1].free_symbols:
+            return a.trunc(code(e.args[0]))  # a floating-point product, nonnegative: truncated
         if isinstance(e, (sp.floor, sp.ceiling)):
             p, q = sp.fraction(sp.together(e.args[0]))
-            return (floor_div if isinstance(e, sp.floor) else ceil_div)(code(p), code(q, True))
+            s = (a.floor_div if isinstance(e, sp.floor) else a.ceil_div)(code(p), code(q, True))
+            return f"({s})" if inner else s
+        if isinstance(e, sp.Mod):
+            s = a.mod(code(e.args[0], True), code(e.args[1], True))
+            return f"({s})" if inner else s
+        if isinstance(e, (sp.Min, sp.Max)):
+            join = a.min if isinstance(e, sp.Min) else a.max
+            if join is None:
+                raise ValueError(f"{type(e).__name__} is not printed in this backend's integer arithmetic")
+            out = code(e.args[0])
+            for t in e.args[1:]:
+                out = join(out, code(t))
+            return out
         if e.is_Add:
-            s = " + ".join(code(t) for t in sorted(e.args, key=lambda t: (t.is_number, sp.default_sort_key(t))))
+            ts = terms(e)
+            s = code(ts[0]) if not ts[0].could_extract_minus_sign() else f"-{code(-ts[0], True)}"
+            for t in ts[1:]:  # a subtracted sum in parentheses
+                s += f" - {code(-t, (-t).is_Add)}" if t.could_extract_minus_sign() else f" + {code(t)}"
             return f"({s})" if inner else s
         if e.is_Mul:
-            factors = sorted(e.args, key=lambda f: (not f.is_Add, sp.default_sort_key(f)))
+            p, q = sp.fraction(e)
+            if q != 1:  # integers divided in floating point (fractional pooling's step)
+                return f"{a.real(code(p))} / {a.real(code(q))}"
+            factors = sorted(e.args, key=lambda f: (not f.is_Add, not f.is_number, rank(f)))
             s = " * ".join(code(f, True) for f in factors)
             return f"({s})" if inner else s
-        raise ValueError(f"not an integer expression of the window geometry: {e}")
+        raise ValueError(f"not an expression of the window geometry: {e}")
 
-    return code(e)
+    return code(sp.sympify(e))
 
 
-def python_integer_code(expr: sp.Expr) -> str:
-    """An integer expression of the window geometry in Python's integer arithmetic (ints and NumPy
-    integer arrays, in the NumPy modules and the CUDA loaders): floor division ``//``, and
-    ceiling(p / q) as -(-p // q)."""
-    return integer_code(expr, lambda p, q: f"({p}) // {q}", lambda p, q: f"-(-({p}) // {q})")
+def atom(s: str) -> str:
+    """s as an operand: in parentheses unless it is a name or a number."""
+    return s if s.replace("_", "").isalnum() else f"({s})"
+
+
+PYTHON = Arithmetic(lambda p, q: f"{atom(p)} // {q}", lambda p, q: f"-(-{atom(p)} // {q})",
+                    lambda p, q: f"{p} % {q}", lambda p, q: f"min({p}, {q})",
+                    lambda p, q: f"max({p}, {q})", "&", "|", "~", "True", real=lambda s: f"({s})")
+
+
+def python_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
+    """An expression of the window geometry in Python's integer arithmetic (ints and NumPy
+    integer arrays, in the NumPy modules and the CUDA loaders): floor division ``//``,
+    ceiling(p / q) as -(-p // q), conditions joined by & and | (they hold for arrays too)."""
+    return integer_code(expr, PYTHON, names)

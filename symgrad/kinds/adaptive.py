@@ -65,4 +65,4 @@ ADAPTIVE = Kind(
         "(first/last) or a mask of the elements attaining the extremum (split/all), valid for "
         "every window length"),
     conventions_family="adaptive_max_pool1d", docs_windows=_docs_windows, example=_example,
-    windows_vary=True)
+    windows_vary=True, axes=lambda params: geometry.ADAPTIVE)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 # ops.py imports this package: the functions here take an ops.Op (named "Op" in their annotations)
 # and, for the docs' worked example, a generated NumPy module ("mod")
@@ -35,6 +35,9 @@ class Kind:
     # writers of a slot tie by their indices, not their values
     scatter: bool = False
     window_size: Callable[[dict], int] | None = None  # the window derived on, from the parameters
+    # the windows along each axis (symgrad.geometry: output size, starts, coordinates, holders),
+    # from the parameters; None where the kind has no axis geometry (reductions, elementwise)
+    axes: Callable[[dict], Any] = lambda params: None
     static: bool = False  # one window of window_param elements, known when the code is generated
     window_param: str = ""  # the parameter that sizes a static window (bounded by ops.MAX_WINDOW)
     preset_padding: bool = False  # a framework preset decides whether padding takes part

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import geometry
 from .base import Kind, describe_static, spatial_cell, window_backward
 from .pool import _window_size
 
@@ -74,4 +75,5 @@ FRACTIONAL = Kind("fractional", window_size=_window_size, static=True, window_pa
                   describe=_describe, backward=window_backward,
                   windows_doc=f"Windows: {FRACTIONAL_WINDOWS}.",
                   conventions_family="adaptive_max_pool1d", docs_windows=_docs_windows,
-                  example=_example, example_module=FixedSamples)
+                  example=_example, example_module=FixedSamples,
+                  axes=lambda params: geometry.FRACTIONAL)

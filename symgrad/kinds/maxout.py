@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import geometry
 from .base import Kind, window_backward
 
 
@@ -18,4 +19,5 @@ def _docs_windows(op: "Op") -> str:
 
 MAXOUT = Kind("maxout", window_size=lambda params: params["pieces"], static=True,
               window_param="pieces", backward=window_backward, docs_windows=_docs_windows,
-              example=_example)
+              example=_example,
+              axes=lambda params: geometry.MAXOUT)

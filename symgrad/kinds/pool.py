@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from .. import geometry
 from .base import Kind, describe_static, spatial_cell, window_backward
 
 
@@ -69,4 +70,5 @@ POOL = Kind("pool", window_size=_window_size, static=True, window_param="kernel_
             preset_padding=True, describe=describe_static, backward=window_backward,
             conventions_family="max_pool1d", docs_windows=_docs_windows, example=_example,
             docs_apart="these windows do not overlap (stride >= kernel size), so each input is in "
-                       "at most one window")
+                       "at most one window",
+            axes=lambda params: geometry.pool(bool(params["ceil_mode"])))

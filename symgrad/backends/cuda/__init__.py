@@ -16,9 +16,9 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import (docstring, environment, grad_start_comment, header, special_docstring,
-                      wrap)
-from ..printing import python_integer_code
+from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
+                      special_docstring, wrap)
+from ..printing import atom, bare, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -98,6 +98,20 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         ctx.update(index_ctype=_C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else "",
                    count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
                    index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
+        ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
+        # the kernels' constants of the selection: the scan's output rule and saved index type, the
+        # count's type
+        ctx["saved_constants"] = (
+            [f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  // {ctx['winner_comment']}",
+             f"typedef {ctx['index_ctype']} index_t;  // saved: the winner's window-local index"]
+            if sel.form == "scan" else []) + (
+            [f"typedef {ctx['count_ctype']} count_t;  // saved: the number of elements attaining the extremum"]
+            if sel.counts else [])
+        ctx["dtype_constants"] = (
+            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
+            if sel.form == "scan" else []) + (
+            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
+            if sel.counts else [])
         if sel.form == "scan":
             saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
                      f"({np.dtype(kernel.index_dtype).itemsize} byte{'s' if np.dtype(kernel.index_dtype).itemsize > 1 else ''}) "
@@ -109,6 +123,18 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           else ".")
     else:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
+        window = {"adaptive": ("size", "int(np.prod(box))"), "fractional": ("WINDOW", "WINDOW")}.get(kernel.geometry)
+        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"), window)
+        ctx["saved_constants"] = ([f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  "
+                                   f"// {ctx['winner_comment']}"] if sel.form == "scan" else [])
+        boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))
+        ctx["saved_index_doc"] = [] if sel.form != "scan" else {
+            "fractional": ["A winner is saved as its row-major index in its window."],
+            "adaptive": [f"{boxes}: the window box, the largest window extent along each axis; a winner is "
+                         f"saved as", "its row-major index in its window's box."]}.get(kernel.geometry, [])
+        extra = ", the samples" if kernel.geometry == "fractional" else ""
+        ctx["saved_class_doc"] = wrap(f'    """What forward keeps: {ctx["saved"]["keeps"]}{extra}; its layout, and shapes."""',
+                                      100, "    ")
         if sel.form == "scan":
             saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
                      "n (the loader picks it at run time; the backward kernel takes it as long long)."]
@@ -119,6 +145,72 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           "the backward kernel takes it as long long)." if sel.counts else ".")
     ctx["saved_doc"] = [line for s in saved for line in wrap(s, 96, "  ")]
     return ctx
+
+
+def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[str, str],
+                     window: tuple[str, str] | None = None) -> dict:
+    """What forward saves and backward and jvp read, as finished parameter lists and arguments of
+    the kernels: the saved index (scan) or x and the output and maybe the count (mask), from the
+    lowered selection.  index, count: (type in the kernel templates, C type in the extern "C"
+    wrappers); "T" is the data type of the kernel templates.  window: where the window's size is
+    known only at run time (adaptive, fractional), the loader's expression of it in _saved_arrays
+    and in forward; the kernels then take index and count as long long, which forward narrows to
+    the smallest unsigned type and backward and jvp widen again."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    counted = [("count", *count)] if sel.counts else []
+    writes = [("index", *index)] if scan else counted
+    reads = [("index", *index)] if scan else [("x", "T", "T"), ("output", "T", "T")] + counted
+
+    if window is None:  # static: the dtypes are the loader's constants
+        bound = {"index": str(kernel.window), "count": str(kernel.window + 1)}
+        dtype = {"index": "INDEX_DTYPE", "count": "COUNT_DTYPE"}
+        allocated = dtype
+        narrow = {}
+    else:
+        bound = {"index": window[0], "count": f"{window[0]} + 1"}
+        dtype = {name: f"_index_dtype({b})" for name, b in bound.items()}
+        allocated = {"index": "np.int64", "count": "np.int64"}
+        narrow = {"index": window[1], "count": f"{window[1]} + 1"}
+
+    def params(arrays, const, c_type):
+        return "".join(f"{const}{c_type(k, c)}* __restrict__ {name}, " for name, k, c in arrays)
+
+    def doc(arrays, const):
+        return "".join(f"{const}{c}* {name}, " for name, _, c in arrays)
+
+    def per_dtype(arrays, const):  # the extern "C" wrappers' parameters, per data type
+        return {dt: params(arrays, const, lambda k, c, ct=ct: ct if c == "T" else c) for dt, ct in CUDA_DTYPES}
+
+    return {
+        "writes_doc": doc(writes, ""), "reads_doc": doc(reads, "const "),
+        # the kernel templates' parameter lines (each ends with a comma)
+        "writes": [params(writes, "", lambda k, c: k).rstrip()] if writes else [],
+        "reads": [params(reads, "const ", lambda k, c: k).rstrip()],
+        "writes_c": per_dtype(writes, ""), "reads_c": per_dtype(reads, "const "),
+        "writes_args": "".join(f"{name}, " for name, _, _ in writes),
+        "reads_args": "".join(f"{name}, " for name, _, _ in reads),
+        # the count argument of sg_weight, read at an output position (none where uncounted)
+        "count_at": {at: (f", (acc)count[{at}]" if sel.counts else "") for at in ("o", "t", "r")},
+        # the loader: Saved's array fields, what forward allocates (field, dtype constant), what
+        # backward and jvp pass, and each saved array's (field, "in" or "out" shape, dtype, bound of
+        # its values: the window's elements, or one more for a count)
+        "fields": [name for name, _, _ in reads],
+        "allocates": [(name, allocated[name]) for name, _, _ in writes],
+        "loader_reads": "".join(f"saved.{name}, " for name, _, _ in reads),
+        "arrays": ([("index", "out", dtype["index"], bound["index"])] if scan else
+                   [("x", "in", "saved.dtype", "None"), ("output", "out", "saved.dtype", "None")]
+                   + ([("count", "out", dtype["count"], bound["count"])] if sel.counts else [])),
+        # run-time windows: forward narrows what the kernel wrote, backward and jvp widen it
+        "narrows": [(name, f"_index_dtype({narrow[name]})") for name, _, _ in writes if name in narrow],
+        "widens": [name for name, _, _ in writes if name in narrow],
+        "widened_reads": "".join(f"{name}, " if name in narrow else f"saved.{name}, " for name, _, _ in reads),
+        "keeps": ("the window-local index of each output's winner" if window is None else
+                  "each output's winner as its row-major index in its window"
+                  + ("'s box (the largest window extent along each axis)" if window[0] == "size" else "")
+                  + ", in the smallest unsigned type holding it") if scan else
+                 "the input and the output (by reference)",
+    }
 
 
 def context(art: Artifacts) -> dict:
@@ -191,6 +283,13 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     ctx.update(_cuda_window(op, kernel))
+    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
+    ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
+    # the reduction's first kernel needs the compute type where it compares (scan) or counts
+    ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
+                           if kernel.selection.form == "scan" or kernel.selection.counts else [])
+    if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
+        ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
@@ -199,13 +298,43 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(spatial=spatial, axes=list(range(spatial)),
                    kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
+        ctx["pool"] = [_pool_code(kernel.axes, a) for a in range(spatial)]
+        g = kernel.axes
+        ctx.update(loader_coordinates=python_integer_code(
+                       g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
+                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}))
     elif kernel.geometry == "maxout":
-        ctx.update(pieces=op.params["pieces"])
+        names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
+        g = kernel.axes
+        ctx.update(pieces=op.params["pieces"], maxout={
+            "groups": cuda_integer_code(g.output_size, names),
+            "start": cuda_integer_code(g.start, names),
+            "coordinate": cuda_integer_code(g.coordinate, names),
+            "winner": cuda_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
+            "holder": cuda_integer_code(g.holder, names),
+            "element": cuda_integer_code(g.element, names)})
     elif kernel.geometry == "adaptive":
         ctx.update(_cuda_adaptive(op, kernel))
     elif kernel.geometry == "fractional":
         ctx.update(_cuda_fractional(op, kernel))
+    ctx.update(python_geometry(kernel))  # the loader's Python
     return ctx
+
+
+def _pool_code(g, a: int) -> dict:
+    """Pooling's geometry (symgrad.geometry) along spatial axis a as pool.cu.jinja's kernels name
+    it: window p<a>, element k<a>, input coordinate i<a>, constants K<a> S<a> P<a> D<a>."""
+    names = {"i": f"p{a}", "j": f"k{a}", "x": f"i{a}", "length": f"l{a}", "out": f"o{a}",
+             "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}", "q": f"q{a}"}
+    outside = sp.to_nnf(sp.Not(g.inside))
+    return {"coordinate": cuda_integer_code(g.coordinate, names),
+            "outside": bare(cuda_integer_code(outside, names | {"x": f"i{a}"})),
+            "inside": bare(cuda_integer_code(g.inside, names)),
+            "coordinate_of_local": cuda_integer_code(g.coordinate, names | {"j": f"(local % K{a})"}),
+            "offset": cuda_integer_code(g.offset, names),
+            "holds": cuda_integer_code(g.holds, names),
+            "holder": cuda_integer_code(g.holder, names),
+            "holder_operand": atom(cuda_integer_code(g.holder, names))}
 
 
 def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
@@ -225,7 +354,10 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
                  + ("; forward also saves their number per output (the loader stores it in the "
                     "smallest unsigned type holding it; the kernels take it as long long)"
                     if kernel.selection.counts else "") + "; and the samples.")
+    names = {"i": "(A)i", "length": "l", "out": "o"}
+    g = kernel.axes
     return {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+            "fractional": {f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")},
             "kernel_size": list(op.params["kernel_size"]),
             "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
             "windows_doc": f"Window starts: {FRACTIONAL_WINDOWS}.",
@@ -255,7 +387,9 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
         inside = " && ".join(f"sg_window_start(i{a}, l{a}, o{a}) == 0 && "
                              f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
         out["grad_start"] = f"({inside}) ? -(acc)0 : (acc)0"
+    scan = sel.form == "scan"  # the scan's kernels take the window box's sizes
     return out | {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+            "box_axes": list(range(spatial)) if scan else [], "box_sizes": " + box" if scan else "",
             "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
             "saved_doc": wrap(saved, 96, "  "), "windows_text": ADAPTIVE.doc(),
             "cuda_window_start": cuda_integer_code(ADAPTIVE.start),

@@ -17,7 +17,7 @@ from sympy.printing.c import C99CodePrinter
 from ..printing import ConditionPrinter
 from ..printing import float_value
 from ..printing import bare as _bare
-from ..printing import integer_code
+from ..printing import Arithmetic, atom, integer_code
 from ..printing import operand as _operand
 
 
@@ -174,7 +174,15 @@ def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
     return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {})}).doprint(expr))
 
 
-def cuda_integer_code(expr: sp.Expr) -> str:
-    """An integer expression of the window geometry in C's 64-bit integer arithmetic: for
-    nonnegative p and positive q, p / q is floor(p / q) and (p + q - 1) / q is ceiling(p / q)."""
-    return integer_code(expr, lambda p, q: f"({p}) / {q}", lambda p, q: f"({p} + {q} - 1) / {q}")
+CUDA_ARITHMETIC = Arithmetic(lambda p, q: f"{atom(p)} / {q}", lambda p, q: f"({p} + {q} - 1) / {q}",
+                             lambda p, q: f"{p} % {q}", None, None, "&&", "||", "!", "true",
+                             real=lambda s: f"(A)({s})", trunc=lambda s: f"(long long)({s})")
+
+
+def cuda_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
+    """An expression of the window geometry in C's 64-bit integer arithmetic: for nonnegative p
+    and positive q, p / q is floor(p / q) and (p + q - 1) / q is ceiling(p / q) (every quotient
+    the geometry divides has a nonnegative numerator where its value is used; a negative one only
+    in a condition that a comparison beside it already decides); floating-point parts in the
+    compute type A of the template function, truncated to long long as C's cast does."""
+    return integer_code(expr, CUDA_ARITHMETIC, names)

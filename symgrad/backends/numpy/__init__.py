@@ -3,18 +3,20 @@ template (``templates/``: vectorized NumPy; the module needs nothing else)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sympy as sp
 
 from ... import naming
-from ...geometry import ADAPTIVE
+from ...geometry import ADAPTIVE, S
 from ...indicators import Literal
 from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
-                      grad_start_comment, header, special_docstring, wrap)
+                      grad_start_comment, header, python_geometry, special_docstring, wrap)
+from ..printing import PYTHON, bare, integer_code
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
@@ -134,6 +136,8 @@ def context(art: Artifacts) -> dict:
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
+    if kernel.geometry in _NUMPY_TEMPLATES:  # the template's scan or mask parts, by the lowered form
+        ctx["selection_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
@@ -144,6 +148,18 @@ def context(art: Artifacts) -> dict:
         ctx["combine"] = fold("best", "v", numpy_extremum_step)  # the same rule for every dtype
         ctx["fold_output"] = fold("output", "v", numpy_extremum_step)
         ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
+        ctx["fold_winner_blocks"] = [ctx["fold_winner"]] if ctx["fold_winner"] else []  # helper functions
+        # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace):
+        # the lines that start, step and per window compute it, and what forward returns
+        output_is_fold = sel.form == "scan" and not sel.winner_is_output
+        ctx["output_fold"] = {
+            "start": ["output = best.copy()  # under this NaN rule the winner of a NaN window need not be the NaN"]
+            if output_is_fold else [],
+            "step": [f"folded = {ctx['fold_output']}",
+                     "output = folded if valid is None else np.where(valid, folded, output)"] if output_is_fold else [],
+            "result": "output" if output_is_fold else "best",
+            "per_window": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, not the winner"]
+            if output_is_fold else []}
     if kernel.geometry == "adaptive":
         # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
         # inside every window (held by all of an axis's windows, along every axis)
@@ -158,13 +174,41 @@ def context(art: Artifacts) -> dict:
                    end_holder=numpy_integer_code(ADAPTIVE.end_holder),
                    windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
                                     f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
+    ctx.update(python_geometry(kernel))
+    if kernel.geometry == "pool":
+        ctx["pool"] = _pool_code(kernel.axes)
+    if kernel.geometry == "maxout":
+        ctx["maxout_groups"] = numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})
     if kernel.geometry == "fractional":
+        arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+        ctx["fractional"] = {f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
+                             for f in ("alpha", "start", "last_start")}
         ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
         ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
     if kernel.geometry in ("pool", "maxout", "fractional"):
         ctx["imports"] = {"pool": ["itertools", "math", "sys"], "maxout": ["math", "sys"],
                           "fractional": ["math"]}[kernel.geometry]
     return ctx
+
+
+def _pool_code(g) -> dict:
+    """Pooling's geometry (symgrad.geometry) as the phase planes of _geometry_pool.py.jinja read
+    it, per axis: element j's windows inside the input, its phase (the residue of its offset j*d
+    from the window's start modulo the stride) and shift, coordinates of windows."""
+    offset = g.coordinate - g.start  # element j's offset from its window's start
+    along = {"s": "STRIDE[axis]", "p": "PADDING[axis]", "d": "DILATION[axis]"}
+    return {
+        "first_inside": numpy_integer_code(g.first_inside),
+        "end_inside": numpy_integer_code(g.end_inside),
+        "residue": numpy_integer_code(sp.Mod(offset, S)),
+        "shift": numpy_integer_code(sp.floor(offset / S)),
+        "coordinate": numpy_integer_code(g.coordinate),
+        "coordinate_lo": numpy_integer_code(g.coordinate, {"i": "lo"}),
+        "coordinate_last": numpy_integer_code(g.coordinate, {"i": "(hi - 1)"}),
+        "origin": numpy_integer_code(g.start, {"i": "o"} | along),
+        "coordinate_of_window": numpy_integer_code(g.coordinate, {"i": "o"} | along),
+        "inside_plane": bare(numpy_integer_code(g.inside, {"x": "c", "length": "plan.plane_shape[axis]"})),
+    }
 
 
 # The adaptive NumPy modules' cost model for choosing, per input shape, between one pass per
