@@ -32,12 +32,25 @@ class Preset:
     # NumPy does) or "float" (computed in float32 with float32 constants and rounded to float16
     # once, as PyTorch's CPU kernels of hardtanh and leaky_relu do)
     half: str = "half"
+    # windows: the value every input element's gradient starts from before the terms of the
+    # windows holding it are added (GRAD_STARTS), which decides the sign of a zero gradient
+    grad_start: str = "+0"
 
 
 ZERO_RULES = {
     "first": "of two equal operands the first is returned (+0 and -0 included)",
     "second": "of two equal operands the second is returned (+0 and -0 included)",
     "ordered": "-0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)",
+}
+
+
+GRAD_STARTS = {
+    "+0": "+0, as a framework that adds each window's gradient into zeros (PyTorch's pooling "
+          "kernels' +=, XLA's scatter-add): a zero gradient is +0",
+    "-0": "-0, the identity of IEEE addition: the gradient is its terms' sum exactly, as "
+          "jnp.max's g * hit / count over one group (a loser gets -0 under a negative g)",
+    "slices": "-0 for an element inside every window, else +0, as jnp.max over slices of x (each "
+              "window's gradient is padded with +0 to x's shape, and the windows' gradients added)",
 }
 
 
@@ -78,7 +91,8 @@ TORCH = {
         "lane; this preset follows the scalar code path (g at NaN)")),
     "leaky_relu": Preset("first", "keep", "reversed", gradient="nested", half="float", zeros="first", note=(
         "F.leaky_relu: x > 0 ? g : g*slope: the slope at 0 and at NaN; written max(slope*x, x) "
-        "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0)")),
+        "(min for slope > 1), first; forward x > 0 ? x : x*slope (slope*x at 0). A slope of 0 is "
+        "x*0 and g*0 (NaN at x = -inf and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(
         "torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN; forward fabs (+0 at -0)")),
     "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
@@ -111,9 +125,10 @@ _POOL_JAX = Preset("first", "replace", note=(
     "+0)"), padding="neg_inf", zeros="ordered")
 
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
-    "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows (as one writes "
-    "it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; forward "
-    "XLA max (-0 below +0)"), zeros="ordered")
+    "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows, x sliced (as "
+    "one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; "
+    "forward XLA max (-0 below +0); each slice's gradient is padded with +0"), zeros="ordered",
+    grad_start="slices")
 
 _FRACTIONAL_JAX = Preset("split", "nan", note=(
     "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "
@@ -139,7 +154,8 @@ JAX = {
         "first; forward minimum(maximum(x, 0), 6) (+0 at -0)")),
     "leaky_relu": Preset("last", "keep", "reversed", gradient="scaled", zeros="second", note=(
         "jax.nn.leaky_relu: where(x >= 0, x, slope*x): 1 at 0, the slope at NaN; written "
-        "max(slope*x, x), last (x at 0)")),
+        "max(slope*x, x), last (x at 0). A slope of 0 is x*0 and 0*(c ? 0 : g) (NaN at x = -inf "
+        "and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("last", "keep", "reversed", gradient="scaled", zeros="ordered", note=(
         "jnp.abs: select(x >= 0, g, 0) - select(x >= 0, 0, g): +1 at 0 and -0, -1 at NaN; written "
         "max(-x, x), last; forward fabs (+0 at -0)")),
@@ -158,9 +174,10 @@ JAX = {
     "adaptive_max_pool3d": _ADAPTIVE_JAX,
     "fractional_max_pool2d": _FRACTIONAL_JAX,
     "fractional_max_pool3d": _FRACTIONAL_JAX,
-    "maxout": Preset("split", "nan", zeros="ordered", note=(
+    "maxout": Preset("split", "nan", zeros="ordered", grad_start="-0", note=(
         "JAX has no maxout; this is jnp.max over each group of channels (split evenly, NaN for a "
-        "group holding NaN; -0 below +0)")),
+        "group holding NaN; -0 below +0); each element's gradient is its group's g * hit / count "
+        "(-0 for a loser under a negative g)")),
 }
 
 _UNPOOL_TORCH = Preset("all", "dominate", note=(

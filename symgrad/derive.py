@@ -35,7 +35,7 @@ import numpy as np
 import sympy as sp
 
 from . import policy as _policy
-from .indicators import Indicator, MaxOf, MinOf, _Extremum, substitute
+from .indicators import Indicator, Literal, MaxOf, MinOf, _Extremum, substitute
 from .ops import MAX_WINDOW, Op
 from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
@@ -136,7 +136,7 @@ def _group_expr(terms: list) -> sp.Expr:
 
 def _support(gap: sp.Expr) -> tuple[sp.Symbol, sp.Expr]:
     """Solve the (linear) gap = 0 for its last symbol: the delta's support as var = value."""
-    var = sorted(gap.free_symbols, key=lambda s: s.name)[-1]
+    var = sorted((s for s in gap.free_symbols if not isinstance(s, Literal)), key=lambda s: s.name)[-1]
     a = gap.coeff(var)
     rest = sp.expand(gap - a * var)
     if a == 0 or var in rest.free_symbols:
@@ -467,7 +467,8 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         return _derive_large_window(op)
     inputs = input_symbols(op)
     if spec.strategy.elementwise:
-        forward = spec.forward(op.params, inputs)
+        framework = op.convention is not None and spec.framework_forward is not None
+        forward = (spec.framework_forward if framework else spec.forward)(op.params, inputs)
         if op.order == "reversed":
             forward = _reversed(forward)
     else:
@@ -491,7 +492,7 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     nodes = [_make_node(sym, ext, op.ties) for sym, ext in inner]
     checks = []
     for node in nodes:
-        free = set().union(*[p.free_symbols for p in node.pieces])
+        free = {s for p in node.pieces for s in p.free_symbols if not isinstance(s, Literal)}
         variables = [v for v in inputs if v in free] + sorted(
             (v for v in free if v not in inputs), key=lambda s: s.name)
         checks.append(_differentiate_all(node, variables, display))

@@ -41,7 +41,7 @@ from . import policy as _policy
 from .conventions import PRESETS
 from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
                      evaluate, running_weights, uniform_relations)
-from .indicators import Indicator
+from .indicators import Indicator, literal_values
 from .ops import Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
@@ -451,10 +451,11 @@ def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
 # ------------------------------------------------------------------------------ piecewise
 
 def _in_inputs(d: Derivation) -> dict:
-    """Each node symbol as a SymPy expression of the inputs (Max/Min)."""
+    """Each node symbol as a SymPy expression of the inputs (Max/Min), a Literal parameter as its
+    value (the regions' values are the math's: 0.0*x is 0 there)."""
     env: dict = {}
     for node in d.nodes:
-        pieces = [p.xreplace(env) for p in node.pieces]
+        pieces = [literal_values(p).xreplace(env) for p in node.pieces]
         env[node.symbol] = (sp.Max if node.kind == "max" else sp.Min)(*pieces)
     return env
 
@@ -465,7 +466,7 @@ def _kinks(d: Derivation) -> set:
     env: dict = {}
     pts = set()
     for node in d.nodes:
-        pieces = [p.xreplace(env) for p in node.pieces]
+        pieces = [literal_values(p).xreplace(env) for p in node.pieces]
         for i in range(len(pieces)):
             for j in range(i + 1, len(pieces)):
                 sol = sp.solveset(pieces[i] - pieces[j], x, sp.S.Reals)
@@ -489,7 +490,7 @@ def _piecewise_one(d: Derivation, s: sp.Symbol) -> list[tuple[str, str]]:
             regions.append((k, k, True, True, k))
             hi = ks[i + 1] if i + 1 < len(ks) else None
             regions.append((k, hi, False, False, (k + hi) / 2 if hi is not None else k + 1))
-    partial = d.partials[s]
+    partial = literal_values(d.partials[s])
     vals = [sp.simplify(partial.xreplace(env).xreplace({x: r})) for *_, r in regions]
     merged = []
     for (lo, hi, lc, hc, _), v in zip(regions, vals):
@@ -810,7 +811,8 @@ def _conventions_section(op: Op) -> Section:
     for conv, fw in (("torch", "PyTorch"), ("jax", "JAX")):
         p = PRESETS[conv][op.name]
         extra = "".join(f", {what} {value}" for what, value, plain in (
-            ("zeros", p.zeros, None), ("gradient", p.gradient, "sum"), ("float16 in", p.half, "half"))
+            ("zeros", p.zeros, None), ("gradient", p.gradient, "sum"), ("float16 in", p.half, "half"),
+            ("gradient starts from", p.grad_start, "+0"))
             if value != plain)
         items.append([f"{fw} (", C(f"--convention {conv}"), f": tie policy {p.ties}, NaN rule "
                       f"{p.nan}, order {p.order}{extra}): {p.note}."])

@@ -7,9 +7,13 @@
 * ``MaxOf(*args)`` / ``MinOf(*args)`` are max and min that keep their arguments in the order given
   (SymPy's ``Max`` sorts them); argument order is what a tie policy is applied to.
 * ``IsNan(e)`` is the predicate "e is NaN", used once the comparisons are lowered to code.
+* ``Literal(name, value)`` is a parameter's value kept as a symbol, printed as the value: where a
+  framework computes ``x * 0`` SymPy would fold ``0*x`` to ``0``.
 """
 
 from __future__ import annotations
+
+import math
 
 import sympy as sp
 from sympy.core.relational import Relational
@@ -147,6 +151,42 @@ class SignBit(BooleanFunction):
         return "signbit(%s)" % printer._print(self.args[0])
 
 
+class Literal(sp.Symbol):
+    """A parameter's value (a float) kept as a symbol through the derivation and the lowering,
+    printed as the value.
+
+    SymPy folds ``0*x`` to ``0``, so leaky_relu(x, 0) = max(x, 0*x) would be derived as relu;
+    PyTorch and JAX compute ``x * 0`` (NaN at x = +-inf, -0 for x < 0; the gradient ``g * 0``).
+    Under their presets the slope 0 enters as a Literal: a real symbol SymPy cannot fold, whose
+    value the printers write where it stands (``0.0*x``).  It sorts before the inputs, as a number
+    does (its class key), so products read as they would with the number.
+    """
+
+    def __new__(cls, name: str, value: float):
+        obj = sp.Symbol.__xnew__(cls, name, real=True)
+        obj.value = float(value)
+        return obj
+
+    def __reduce_ex__(self, protocol):
+        return (Literal, (self.name, self.value))
+
+    def _hashable_content(self):
+        # -0.0 == 0.0 in Python; the sign of the value is part of what it is
+        return super()._hashable_content() + (self.value, math.copysign(1.0, self.value))
+
+    def _sympystr(self, printer):
+        return repr(self.value)
+
+    def _latex(self, printer):
+        return repr(self.value)
+
+
+def literal_values(e: sp.Expr) -> sp.Expr:
+    """e with every Literal replaced by its value (SymPy then folds what it can)."""
+    lits = {a: sp.Float(a.value) for a in e.atoms(Literal)}
+    return e.xreplace(lits) if lits else e
+
+
 _FLIP = {sp.StrictGreaterThan: sp.StrictLessThan, sp.GreaterThan: sp.LessThan,
          sp.StrictLessThan: sp.StrictGreaterThan, sp.LessThan: sp.GreaterThan}
 
@@ -161,6 +201,8 @@ def crossing_form(ind: "Indicator") -> Relational | None:
     if (a.is_Symbol and b.is_Symbol) or (a.is_number or b.is_number):
         return None  # already a comparison of the variables themselves
     gap = sp.expand(a - b) if cls in (sp.StrictGreaterThan, sp.GreaterThan) else sp.expand(b - a)
+    # a Literal coefficient (a slope of 0) decides the crossing by its value
+    gap = sp.expand(literal_values(gap))
     syms = gap.free_symbols
     if len(syms) != 1:
         return None

@@ -26,7 +26,7 @@ from . import geometry as _geometry
 from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
-from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit
+from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
 
 
 class _SortsAsWritten:
@@ -120,6 +120,9 @@ class WindowKernel:
     saved: tuple[str, ...]
     padding_takes_part: bool = False  # pooling: padding is -inf and competes (JAX) or never wins
     axes: _geometry.AxisGeometry | None = None  # the windows along each axis (None: reductions)
+    # what an element's gradient starts from before its windows' terms are added
+    # (conventions.GRAD_STARTS): "+0", "-0" (the terms' sum exactly, a -0 kept), or "slices"
+    grad_start: str = "+0"
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -304,11 +307,22 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
     first    b where isnan(b) or b beats a strictly, else a
     second   a where isnan(a) or a beats b strictly, else b
     ordered  as second, and a where a == b and -0 is b (max) or a (min): -0 is below +0
+
+    Two linear pieces of one variable are compared, and tested for NaN, through the variable, as
+    the gradients are (``policy.code_relation``, ``policy.isnan_of``): leaky_relu's x > 0.01*x is
+    x > 0, which is how the frameworks decide it, and right where 0.0*x is NaN (x = +-inf).
     """
-    beats = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
+    rel = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
+
+    def beats(p, q):
+        # as the gradients compare (policy's code relation): two linear pieces of one variable
+        # through the variable (0.0*x < x is x > 0, also at x = +-inf where 0.0*x is NaN)
+        ind = compare(rel, p, q)
+        return _policy.code_relation(ind) if isinstance(ind, Indicator) else rel(p, q, evaluate=False)
+
     if zeros == "first":
-        return Select(sp.Or(IsNan(b), beats(b, a, evaluate=False)), b, a)
-    cond = sp.Or(IsNan(a), beats(a, b, evaluate=False))
+        return Select(sp.Or(_policy.isnan_of(b), beats(b, a)), b, a)
+    cond = sp.Or(_policy.isnan_of(a), beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
         cond = sp.Or(cond, sp.And(sp.Eq(a, b, evaluate=False), SignBit(negative)))
@@ -364,7 +378,8 @@ def lower(d: Derivation):
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params))
+                        op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params),
+                        op.grad_start)
 
 
 # ----------------------------------------------------------------------------- linearity

@@ -34,7 +34,7 @@ import sympy as sp
 
 from . import policy as _policy
 from .conventions import preset_for
-from .indicators import MaxOf, MinOf
+from .indicators import Literal, MaxOf, MinOf
 from .kinds import FRACTIONAL_WINDOWS, KINDS, Kind  # noqa: F401 (FRACTIONAL_WINDOWS: re-exported)
 
 # which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
@@ -68,6 +68,9 @@ class OpSpec:
     extremum: str = "max"  # for pool, maxout, reduction
     spatial: int = 0  # pooling dims
     forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
+    # the forward a framework preset derives, where it differs: parameters as the framework
+    # computes with them (a slope of 0 as a Literal: x * 0, not SymPy's 0)
+    framework_forward: Callable[[dict, tuple[sp.Symbol, ...]], sp.Expr] | None = None
     check: Callable[[dict], None] | None = None
     torch_name: str = ""
     # ops whose tie policies or NaN rules are restricted (unpool, logsumexp): the ones allowed,
@@ -117,6 +120,8 @@ class Op:
     gradient: str = "sum"
     # elementwise: float16 computed in float32 with float32 constants, rounded once (Preset.half)
     half_in_float: bool = False
+    # windows: the value an element's gradient starts from (conventions.GRAD_STARTS)
+    grad_start: str = "+0"
 
     @property
     def name(self) -> str:
@@ -310,8 +315,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if preset and spec.strategy.elementwise and not any(how.startswith("explicit") for _, how in origin):
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
     half_in_float = bool(preset and spec.strategy.elementwise and preset.half == "float")
+    grad_start = preset.grad_start if preset and not spec.strategy.elementwise else "+0"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float)
+            zeros, gradient, half_in_float, grad_start)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
@@ -356,11 +362,14 @@ def _clamp(x, lo, hi) -> sp.Expr:
     return MinOf(MaxOf(x, _num(lo)), _num(hi))
 
 
-def _leaky(params, xs):
+def _leaky(params, xs, literal: bool = False):
     (x,) = xs
     a = params["negative_slope"]
     # x and a*x cross at 0; the upper envelope is max for a <= 1 and min for a > 1.
-    return (MaxOf if a <= 1 else MinOf)(x, _num(a) * x)
+    # A slope of 0 under a preset: the frameworks compute x * 0 (NaN at +-inf, -0 for x < 0), which
+    # SymPy would fold to 0; the slope stays a Literal, printed as its value
+    slope = Literal("negative_slope", a) if literal and a == 0 else _num(a)
+    return (MaxOf if a <= 1 else MinOf)(x, slope * x)
 
 
 def _check_clamp(params):
@@ -444,7 +453,8 @@ def _spec_list() -> list[OpSpec]:
         OpSpec("leaky_relu", "elementwise",
                "max(x, negative_slope*x) (min for negative_slope > 1)",
                params=(Param("negative_slope", "float", 0.01, "slope for x < 0"),),
-               forward=_leaky, torch_name="F.leaky_relu"),
+               forward=_leaky, framework_forward=lambda p, xs: _leaky(p, xs, literal=True),
+               torch_name="F.leaky_relu"),
         OpSpec("abs", "elementwise", "max(x, -x)",
                forward=lambda p, xs: MaxOf(x(xs), -x(xs)), torch_name="torch.abs"),
         OpSpec("amax", "reduction", "max over dim(s)", params=_RED, torch_name="torch.amax"),

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .indicators import IeeeNot, Indicator, IsNan, compare, crossing_form
+from .indicators import IeeeNot, Indicator, IsNan, Literal, compare, crossing_form
 
 @dataclass(frozen=True)
 class Policy:
@@ -150,10 +150,10 @@ class NanRule:
         """
         if not self.ieee:
             return nan_aware(ind)
-        ieee = _code_relation(ind)
+        ieee = code_relation(ind)
         if self.mask:
             return ieee
-        partner_takes = _code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
+        partner_takes = code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
         if self.nan_takes_over == "never":  # keep
             return IeeeNot(partner_takes) if survive else ieee
         if self.nan_is_taken_over:  # replace
@@ -255,16 +255,25 @@ def weights(pieces: tuple[sp.Expr, ...], policy: str, kind: str) -> list[sp.Expr
 # NaN semantics of a comparison, used when the derivation is lowered to code.
 
 def isnan_of(e: sp.Expr) -> sp.Basic:
-    """isnan(e) for the pieces that occur here: numbers, symbols, c*symbol."""
+    """isnan(e) for the pieces that occur here: numbers, symbols, c*symbol.
+
+    A piece c*x is NaN where x is.  A Literal coefficient (a framework's slope of 0) counts as a
+    number here: the frameworks test x (x > 0, x >= 0) and compute x * 0 only for the piece they
+    return, so its NaN at x = +-inf is that output's, not a NaN among the pieces."""
     if e.is_number:
         return sp.false
     coeff, rest = e.as_coeff_Mul()
+    lits = [f for f in sp.Mul.make_args(rest) if isinstance(f, Literal)]
+    if lits:
+        rest = sp.Mul(*[f for f in sp.Mul.make_args(rest) if not isinstance(f, Literal)])
+        if rest.is_number:
+            return sp.false
     if coeff.is_number and coeff.is_finite and coeff != 0 and rest.is_Symbol:
         return IsNan(rest)
     return IsNan(e)
 
 
-def _code_relation(ind: Indicator):
+def code_relation(ind: Indicator):
     """The comparison as emitted: two linear pieces of one variable are compared through the
     variable (x >= 0.01*x is emitted as x >= 0: equal for real x, and right at +-inf where both
     pieces overflow)."""
@@ -290,7 +299,7 @@ def nan_aware(ind: Indicator) -> sp.Basic:
 
     The NaN terms follow the pieces: x and 0.01*x are NaN together, a tie.
     """
-    rel = _code_relation(ind)
+    rel = code_relation(ind)
     nan_a, nan_b = isnan_of(ind.rel.lhs), isnan_of(ind.rel.rhs)
     if ind.strict:
         # a and b NaN together (x vs 0.01*x) tie, and a tie is no strict win

@@ -44,6 +44,7 @@ ELEMENTWISE = [
     ("leaky_relu", {"negative_slope": 0.2}, [(4, 5)]),
     ("leaky_relu", {"negative_slope": -0.5}, [(4, 5)]),
     ("leaky_relu", {"negative_slope": 2.0}, [(4, 5)]),  # slope > 1: the envelope is a min
+    ("leaky_relu", {"negative_slope": 0.0}, [(4, 5)]),  # presets: x * 0 (indicators.Literal)
     ("abs", {}, [(4, 5)]),
 ]
 

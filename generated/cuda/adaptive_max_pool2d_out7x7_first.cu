@@ -266,7 +266,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     I b, ch, i0, i1;
     sg_coordinates<I, CL>((I)t, c, l0, l1, b, ch, i0, i1);
     const long long ow = (long long)b * os.sb + (long long)ch * os.sc;
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     const long long w0_end = sg_window_end(i0, l0, o0);  // windows holding i0: up to here
     for (long long w0 = sg_window_start(i0, l0, o0); w0 < w0_end; ++w0) {
       const long long s0 = sg_window_start(w0, o0, l0);

@@ -6,6 +6,7 @@
 // tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 // NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
 // forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+// gradient starts from: slices (convention jax): -0 for an element inside every window, else +0, as jnp.max over slices of x (each window's gradient is padded with +0 to x's shape, and the windows' gradients added)
 // key: af67fd8a34dea29fd84a
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
@@ -31,8 +32,9 @@
 //     hit and count 0, so every element gets NaN.
 //
 // Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
-//     windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-//     to every element; forward XLA max (-0 below +0).
+//     windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
+//     gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
+//     padded with +0.
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -278,7 +280,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     sg_coordinates<I, CL>((I)t, c, l0, l1, b, ch, i0, i1);
     const long long ow = (long long)b * os.sb + (long long)ch * os.sc;
     const acc v = tr::load(x[t]);
-    acc g = 0;
+    acc g = (sg_window_start(i0, l0, o0) == 0 && sg_window_end(i0, l0, o0) == o0 && sg_window_start(i1, l1, o1) == 0 && sg_window_end(i1, l1, o1) == o1) ? -(acc)0 : (acc)0;  // -0.0 inside every window, else +0.0: as the windows' gradients of x's slices, each padded with +0.0, added
     const long long w0_end = sg_window_end(i0, l0, o0);  // windows holding i0: up to here
     for (long long w0 = sg_window_start(i0, l0, o0); w0 < w0_end; ++w0) {
       const long long w1_end = sg_window_end(i1, l1, o1);  // windows holding i1: up to here

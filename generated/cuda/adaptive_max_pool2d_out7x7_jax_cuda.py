@@ -6,6 +6,7 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
 # forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# gradient starts from: slices (convention jax): -0 for an element inside every window, else +0, as jnp.max over slices of x (each window's gradient is padded with +0 to x's shape, and the windows' gradients added)
 # key: af67fd8a34dea29fd84a
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.
@@ -30,8 +31,9 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
     hit and count 0, so every element gets NaN.
 
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
-    windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element; forward XLA max (-0 below +0).
+    windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
+    gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
+    padded with +0.
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of adaptive_max_pool2d_out7x7_jax.cu,

@@ -231,7 +231,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     I b, ch, j;
     sg_coordinates<I, CL>((I)t, c, s, b, ch, j);
     const I o = sg_offset<I, CL>(b, ch / PIECES, j, groups, s);
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     if ((int)index[o] == (int)(ch % PIECES)) g += tr::load(grad_output[o]);
     grad_x[t] = tr::store(g);
   }

@@ -6,6 +6,7 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
 # forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
+# gradient starts from: slices (convention jax): -0 for an element inside every window, else +0, as jnp.max over slices of x (each window's gradient is padded with +0 to x's shape, and the windows' gradients added)
 # key: 4ce789e5d128f6ceb585
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.
@@ -30,8 +31,9 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
     hit and count 0, so every element gets NaN.
 
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
-    windows (as one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN
-    to every element; forward XLA max (-0 below +0).
+    windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
+    gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
+    padded with +0.
 """
 
 from __future__ import annotations
@@ -416,7 +418,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved)
     batched, axes, out_batched, _ = _checked_layout(saved)
     grad_output = grad_output.reshape(out_batched)
-    grad = np.zeros(batched, dtype=saved.dtype)
+    grad = np.broadcast_to(np.where(sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes])) == len(axes), saved.dtype.type(-0.0), saved.dtype.type(0)), batched).copy()  # -0.0 inside every window, else +0.0: as the windows' gradients of x's slices, each padded with +0.0, added
     holders = int(np.prod([a.most for a in axes]))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
     passes = [(holders, int(np.prod(batched)), "gathered_backward")]  # one per holding window

@@ -408,7 +408,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _check_backward(grad_output, saved)
     batched, axes, out_batched, _ = _checked_layout(saved)
     grad_output = grad_output.reshape(out_batched)
-    grad = np.zeros(batched, dtype=saved.dtype)
+    grad = np.zeros(batched, dtype=saved.dtype)  # +0.0: a zero gradient is +0.0
     holders = int(np.prod([a.most for a in axes]))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))
     passes = [(holders, int(np.prod(batched)), "gathered_backward")]  # one per holding window

@@ -553,7 +553,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         b1 = min(b0 + block, plan.planes)
         n = b1 - b0
         _gather(buf, planes[b0:b1], plan)
-        acc.fill(0)
+        acc.fill(0)  # +0.0: a zero gradient is +0.0
         # band by band of rows of windows: an input element gets its terms in the same order as
         # in one pass (window element w descending: a later band's windows hold it as an
         # earlier element w along the first axis)

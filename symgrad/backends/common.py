@@ -15,7 +15,7 @@ from .. import __version__, naming
 from .. import policy as _policy
 from ..derive import Derivation
 from ..files import PROVENANCE
-from ..conventions import ZERO_RULES
+from ..conventions import GRAD_STARTS, ZERO_RULES
 from ..lower import EXTREMUM, GRADIENT_FORMS, UnpoolKernel
 from ..ops import Op
 from ..printers import text
@@ -122,6 +122,9 @@ def settings_lines(op: Op) -> list[str]:
                      f"{GRADIENT_FORMS[op.gradient]}")
     if op.half_in_float:
         lines.append(f"float16: computed in float32, rounded once (convention {op.convention})")
+    if op.grad_start != "+0":
+        lines.append(f"gradient starts from: {op.grad_start} (convention {op.convention}): "
+                     f"{GRAD_STARTS[op.grad_start]}")
     return lines
 
 
@@ -283,6 +286,14 @@ def special_docstring(op: Op, d: Derivation, kernel) -> list[str]:
                               "gives +inf (gradient NaN at the +inf elements, 0 elsewhere); an all "
                               "-inf slice gives -inf (gradient NaN).")
     return lines
+
+
+def grad_start_comment(rule: str) -> str:
+    """What an element's gradient starts from (WindowKernel.grad_start), said in the code."""
+    return {"+0": "+0.0: a zero gradient is +0.0",
+            "-0": "-0.0: the gradient is its terms' sum exactly (a -0 term stays -0)",
+            "slices": "-0.0 inside every window, else +0.0: as the windows' gradients of x's "
+                      "slices, each padded with +0.0, added"}[rule]
 
 
 # ----------------------------------------------------------------------------- window geometry

@@ -16,7 +16,8 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import docstring, environment, header, python_geometry, special_docstring, wrap
+from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
+                      special_docstring, wrap)
 from ..printing import atom, bare, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -80,6 +81,9 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
            "selection_doc": [f.doc for f in functions],
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
+           # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
+           "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",
+           "grad_start_comment": grad_start_comment(kernel.grad_start),
            "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                                if kernel.padding_takes_part else "padding never wins"),
            "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
@@ -378,8 +382,13 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
                  + ("; forward also saves their number per output (the loader stores it in the "
                     "smallest unsigned type holding it; the kernels take it as long long)."
                     if sel.counts else "."))
+    out = {}
+    if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
+        inside = " && ".join(f"sg_window_start(i{a}, l{a}, o{a}) == 0 && "
+                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
+        out["grad_start"] = f"({inside}) ? -(acc)0 : (acc)0"
     scan = sel.form == "scan"  # the scan's kernels take the window box's sizes
-    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
+    return out | {"spatial": spatial, "axes": list(range(spatial)), "box_index": box_index,
             "box_axes": list(range(spatial)) if scan else [], "box_sizes": " + box" if scan else "",
             "output_size": [("None" if o is None else str(o)) for o in op.params["output_size"]],
             "saved_doc": wrap(saved, 96, "  "), "windows_text": ADAPTIVE.doc(),

@@ -76,6 +76,12 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     def _print_Integer(self, expr):
         return self._literal(float_value(expr))
 
+    def _print_Literal(self, expr):
+        # a parameter kept as a symbol (indicators.Literal): its value, a negative one in
+        # parentheses, as it stands in a product
+        text = self._literal(expr.value)
+        return f"({text})" if text.startswith("-") else text
+
     def _print_Rational(self, expr):
         return self._literal(float_value(expr))
 

@@ -11,10 +11,11 @@ import sympy as sp
 
 from ... import naming
 from ...geometry import ADAPTIVE, S
+from ...indicators import Literal
 from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import (docstring, environment, expression_docstring, expression_header, header,
-                      python_geometry, special_docstring, wrap)
+from ..common import (docstring, environment, expression_docstring, expression_header,
+                      grad_start_comment, header, python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, bare, integer_code
 from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
@@ -54,6 +55,15 @@ def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict
             "inputs_tuple": repr(tuple(op.spec.inputs))}
 
 
+def _forward_quiet(kernel: ElementwiseKernel) -> str:
+    """Why forward computes under np.errstate(invalid="ignore"), or "": a Literal parameter of 0
+    multiplies an input (x * 0 is NaN at x = +-inf, silently, as the frameworks compute it)."""
+    values = [kernel.output] + [a.expr for a in kernel.intermediates]
+    if any(lit.value == 0 for e in values for lit in e.atoms(Literal)):
+        return "x * 0 is NaN at x = +-inf, as the frameworks compute it"
+    return ""
+
+
 def _widened(name: str) -> str:
     """An array as float32 where it is float16 (else itself): float16 computed in float32."""
     return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
@@ -86,6 +96,7 @@ def context(art: Artifacts) -> dict:
             output=numpy_code(kernel.output.xreplace(sub), select=True),
             grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
             broadcast=kernel.broadcast,
+            forward_quiet=_forward_quiet(kernel),
             backward_intermediates=(backward_wide if wide else [])
             + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
@@ -115,6 +126,8 @@ def context(art: Artifacts) -> dict:
         counts=sel.counts,
         winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
+        grad_start="-0.0" if kernel.grad_start == "-0" else "0",
+        grad_start_comment=grad_start_comment(kernel.grad_start),
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
@@ -148,6 +161,13 @@ def context(art: Artifacts) -> dict:
             "per_window": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, not the winner"]
             if output_is_fold else []}
     if kernel.geometry == "adaptive":
+        # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
+        # inside every window (held by all of an axis's windows, along every axis)
+        inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
+                  " == len(axes)")
+        ctx["grad_zeros"] = (f"np.broadcast_to(np.where({inside}, saved.dtype.type(-0.0), "
+                             f"saved.dtype.type(0)), batched).copy()"
+                             if kernel.grad_start == "slices" else "np.zeros(batched, dtype=saved.dtype)")
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
                    window_end=numpy_integer_code(ADAPTIVE.end),
                    first_holder=numpy_integer_code(ADAPTIVE.first_holder),
@@ -220,6 +240,7 @@ def _expression_context(art: Artifacts) -> dict:
         "output": numpy_code(kernel.output),
         "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
         "broadcast": kernel.broadcast,
+        "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],
         "piecewise_linear": art.piecewise_linear,
     }

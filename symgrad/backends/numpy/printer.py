@@ -105,6 +105,12 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_Float(self, expr):
         return _float_literal(float_value(expr))
 
+    def _print_Literal(self, expr):
+        # a parameter kept as a symbol (indicators.Literal): its value, a negative one in
+        # parentheses, as it stands in a product
+        text = _float_literal(expr.value)
+        return f"({text})" if text.startswith("-") else text
+
     def _print_Integer(self, expr):
         if abs(int(expr)) <= _EXACT:
             return super()._print_Integer(expr)
