@@ -186,3 +186,19 @@ def python_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
     integer arrays, in the NumPy modules and the CUDA loaders): floor division ``//``,
     ceiling(p / q) as -(-p // q), conditions joined by & and | (they hold for arrays too)."""
     return integer_code(expr, PYTHON, names)
+
+
+def pool_axis_code(g, a: int, code: Callable[[sp.Basic, dict], str]) -> dict:
+    """Pooling's geometry (symgrad.geometry) along spatial axis a, printed by a C-like backend's
+    integer printer `code` as its pool kernels name it: window p<a>, element k<a>, input
+    coordinate i<a>, constants K<a> S<a> P<a> D<a>."""
+    names = {"i": f"p{a}", "j": f"k{a}", "x": f"i{a}", "length": f"l{a}", "out": f"o{a}",
+             "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}", "q": f"q{a}"}
+    return {"coordinate": code(g.coordinate, names),
+            "outside": bare(code(sp.to_nnf(sp.Not(g.inside)), names)),
+            "inside": bare(code(g.inside, names)),
+            "coordinate_of_local": code(g.coordinate, names | {"j": f"(local % K{a})"}),
+            "offset": code(g.offset, names),
+            "holds": code(g.holds, names),
+            "holder": code(g.holder, names),
+            "holder_operand": atom(code(g.holder, names))}

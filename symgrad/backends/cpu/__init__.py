@@ -22,7 +22,7 @@ from ...indicators import MaxOf, MinOf
 from ...lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, WindowKernel, smallest_index_dtype
 from ...ops import Op
 from ..common import docstring, header, python_geometry, wrap
-from ..printing import atom, bare, python_integer_code
+from ..printing import pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -145,22 +145,6 @@ def _saved(kernel: WindowKernel, index_ctype: str, count_ctype: str) -> dict:
     }
 
 
-def _pool_code(g, a: int) -> dict:
-    """Pooling's geometry (symgrad.geometry) along spatial axis a as pool.c.jinja's kernels name
-    it: window p<a>, element k<a>, input coordinate i<a>, constants K<a> S<a> P<a> D<a>."""
-    names = {"i": f"p{a}", "j": f"k{a}", "x": f"i{a}", "length": f"l{a}", "out": f"o{a}",
-             "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}", "q": f"q{a}"}
-    outside = sp.to_nnf(sp.Not(g.inside))
-    return {"coordinate": c_integer_code(g.coordinate, names),
-            "outside": bare(c_integer_code(outside, names)),
-            "inside": bare(c_integer_code(g.inside, names)),
-            "coordinate_of_local": c_integer_code(g.coordinate, names | {"j": f"(local % K{a})"}),
-            "offset": c_integer_code(g.offset, names),
-            "holds": c_integer_code(g.holds, names),
-            "holder_operand": atom(c_integer_code(g.holder, names)),
-            "holder": c_integer_code(g.holder, names)}
-
-
 def _inner_rows(g, a: int) -> dict:
     """Backward's row form along the last axis a: the row's elements x = r + S * m (r the residue
     modulo the stride), whose offset q (geometry.offset) is q_r + S * m.  The geometry's holds
@@ -234,7 +218,7 @@ def context(art: Artifacts) -> dict:
         "spatial": spatial, "axes": list(range(spatial)),
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
-        "pool": [_pool_code(g, a) for a in range(spatial)],
+        "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
         "inner": _inner_rows(g, spatial - 1),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),

@@ -12,13 +12,13 @@ import sympy as sp
 
 from ... import naming
 from ...geometry import ADAPTIVE
-from ...indicators import MaxOf, MinOf
+from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
-from ..printing import atom, bare, python_integer_code
+from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -298,7 +298,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(spatial=spatial, axes=list(range(spatial)),
                    kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
-        ctx["pool"] = [_pool_code(kernel.axes, a) for a in range(spatial)]
+        ctx["pool"] = [pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)]
         g = kernel.axes
         ctx.update(loader_coordinates=python_integer_code(
                        g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
@@ -319,22 +319,6 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(_cuda_fractional(op, kernel))
     ctx.update(python_geometry(kernel))  # the loader's Python
     return ctx
-
-
-def _pool_code(g, a: int) -> dict:
-    """Pooling's geometry (symgrad.geometry) along spatial axis a as pool.cu.jinja's kernels name
-    it: window p<a>, element k<a>, input coordinate i<a>, constants K<a> S<a> P<a> D<a>."""
-    names = {"i": f"p{a}", "j": f"k{a}", "x": f"i{a}", "length": f"l{a}", "out": f"o{a}",
-             "k": f"K{a}", "s": f"S{a}", "p": f"P{a}", "d": f"D{a}", "q": f"q{a}"}
-    outside = sp.to_nnf(sp.Not(g.inside))
-    return {"coordinate": cuda_integer_code(g.coordinate, names),
-            "outside": bare(cuda_integer_code(outside, names | {"x": f"i{a}"})),
-            "inside": bare(cuda_integer_code(g.inside, names)),
-            "coordinate_of_local": cuda_integer_code(g.coordinate, names | {"j": f"(local % K{a})"}),
-            "offset": cuda_integer_code(g.offset, names),
-            "holds": cuda_integer_code(g.holds, names),
-            "holder": cuda_integer_code(g.holder, names),
-            "holder_operand": atom(cuda_integer_code(g.holder, names))}
 
 
 def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
