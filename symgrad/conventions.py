@@ -51,6 +51,9 @@ GRAD_STARTS = {
           "jnp.max's g * hit / count over one group (a loser gets -0 under a negative g)",
     "slices": "-0 for an element inside every window, else +0, as jnp.max over slices of x (each "
               "window's gradient is padded with +0 to x's shape, and the windows' gradients added)",
+    "written": "none: where windows do not overlap, a window's winner gets grad_output itself, "
+               "written into zeros (a -0 gradient stays -0), the other elements +0, as PyTorch's "
+               "max(dim) backward (zeros.scatter)",
 }
 
 
@@ -111,9 +114,10 @@ TORCH = {
     "adaptive_max_pool3d": _ADAPTIVE_TORCH,
     "fractional_max_pool2d": _FRACTIONAL_TORCH,
     "fractional_max_pool3d": _FRACTIONAL_TORCH,
-    "maxout": Preset("first", "dominate", note=(
+    "maxout": Preset("first", "dominate", grad_start="written", note=(
         "PyTorch has no maxout; this is x.view(N, C/pieces, pieces, ...).max(2) (max(dim) returns the "
-        "first maximal index, and the first NaN); .amax(2) would split instead")),
+        "first maximal index, and the first NaN, and its backward writes grad_output to it); "
+        ".amax(2) would split instead")),
 }
 
 _POOL_JAX = Preset("first", "replace", note=(

@@ -812,7 +812,7 @@ def _conventions_section(op: Op) -> Section:
         p = PRESETS[conv][op.name]
         extra = "".join(f", {what} {value}" for what, value, plain in (
             ("zeros", p.zeros, None), ("gradient", p.gradient, "sum"), ("float16 in", p.half, "half"),
-            ("gradient starts from", p.grad_start, "+0"))
+            ("gradient start", p.grad_start, "+0"))
             if value != plain)
         items.append([f"{fw} (", C(f"--convention {conv}"), f": tie policy {p.ties}, NaN rule "
                       f"{p.nan}, order {p.order}{extra}): {p.note}."])

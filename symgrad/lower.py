@@ -377,9 +377,13 @@ def lower(d: Derivation):
     static = op.spec.strategy.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
+    # a written gradient (grad_output itself on the winner) needs one winner per window and
+    # windows that do not overlap (maxout); elsewhere the terms are added into +0
+    written_fits = sel.form == "scan" and geometry == "maxout"
+    grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
     return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params),
-                        op.grad_start)
+                        grad_start)
 
 
 # ----------------------------------------------------------------------------- linearity

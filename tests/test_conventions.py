@@ -131,10 +131,10 @@ def torch_scalar_forward(fn, a, b):
 # PyTorch's amax/amin return among tied +0 and -0, which depends on the slice's length and on
 # which SIMD lanes the zeros fall in (README, Framework conventions) ...
 ZERO_SIGN_UNSET = {("torch", "amax"), ("torch", "amin")}
-# ... and, not reproduced yet (issue 15), the zero gradients of PyTorch's maxout: symgrad's winner
-# gets +0 + g, where PyTorch's max(dim) scatters g to the winner (-0 stays -0).  (JAX's maxout and
-# adaptive pooling are reproduced: Preset.grad_start "-0" and "slices".)
-GRAD_ZERO_SIGN_UNSET = {("torch", "maxout")}
+# (the zero gradients of every window op are reproduced: PyTorch's maxout writes grad_output to the
+# winner, Preset.grad_start "written"; JAX's maxout and adaptive pooling start from -0 or +0,
+# "-0" and "slices")
+GRAD_ZERO_SIGN_UNSET: set = set()
 
 
 # ------------------------------------------------------------------------ elementwise

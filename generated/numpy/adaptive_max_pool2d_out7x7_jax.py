@@ -6,7 +6,7 @@
 # tie policy: split (convention jax): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention jax): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
 # forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
-# gradient starts from: slices (convention jax): -0 for an element inside every window, else +0, as jnp.max over slices of x (each window's gradient is padded with +0 to x's shape, and the windows' gradients added)
+# gradient start: slices (convention jax): -0 for an element inside every window, else +0, as jnp.max over slices of x (each window's gradient is padded with +0 to x's shape, and the windows' gradients added)
 # key: 4ce789e5d128f6ceb585
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """adaptive_max_pool2d forward and backward under the tie policy 'split'.

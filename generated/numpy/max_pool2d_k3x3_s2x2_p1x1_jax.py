@@ -575,7 +575,7 @@ def _write_disjoint(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.nda
     bits, g_bits = grad.view(u), grads.view(u)
     block = max(1, min(plan.planes, BLOCK // max(1, math.prod(plan.out_plane))))
     nonzero = np.empty((block,) + plan.out_plane, dtype=bool)
-    won = np.empty(nonzero.shape, dtype=bool)
+    won = np.empty((block,) + plan.out_plane, dtype=bool)
     for b0 in range(0, plan.planes, block):
         b1 = min(b0 + block, plan.planes)
         n = b1 - b0

@@ -123,7 +123,7 @@ def settings_lines(op: Op) -> list[str]:
     if op.half_in_float:
         lines.append(f"float16: computed in float32, rounded once (convention {op.convention})")
     if op.grad_start != "+0":
-        lines.append(f"gradient starts from: {op.grad_start} (convention {op.convention}): "
+        lines.append(f"gradient start: {op.grad_start} (convention {op.convention}): "
                      f"{GRAD_STARTS[op.grad_start]}")
     return lines
 
@@ -293,7 +293,9 @@ def grad_start_comment(rule: str) -> str:
     return {"+0": "+0.0: a zero gradient is +0.0",
             "-0": "-0.0: the gradient is its terms' sum exactly (a -0 term stays -0)",
             "slices": "-0.0 inside every window, else +0.0: as the windows' gradients of x's "
-                      "slices, each padded with +0.0, added"}[rule]
+                      "slices, each padded with +0.0, added",
+            "written": "none: a winner's gradient is grad_output itself, written (a -0.0 stays "
+                       "-0.0); the others +0.0"}[rule]
 
 
 # ----------------------------------------------------------------------------- window geometry

@@ -83,6 +83,9 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
            # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
            "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",
+           # a window's term lands on the element's gradient: added, or (disjoint windows, the
+           # winner's gradient grad_output itself, WindowKernel.grad_start "written") written
+           "gather": "=" if kernel.grad_start == "written" else "+=",
            "grad_start_comment": grad_start_comment(kernel.grad_start),
            "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                                if kernel.padding_takes_part else "padding never wins"),

@@ -128,6 +128,12 @@ def context(art: Artifacts) -> dict:
         padding_takes_part=kernel.padding_takes_part,
         grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
+        # the write path (disjoint windows): a -0.0 gradient lands as +0.0 (0 + g), unless the
+        # winner's gradient is grad_output itself, written (WindowKernel.grad_start "written")
+        write_zero={"start": [], "block": [], "element": []} if kernel.grad_start == "written" else {
+            "start": ["nonzero = np.empty((block,) + plan.out_plane, dtype=bool)"],
+            "block": ["np.not_equal(grads[b0:b1], 0, out=nonzero[:n])  # a -0.0 gradient lands as +0.0 (0 + g)"],
+            "element": ["won[:n] &= nonzero[:n]"]},
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
