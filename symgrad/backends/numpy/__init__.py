@@ -142,8 +142,15 @@ def context(art: Artifacts) -> dict:
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
-    if kernel.geometry in _NUMPY_TEMPLATES:  # the template's scan or mask parts, by the lowered form
-        ctx["selection_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
+    # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask)
+    ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
+    ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"  # window.py.jinja's plan
+    ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
+    # the mask form's lines that count each window's hits, where the weight shares the gradient
+    ctx["count_partial"] = "numpy/_count.py.jinja" if sel.counts else "numpy/_no_count.py.jinja"
+    # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
+    # lines that start and step it, and what forward stores
+    ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
     if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
@@ -229,6 +236,32 @@ _NUMPY_ADAPTIVE_COST = {
     "mask": {"pass": 20.0, "gathered": 0.004, "gathered_backward": 0.012, "window": 40.0, "row": 0.06,
              "element": 0.01},
 }
+
+# window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
+# view of grad_x per window element (the phase-plane geometries; maxout's piece k is one slab)
+_WRITE_UP_TO = {
+    "maxout": "WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab",
+    "pool": "WRITE_UP_TO = 2  # beyond, the strided views cost more than scattering",
+}
+
+
+def _scan_output(output_is_fold: bool, fold_out: str) -> dict:
+    """window.py.jinja's scan: where the output is the NaN-propagating fold rather than the
+    winner's value (Selection.winner_is_output false), the lines that start and step the fold
+    beside the scan, and the array forward stores as the output."""
+    if not output_is_fold:
+        return {"start": [], "step": [], "result": "best"}
+    return {"start": ["out = best.copy()  # under this NaN rule the winner of a NaN window need not be the NaN"],
+            "step": [f"folded = {fold_out}",
+                     "if w.valid is not None:",
+                     "    for at in _outside(w.valid):  # padding never wins",
+                     "        folded.reshape((n,) + plan.wide)[at] = out.reshape((n,) + plan.wide)[at]",
+                     "if w.first is not None:  # the first element inside the input starts the window",
+                     "    at = (slice(None),) + w.first",
+                     "    folded.reshape((n,) + plan.wide)[at] = v.reshape((n,) + plan.wide)[at]",
+                     "out = folded"],
+            "result": "out"}
+
 
 # geometries with a NumPy template of their own (the others use window.py.jinja)
 _NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive", "fractional": "fractional"}
