@@ -78,7 +78,9 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         real_types.append({"name": rt, "functions": [
             {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
              "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
-    ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
+    ctx = {"real_types": real_types, "form": sel.form,
+           # the mask form's lines that count each window's hits, where the weight shares the gradient
+           "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
            "selection_doc": [f.doc for f in functions],
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
            # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
@@ -280,7 +282,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
                    c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, broadcast=kernel.broadcast,
-                   index_types_doc=True, layouts_doc=False, form="", counts=False,
+                   index_types_doc=True, layouts_doc=False, form="",
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
                    wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
         return ctx
@@ -403,7 +405,7 @@ def _special_cuda_context(op: Op, kernel) -> dict:
                     keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)
                     stay_tag={"last": "i + 1", "first": "n - i"}[kernel.keep],
-                    layouts_doc=False, form="", counts=False)
+                    layouts_doc=False, form="")
     real_types = []
     for rt in CUDA_REAL_TYPES:
         real_types.append({
@@ -416,4 +418,4 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
     return dict(geometry="logsumexp", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
-                index_types_doc=False, layouts_doc=False, form="", counts=False)
+                index_types_doc=False, layouts_doc=False, form="")

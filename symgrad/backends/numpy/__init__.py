@@ -297,7 +297,9 @@ def _special_context(art: Artifacts) -> dict:
                          "stay = keys.size - 1 - from_end"]}[kernel.keep]
         ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
                    stay_lines=stay,
-                   each_writer=kernel.each_writer)
+                   each_writer=repr(kernel.each_writer),
+                   # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
+                   writers_partial=f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja")
     else:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
