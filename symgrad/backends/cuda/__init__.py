@@ -39,6 +39,31 @@ _C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "
                "uint64": "unsigned long long"}
 
 
+# what jvp does with a window, in the kernels' and the loaders' docs, by the lowered form (a scan's
+# winner or a mask's weights): {geometry: {site: {form: words}}}
+_EACH_WINDOW = {"scan": "the tangent of each window's winner",
+                "mask": "each window's weights applied to the tangent"}
+_FORM_DOCS = {
+    "pool": {"loader_jvp": _EACH_WINDOW,
+             "kernel_jvp": {"scan": "the tangent of its window's winner",
+                            "mask": "its window's weights applied to the tangent, summed in window order"},
+             "jvp_comment": {"scan": "the tangent of its window's winner",
+                             "mask": "the tangent of every element of its window, weighted as backward "
+                                     "weights grad_output, in window-local order"}},
+    "adaptive": {"loader_jvp": _EACH_WINDOW,
+                 "kernel_jvp": {"scan": "the tangent of its window's winner",
+                                "mask": "its window's weights applied to the tangent, summed in row-major order"}},
+    "fractional": {"loader_jvp": _EACH_WINDOW,
+                   "kernel_jvp": {"scan": "the tangent of its window's winner",
+                                  "mask": "its window's weights applied to the tangent, summed in row-major order"}},
+    "maxout": {"loader_jvp": _EACH_WINDOW,
+               "kernel_jvp": {"scan": "the tangent of its window's winner",
+                              "mask": "its window's weights applied to the tangent, summed in channel order"}},
+    "reduction": {"loader_jvp": {"scan": "the tangent of each slice's winner",
+                                 "mask": "each slice's weights applied to the tangent, summed in row order"}},
+}
+
+
 def _params(real_type: str, *names) -> str:
     return ", ".join(f"const {real_type} {n}" for n in names)
 
@@ -78,7 +103,8 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         real_types.append({"name": rt, "functions": [
             {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
              "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
-    ctx = {"real_types": real_types, "form": sel.form,
+    ctx = {"real_types": real_types,
+           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.geometry].items()},
            # the mask form's lines that count each window's hits, where the weight shares the gradient
            "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
            "selection_doc": [f.doc for f in functions],
@@ -282,7 +308,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
                    c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, broadcast=kernel.broadcast,
-                   index_types_doc=True, layouts_doc=False, form="",
+                   index_types_doc=True, layouts_doc=False,
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
                    wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
         return ctx
@@ -402,10 +428,12 @@ def render(art: Artifacts) -> dict[str, str]:
 def _special_cuda_context(op: Op, kernel) -> dict:
     if isinstance(kernel, UnpoolKernel):
         return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
-                    keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
+                    keep=kernel.keep, each_writer=repr(kernel.each_writer), index_types_doc=False,
+                    # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
+                    writers_partial=f"cuda/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)
                     stay_tag={"last": "i + 1", "first": "n - i"}[kernel.keep],
-                    layouts_doc=False, form="")
+                    layouts_doc=False)
     real_types = []
     for rt in CUDA_REAL_TYPES:
         real_types.append({
@@ -418,4 +446,4 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
     return dict(geometry="logsumexp", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
-                index_types_doc=False, layouts_doc=False, form="")
+                index_types_doc=False, layouts_doc=False)

@@ -115,7 +115,6 @@ def context(art: Artifacts) -> dict:
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
-        form=sel.form,
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
@@ -123,8 +122,6 @@ def context(art: Artifacts) -> dict:
         fold_out=fold("out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
-        counts=sel.counts,
-        winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
         grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
@@ -144,6 +141,7 @@ def context(art: Artifacts) -> dict:
     )
     # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask)
     ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
+    ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
     ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"  # window.py.jinja's plan
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
@@ -236,6 +234,25 @@ _NUMPY_ADAPTIVE_COST = {
     "mask": {"pass": 20.0, "gathered": 0.004, "gathered_backward": 0.012, "window": 40.0, "row": 0.06,
              "element": 0.01},
 }
+
+# what backward and jvp do with a window, in the docstrings of the templates of their own, by the
+# lowered form (a scan's winner or a mask's weights): {geometry: {site: {form: words}}}
+_FORM_DOCS = {
+    "adaptive": {"jvp": {
+        "scan": "the tangent of each window's winner",
+        "mask": "each window's weights (backward's, with the tangent of each element in place of "
+                "grad_output) summed over the window box in row-major order"}},
+    "fractional": {
+        "backward": {"scan": "its winner", "mask": "its elements by their weights"},
+        "jvp": {"scan": "the tangent of each window's winner",
+                "mask": "each window's weights (backward's, with the tangent of each element in place "
+                        "of grad_output) summed over its elements in row-major order"}},
+    "reduction": {"jvp": {
+        "scan": "the tangent of each slice's winner",
+        "mask": "each slice's weights (backward's, with the tangent of each element in place of "
+                "grad_output) summed along it"}},
+}
+
 
 # window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
 # view of grad_x per window element (the phase-plane geometries; maxout's piece k is one slab)
