@@ -134,6 +134,7 @@ def context(art: Artifacts) -> dict:
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
+        scan_order=sel.order or "first",  # the scan's winner among equal elements
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
         reduce=numpy_extremum_reduce(sel.extremum, "xr", op.zeros),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
