@@ -42,8 +42,8 @@ def _bfloat16_context(art: Artifacts) -> dict:
     """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
     the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
     op = art.op
-    names = list(art.kernel.inputs if op.spec.kind == "expression" else op.spec.inputs)
-    integer = ("indices",) if op.spec.kind == "unpool" else ()
+    names = list(art.kernel.inputs if op.spec.strategy.expression else op.spec.inputs)
+    integer = ("indices",) if op.spec.strategy.scatter else ()  # unpooling's integer indices
     return {"input_names": names, "dtype_inputs": repr(tuple(
         n for n in names if n not in op.spec.constant_inputs and n not in integer))}
 
@@ -152,7 +152,7 @@ def context(art: Artifacts) -> dict:
     ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
-    if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
+    if op.spec.strategy.runtime_windows:  # whole-row calls over each window's elements (gathered)
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
