@@ -323,7 +323,11 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     ctx["loader_geometry_partial"] = f"cuda/_loader_{kernel.geometry}.py.jinja"
     if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
         ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
-    ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
+    # adaptive and fractional pooling share one skeleton (cuda/gather.cu.jinja), their geometry
+    # the partial _gather_<geometry>: windows known only at run time, gathered per element
+    template = "gather" if op.spec.strategy.runtime_windows else kernel.geometry
+    ctx["geometry_partial"] = f"cuda/_gather_{kernel.geometry}.cu.jinja"
+    ctx.update(geometry=kernel.geometry, template=f"cuda/{template}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
     if kernel.geometry == "pool":
@@ -387,6 +391,7 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
     names = {"i": "(A)i", "length": "l", "out": "o"}
     g = kernel.axes
     return box | {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+                  "box_axes": [],  # the windows' sizes are the constants K0, K1, ..., not arguments
             "fractional": {f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")},
             "kernel_size": list(op.params["kernel_size"]),
             "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
