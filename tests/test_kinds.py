@@ -51,13 +51,16 @@ def test_no_kind_name_tested_outside_the_registry():
 
 
 def test_lowering_and_geometry_are_asked_of_the_kind():
-    """lower() makes each kind's kernel by the lowering the Kind names (no flag checks), and a
-    window kind's WindowKernel carries the Kind's geometry; only kinds whose windows never overlap
-    (Kind.disjoint) may write a winner's gradient."""
+    """derive() and lower() make each kind's derivation and kernel by what the Kind names (no flag
+    checks), and a window kind's WindowKernel carries the Kind's geometry; only kinds whose windows
+    never overlap (Kind.disjoint) may write a winner's gradient."""
     from symgrad.derivations import derive
     from symgrad.lower import LOWERINGS, LogSumExpKernel, UnpoolKernel, WindowKernel, lower
     from symgrad.lower import ElementwiseKernel
+    from symgrad.derive import DERIVATIONS
     assert {k.lowering for k in kinds.KINDS.values()} == set(LOWERINGS)
+    assert {k.derivation for k in kinds.KINDS.values()} == set(DERIVATIONS)
+    assert [k.name for k in kinds.KINDS.values() if k.derivation == "special"] == ["unpool", "logsumexp"]
     types = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
              "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel}
     ops = [resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),

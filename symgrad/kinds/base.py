@@ -34,6 +34,9 @@ class Kind:
     # forward scatters the input into the slots an integer input `indices` names (unpooling): the
     # writers of a slot tie by their indices, not their values
     scatter: bool = False
+    # how derive.derive derives it (derive.DERIVATIONS): "pieces" (a max/min of pieces, or a
+    # window's extremum: the W-form), "special" (its own rule, derive_special.py) or "expression"
+    derivation: str = "pieces"
     # the lowering of lower.LOWERINGS that makes its kernel: "elementwise" (an ElementwiseKernel
     # of its max/min nodes), "window" (a WindowKernel of the kind's geometry), "expression" (a
     # user's expression, node by node), "scatter" (unpooling's UnpoolKernel), "logsumexp"

@@ -13,4 +13,4 @@ def _settings(name: str, ties: str, nan: str) -> None:
 
 
 ELEMENTWISE = Kind("elementwise", elementwise=True, lowering="elementwise", settings=_settings)
-EXPRESSION = Kind("expression", expression=True, lowering="expression")
+EXPRESSION = Kind("expression", expression=True, derivation="expression", lowering="expression")
