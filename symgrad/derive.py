@@ -554,13 +554,24 @@ def derive(op: Op, display: bool = True) -> Derivation:
     delta groups (the "raw derivative" and "delta elimination" steps are then empty); the
     elimination itself and every check still run.  Code generation derives this way.
     """
-    if op.spec.strategy.expression:
-        from .expr import parse
-        return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
-    if op.spec.strategy.special:  # not a max/min of pieces: derive_special.py
-        return derive_special(op)
+    return DERIVATIONS[op.spec.strategy.derivation](op, display)
+
+
+def _derive_pieces(op: Op, display: bool) -> Derivation:
+    """A max/min of pieces or a window's extremum: the W-form (cached by op, parameters, policy)."""
     key = (op.name, tuple(sorted((k, repr(v)) for k, v in op.params.items())), op.ties, op.order)
     return _derive_cached(key, op, display)
+
+
+def _derive_parsed(op: Op, display: bool) -> Derivation:
+    """A user's expression, parsed again from the op's text (never evaluated)."""
+    from .expr import parse
+    return derive_expression(op, parse(op.params["expr"], op.params["inputs"]))
+
+
+# how each op kind is derived (Kind.derivation): not a max/min of pieces: derive_special.py
+DERIVATIONS = {"pieces": _derive_pieces, "expression": _derive_parsed,
+               "special": lambda op, display: derive_special(op)}
 
 
 def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:

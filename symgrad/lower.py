@@ -348,42 +348,51 @@ def forward_code(e: sp.Expr, zeros: str | None) -> sp.Expr:
 # ----------------------------------------------------------------------------- lowering
 
 def lower(d: Derivation):
+    """The backend-neutral kernel of a derivation, made by the lowering its op kind names
+    (``Kind.lowering``, one of LOWERINGS)."""
+    return LOWERINGS[d.op.spec.strategy.lowering](d)
+
+
+def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
+    """A max/min of pieces of the inputs: its nodes' values, and each input's partial."""
     op = d.op
-    if op.spec.strategy.special:
-        return lower_special(d)
-    if op.spec.strategy.elementwise:
-        inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros)) for n in d.nodes[:-1])
-        roles = factor_roles(d.nodes)
-        grads = []
-        for s in d.inputs:
-            g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
-            if _policy.NAN_RULES[op.nan].whole_gradient_at_nan:  # a NaN among the pieces: all of g
-                any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
-                g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
-            grads.append(Assign(f"grad_{s}", g))
-        grads = tuple(grads)
-        return ElementwiseKernel(
-            inputs=tuple(str(s) for s in d.inputs),
-            intermediates=inter,
-            output=forward_code(d.output.forward, op.zeros),
-            grads=grads,
-            saved=tuple(str(s) for s in d.inputs),
-            broadcast=len(d.inputs) > 1,
-        )
+    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros)) for n in d.nodes[:-1])
+    roles = factor_roles(d.nodes)
+    grads = []
+    for s in d.inputs:
+        g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
+        if _policy.NAN_RULES[op.nan].whole_gradient_at_nan:  # a NaN among the pieces: all of g
+            any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
+            g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
+        grads.append(Assign(f"grad_{s}", g))
+    grads = tuple(grads)
+    return ElementwiseKernel(
+        inputs=tuple(str(s) for s in d.inputs),
+        intermediates=inter,
+        output=forward_code(d.output.forward, op.zeros),
+        grads=grads,
+        saved=tuple(str(s) for s in d.inputs),
+        broadcast=len(d.inputs) > 1,
+    )
+
+
+def _lower_window(d: Derivation) -> WindowKernel:
+    """A window's extremum: the selection (scan or mask) from the policy and NaN rule, on the
+    windows of the kind's geometry."""
+    op = d.op
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     fold = MaxOf if sel.extremum == "max" else MinOf
     sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros))
-    geometry = op.spec.kind
-    static = op.spec.strategy.static
+    kind = op.spec.strategy
+    static = kind.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
     saved = ("index",) if sel.form == "scan" else ("x", "output")
     # a written gradient (grad_output itself on the winner) needs one winner per window and
-    # windows that do not overlap (maxout); elsewhere the terms are added into +0
-    written_fits = sel.form == "scan" and geometry == "maxout"
+    # windows that never overlap (Kind.disjoint: maxout); elsewhere the terms are added into +0
+    written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
-    return WindowKernel(geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", op.spec.strategy.axes(op.params),
-                        grad_start)
+    return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
+                        op.padding_mode == "neg_inf", kind.axes(op.params), grad_start)
 
 
 # ----------------------------------------------------------------------------- linearity
@@ -788,12 +797,22 @@ class LogSumExpKernel:
 
 
 def lower_special(d: Derivation):
+    """Unpooling's or logsumexp's kernel: its own rule, not a max/min of pieces."""
+    return lower(d)
+
+
+def _lower_scatter(d: Derivation) -> UnpoolKernel:
+    """Unpooling: which writer of a slot keeps it, and whether every writer gets its gradient."""
     op = d.op
-    if op.spec.strategy.scatter:  # unpooling (else logsumexp)
-        policy = _policy.TIES[op.ties]
-        each = policy.winners == "each"
-        return UnpoolKernel(op.spec.spatial, policy.keeps, each,
-                            ("indices",) if each else ("indices", "wins"))
+    policy = _policy.TIES[op.ties]
+    each = policy.winners == "each"
+    saved = ("indices",) if each else ("indices", "wins")
+    return UnpoolKernel(op.spec.spatial, policy.keeps, each, saved)
+
+
+def _lower_logsumexp(d: Derivation) -> LogSumExpKernel:
+    """logsumexp: the max shifted out (0 where not finite), and softmax as the weight."""
+    op = d.op
     t = sp.S.One if op.params["temperature"] == 1 else _num(op.params["temperature"])
     scaled = (lambda e: e) if t == 1 else (lambda e: Quotient(e, t))  # noqa: E731 (t = 1: no division)
     shift = Select(IsFinite(MAX_VALUE), MAX_VALUE, sp.S.Zero)
@@ -801,3 +820,8 @@ def lower_special(d: Derivation):
     output = M_SHIFT + t * sp.log(SUM)
     weight = GRAD_OUTPUT * sp.exp(scaled(V - Y))
     return LogSumExpKernel(t, shift, term, output, weight, ("x", "output"))
+
+
+# the lowering of each op kind (Kind.lowering)
+LOWERINGS = {"elementwise": _lower_elementwise, "window": _lower_window,
+             "expression": lower_expression, "scatter": _lower_scatter, "logsumexp": _lower_logsumexp}

@@ -19,7 +19,7 @@ from typing import Any
 from . import backends
 from .derivations import derive
 from .derive import Derivation
-from .lower import lower, lower_expression, piecewise_linear
+from .lower import lower, piecewise_linear
 from .ops import Op
 
 
@@ -38,7 +38,7 @@ class Artifacts:
 def _build(key: str, op: Op) -> Artifacts:
     # code needs the partials, not the display of the raw derivative and its delta groups
     d = derive(op, display=False)
-    kernel = lower_expression(d) if op.spec.strategy.expression else lower(d)
+    kernel = lower(d)  # by the op kind's lowering (Kind.lowering)
     return Artifacts(op, d, kernel, piecewise_linear(kernel))
 
 

@@ -40,13 +40,47 @@ def test_every_op_kind_is_registered():
 def test_no_kind_name_tested_outside_the_registry():
     """`spec.kind == "pool"`, `op.spec.kind in (...)`, `OPS[name].kind != "unpool"` and the old
     tuples of kind names (STATIC_WINDOW_KINDS, SPECIAL_KINDS) are what the registry replaces.
-    lower.WindowKernel's geometry name is the kind's name (geometry, not dispatch)."""
+    lower.WindowKernel's geometry name is the kind's (Kind.geometry), not read off spec.kind."""
     pattern = re.compile(r"(spec\.kind|\]\.kind)\s*(==|!=|in\b)|STATIC_WINDOW_KINDS|SPECIAL_KINDS"
                          rf"|\bkind\s*(==|!=)\s*\"({KIND_NAMES})\"")
     found = [f"{p.relative_to(PKG)}:{i}: {line.strip()}" for p in _sources()
              for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
-    allowed = [f for f in found if f.startswith("backends/numpy/__init__.py:")]
-    assert found == allowed, "\n".join(sorted(set(found) - set(allowed)))
+    found += [f"lower.py:{i}: {line.strip()}" for i, line in
+              enumerate((PKG / "lower.py").read_text().splitlines(), 1) if "spec.kind" in line]
+    assert found == [], "\n".join(found)
+
+
+def test_lowering_and_geometry_are_asked_of_the_kind():
+    """derive() and lower() make each kind's derivation and kernel by what the Kind names (no flag
+    checks), and a window kind's WindowKernel carries the Kind's geometry; only kinds whose windows
+    never overlap (Kind.disjoint) may write a winner's gradient."""
+    from symgrad.derivations import derive
+    from symgrad.lower import LOWERINGS, LogSumExpKernel, UnpoolKernel, WindowKernel, lower
+    from symgrad.lower import ElementwiseKernel
+    from symgrad.derive import DERIVATIONS
+    assert {k.lowering for k in kinds.KINDS.values()} == set(LOWERINGS)
+    assert {k.derivation for k in kinds.KINDS.values()} == set(DERIVATIONS)
+    assert [k.name for k in kinds.KINDS.values() if k.derivation == "special"] == ["unpool", "logsumexp"]
+    types = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
+             "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel}
+    ops = [resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
+           resolve("maxout", pieces=2), resolve("adaptive_max_pool1d", output_size=3),
+           resolve("fractional_max_pool2d", kernel_size=2, output_size=3),
+           resolve("max_unpool1d", kernel_size=2), resolve("logsumexp"),
+           make_op("Max(x, 2*y)")[0]]
+    assert {op.spec.kind for op in ops} == set(kinds.KINDS)
+    for op in ops:
+        kind = op.spec.strategy
+        kernel = lower(derive(op, display=False))
+        assert isinstance(kernel, types[kind.lowering]), op.name
+        assert (kind.lowering == "window") == bool(kind.geometry), op.name
+        if kind.lowering == "window":
+            assert kernel.geometry == kind.geometry, op.name
+    # maxout's windows are groups of channels: disjoint; torch's maxout writes its winner's gradient
+    assert [k.name for k in kinds.KINDS.values() if k.disjoint] == ["maxout"]
+    assert lower(derive(resolve("maxout", pieces=2, convention="torch"), display=False)).grad_start == "written"
+    # pooling does not name itself disjoint, so its gradient is added into +0 under any preset
+    assert lower(derive(resolve("max_pool1d", kernel_size=2, convention="torch"), display=False)).grad_start == "+0"
 
 
 @pytest.mark.parametrize("name, params, size", [

@@ -114,3 +114,53 @@ def test_docstrings_state_the_nan_guarded_conditions_the_code_computes():
             assert f"isnan({name})" in doc, path.name
         if "take = " in source or "hit = " in source:
             assert "As computed" in doc, path.name
+
+
+def _template_decisions(directories) -> list[str]:
+    """Tags of the templates under directories that decide on the selection or do arithmetic: a
+    condition or a concatenation (`if`, `~`) naming the lowered form, the count, the NaN rule's
+    winner, unpooling's writers, the tie kept, a geometry or kind name, or printed code searched
+    (`"..." in name`); arithmetic between names or numbers."""
+    from symgrad.kinds import KINDS
+    tag = re.compile(r"\{[{%].*?[}%]\}", re.S)
+    named = re.compile(r"\b(form|counts|each_writer|winner_is_output|keep|geometry|"
+                       + "|".join(KINDS) + r")\b|\"\s+in\s+\w")
+    arithmetic = re.compile(r"[\w)\]]\s+[-+/%]\s+[\w(]")
+    found = []
+    for directory in directories:
+        for path in sorted(directory.glob("*.jinja")):
+            for t in tag.findall(path.read_text()):
+                if t.startswith("{#"):
+                    continue
+                bare = re.sub(r'"[^"]*"', '""', t)  # string literals are text, not decisions
+                decides = re.search(r"\bif\b|~", bare) and named.search(t)
+                if decides or arithmetic.search(bare):
+                    found.append(f"{path.name}: {t}")
+    return found
+
+
+def test_templates_place_finished_strings():
+    """The NumPy and CUDA templates (and the shared pieces) decide nothing: the backend chooses the
+    partials (scan or mask, counting or not, each writer or one) from the lowered kernel and
+    places finished strings; no tag branches on a policy, NaN rule or kind, computes, or searches
+    printed code."""
+    backends = ROOT / "symgrad" / "backends"
+    found = _template_decisions([backends / "numpy" / "templates", backends / "cuda" / "templates",
+                                 backends / "templates"])
+    assert found == [], "\n".join(found)
+
+
+def test_the_reduction_scan_comment_names_the_tie_order_the_code_computes():
+    """The NumPy reduction's comment on its scan says which tied element wins, as the code does
+    (it was read off the printed call and said 'first' under ties=last)."""
+    import numpy as np
+    from symgrad.api import load
+    x = np.array([[1.0, 3.0, 0.0, 3.0, 2.0]])
+    for ties, winner in (("first", 1), ("last", 3)):
+        op = resolve("amax", ties=ties, dim=1)
+        _, source = render_numpy(op)
+        mod = load("amax", ties=ties, dim=1)
+        _, saved = mod.forward(x)
+        (grad,) = mod.backward(np.ones(1), saved)
+        assert np.flatnonzero(grad).tolist() == [winner]  # oracle: the tied 3.0 at that position
+        assert f"ties go to the {ties} element" in source

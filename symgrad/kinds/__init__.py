@@ -8,6 +8,9 @@ it instead of testing kind names:
   an ElementwiseKernel), a window's extremum (derive.py, a WindowKernel of the kind's geometry),
   ``special`` (no max/min of pieces: derive_special.py, lower.lower_special, docs_special.py) or
   ``expression`` (expr.py);
+* which lowering of ``lower.LOWERINGS`` makes its kernel (``lowering``), the name of its window
+  geometry in the lowered WindowKernel (``geometry``), whether its windows never overlap
+  (``disjoint``) or are known only at run time (``runtime_windows``);
 * its window: ``window_size(params)``, whether it is ``static`` (known when the code is generated,
   bounded by ops.MAX_WINDOW through ``window_param``), the check a representative window adds;
 * which settings it refuses (``settings``) and whether a preset decides how padding takes part;

@@ -53,7 +53,8 @@ def _docs_windows(op: "Op") -> str:
 
 
 ADAPTIVE = Kind(
-    "adaptive", window_size=representative, describe=_describe, backward=window_backward,
+    "adaptive", geometry="adaptive", runtime_windows=True,
+    window_size=representative, describe=_describe, backward=window_backward,
     windows_doc="Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
                 "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "
                 "derived on a representative window and holds for every window size.",

@@ -34,6 +34,22 @@ class Kind:
     # forward scatters the input into the slots an integer input `indices` names (unpooling): the
     # writers of a slot tie by their indices, not their values
     scatter: bool = False
+    # how derive.derive derives it (derive.DERIVATIONS): "pieces" (a max/min of pieces, or a
+    # window's extremum: the W-form), "special" (its own rule, derive_special.py) or "expression"
+    derivation: str = "pieces"
+    # the lowering of lower.LOWERINGS that makes its kernel: "elementwise" (an ElementwiseKernel
+    # of its max/min nodes), "window" (a WindowKernel of the kind's geometry), "expression" (a
+    # user's expression, node by node), "scatter" (unpooling's UnpoolKernel), "logsumexp"
+    lowering: str = "window"
+    # a window kind: the name of its geometry in the lowered WindowKernel, which names the
+    # backends' templates and contexts of its windows ("" where it has no windows)
+    geometry: str = ""
+    # its windows never overlap, whatever the parameters (maxout's groups of channels): one
+    # winner per window can write its gradient instead of adding it (conventions.GRAD_STARTS)
+    disjoint: bool = False
+    # its windows are known only at run time, per input (adaptive: from the input's length;
+    # fractional: from the random samples): the backends gather each window's elements by index
+    runtime_windows: bool = False
     window_size: Callable[[dict], int] | None = None  # the window derived on, from the parameters
     # the windows along each axis (symgrad.geometry: output size, starts, coordinates, holders),
     # from the parameters; None where the kind has no axis geometry (reductions, elementwise)

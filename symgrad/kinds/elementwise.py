@@ -12,5 +12,5 @@ def _settings(name: str, ties: str, nan: str) -> None:
                          f"minimum, windows), not for {name}")
 
 
-ELEMENTWISE = Kind("elementwise", elementwise=True, settings=_settings)
-EXPRESSION = Kind("expression", expression=True)
+ELEMENTWISE = Kind("elementwise", elementwise=True, lowering="elementwise", settings=_settings)
+EXPRESSION = Kind("expression", expression=True, derivation="expression", lowering="expression")

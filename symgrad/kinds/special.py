@@ -20,6 +20,8 @@ def _logsumexp_backward(op: "Op") -> list[str]:
 
 
 # each output element receives at most the elements written to it
-UNPOOL = Kind("unpool", special=True, scatter=True, window_size=lambda params: 1,
+UNPOOL = Kind("unpool", special=True, scatter=True, derivation="special", lowering="scatter",
+              window_size=lambda params: 1,
               backward=_unpool_backward)
-LOGSUMEXP = Kind("logsumexp", special=True, window_size=representative, backward=_logsumexp_backward)
+LOGSUMEXP = Kind("logsumexp", special=True, derivation="special", lowering="logsumexp",
+                 window_size=representative, backward=_logsumexp_backward)

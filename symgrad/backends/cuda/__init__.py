@@ -39,6 +39,31 @@ _C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "
                "uint64": "unsigned long long"}
 
 
+# what jvp does with a window, in the kernels' and the loaders' docs, by the lowered form (a scan's
+# winner or a mask's weights): {geometry: {site: {form: words}}}
+_EACH_WINDOW = {"scan": "the tangent of each window's winner",
+                "mask": "each window's weights applied to the tangent"}
+_FORM_DOCS = {
+    "pool": {"loader_jvp": _EACH_WINDOW,
+             "kernel_jvp": {"scan": "the tangent of its window's winner",
+                            "mask": "its window's weights applied to the tangent, summed in window order"},
+             "jvp_comment": {"scan": "the tangent of its window's winner",
+                             "mask": "the tangent of every element of its window, weighted as backward "
+                                     "weights grad_output, in window-local order"}},
+    "adaptive": {"loader_jvp": _EACH_WINDOW,
+                 "kernel_jvp": {"scan": "the tangent of its window's winner",
+                                "mask": "its window's weights applied to the tangent, summed in row-major order"}},
+    "fractional": {"loader_jvp": _EACH_WINDOW,
+                   "kernel_jvp": {"scan": "the tangent of its window's winner",
+                                  "mask": "its window's weights applied to the tangent, summed in row-major order"}},
+    "maxout": {"loader_jvp": _EACH_WINDOW,
+               "kernel_jvp": {"scan": "the tangent of its window's winner",
+                              "mask": "its window's weights applied to the tangent, summed in channel order"}},
+    "reduction": {"loader_jvp": {"scan": "the tangent of each slice's winner",
+                                 "mask": "each slice's weights applied to the tangent, summed in row order"}},
+}
+
+
 def _params(real_type: str, *names) -> str:
     return ", ".join(f"const {real_type} {n}" for n in names)
 
@@ -78,7 +103,10 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
         real_types.append({"name": rt, "functions": [
             {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
              "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
-    ctx = {"real_types": real_types, "form": sel.form, "counts": sel.counts,
+    ctx = {"real_types": real_types,
+           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.geometry].items()},
+           # the mask form's lines that count each window's hits, where the weight shares the gradient
+           "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
            "selection_doc": [f.doc for f in functions],
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
            # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
@@ -276,11 +304,12 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                 "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
                           for ctype, name, code in lets(grads)],
             })
-        ctx.update(geometry="elementwise", template="cuda/elementwise.cu.jinja",
+        ctx.update(geometry="elementwise", loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
+                   template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
                    c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, broadcast=kernel.broadcast,
-                   index_types_doc=True, layouts_doc=False, form="", counts=False,
+                   index_types_doc=True, layouts_doc=False,
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
                    wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
         return ctx
@@ -291,9 +320,14 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     # the reduction's first kernel needs the compute type where it compares (scan) or counts
     ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
                            if kernel.selection.form == "scan" or kernel.selection.counts else [])
+    ctx["loader_geometry_partial"] = f"cuda/_loader_{kernel.geometry}.py.jinja"
     if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
         ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
-    ctx.update(geometry=kernel.geometry, template=f"cuda/{kernel.geometry}.cu.jinja",
+    # adaptive and fractional pooling share one skeleton (cuda/gather.cu.jinja), their geometry
+    # the partial _gather_<geometry>: windows known only at run time, gathered per element
+    template = "gather" if op.spec.strategy.runtime_windows else kernel.geometry
+    ctx["geometry_partial"] = f"cuda/_gather_{kernel.geometry}.cu.jinja"
+    ctx.update(geometry=kernel.geometry, template=f"cuda/{template}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
                layouts_doc=kernel.geometry != "reduction")
     if kernel.geometry == "pool":
@@ -302,6 +336,10 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                    kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
         ctx["pool"] = [pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)]
+        # an element is padding along axis a if it is along an earlier axis (the flag pad{a - 1})
+        # or outside the input along a; the innermost flag says it for the element
+        ctx["pad_inherited"] = [f"pad{a - 1} || " if a else "" for a in range(spatial)]
+        ctx["pad_flag"] = f"pad{spatial - 1}"
         g = kernel.axes
         ctx.update(loader_coordinates=python_integer_code(
                        g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
@@ -324,9 +362,18 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     return ctx
 
 
+def _box_unravel(spatial: int, size: str) -> dict:
+    """A scan's jvp: the winner's row-major index in its window (box), `local`, unravelled from the
+    last axis to the first: along axis a the offset in the box (box_local[a]) and the lines that
+    then move local to the earlier axes (box_next[a]); the box's sizes are size0, size1, ..."""
+    return {"box_local": [f"local % {size}{a}" if a else "local" for a in range(spatial)],
+            "box_next": [[f"local /= {size}{a};"] if a else [] for a in range(spatial)]}
+
+
 def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
     """Fractional pooling: windows of kernel_size at per-plane starts from the samples."""
     spatial = op.spec.spatial
+    box = _box_unravel(spatial, "K")
     local = "(i0 - s0)"  # an element's row-major index in its window
     for a in range(1, spatial):
         local = f"{local if a == 1 else f'({local})'} * K{a} + (i{a} - s{a})"
@@ -343,7 +390,8 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
                     if kernel.selection.counts else "") + "; and the samples.")
     names = {"i": "(A)i", "length": "l", "out": "o"}
     g = kernel.axes
-    return {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+    return box | {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
+                  "box_axes": [],  # the windows' sizes are the constants K0, K1, ..., not arguments
             "fractional": {f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")},
             "kernel_size": list(op.params["kernel_size"]),
             "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
@@ -354,6 +402,7 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
 def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
     """Adaptive pooling: window boxes and saved state whose sizes are known only at run time."""
     spatial = op.spec.spatial
+    out = _box_unravel(spatial, "k")
     box_index = "(i0 - s0)"  # an element's row-major index in its window's box
     for a in range(1, spatial):
         box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
@@ -369,7 +418,6 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
                  + ("; forward also saves their number per output (the loader stores it in the "
                     "smallest unsigned type holding it; the kernels take it as long long)."
                     if sel.counts else "."))
-    out = {}
     if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
         inside = " && ".join(f"sg_window_start(i{a}, l{a}, o{a}) == 0 && "
                              f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
@@ -399,11 +447,14 @@ def render(art: Artifacts) -> dict[str, str]:
 
 def _special_cuda_context(op: Op, kernel) -> dict:
     if isinstance(kernel, UnpoolKernel):
-        return dict(geometry="unpool", template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
-                    keep=kernel.keep, each_writer=kernel.each_writer, index_types_doc=False,
+        return dict(geometry="unpool", loader_geometry_partial="cuda/_loader_unpool.py.jinja",
+                    template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
+                    keep=kernel.keep, each_writer=repr(kernel.each_writer), index_types_doc=False,
+                    # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
+                    writers_partial=f"cuda/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
                     # the writer that stays has the largest tag: the last (i + 1) or the first (n - i)
                     stay_tag={"last": "i + 1", "first": "n - i"}[kernel.keep],
-                    layouts_doc=False, form="", counts=False)
+                    layouts_doc=False)
     real_types = []
     for rt in CUDA_REAL_TYPES:
         real_types.append({
@@ -415,5 +466,5 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight": cuda_code(kernel.weight, rt),
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
-    return dict(geometry="logsumexp", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
-                index_types_doc=False, layouts_doc=False, form="", counts=False)
+    return dict(geometry="logsumexp", loader_geometry_partial="cuda/_loader_logsumexp.py.jinja", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
+                index_types_doc=False, layouts_doc=False)

@@ -42,8 +42,8 @@ def _bfloat16_context(art: Artifacts) -> dict:
     """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
     the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
     op = art.op
-    names = list(art.kernel.inputs if op.spec.kind == "expression" else op.spec.inputs)
-    integer = ("indices",) if op.spec.kind == "unpool" else ()
+    names = list(art.kernel.inputs if op.spec.strategy.expression else op.spec.inputs)
+    integer = ("indices",) if op.spec.strategy.scatter else ()  # unpooling's integer indices
     return {"input_names": names, "dtype_inputs": repr(tuple(
         n for n in names if n not in op.spec.constant_inputs and n not in integer))}
 
@@ -115,7 +115,6 @@ def context(art: Artifacts) -> dict:
     ctx.update(
         template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
         geometry=kernel.geometry,
-        form=sel.form,
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
@@ -123,8 +122,6 @@ def context(art: Artifacts) -> dict:
         fold_out=fold("out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
-        counts=sel.counts,
-        winner_is_output=sel.winner_is_output,
         padding_takes_part=kernel.padding_takes_part,
         grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
@@ -137,16 +134,25 @@ def context(art: Artifacts) -> dict:
         padding_comment=("padding is -inf and takes part in every window (the gradient it wins is "
                          "dropped)" if kernel.padding_takes_part else
                          "padding never wins: a window's winner is always inside the input"),
+        scan_order=sel.order or "first",  # the scan's winner among equal elements
         arg_extremum=numpy_arg_extremum(sel.extremum, sel.order or "first", "xr") if sel.form == "scan" else "",
         reduce=numpy_extremum_reduce(sel.extremum, "xr", op.zeros),
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
-    if kernel.geometry in _NUMPY_TEMPLATES:  # the template's scan or mask parts, by the lowered form
-        ctx["selection_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
+    # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask)
+    ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
+    ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
+    ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"  # window.py.jinja's plan
+    ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
+    # the mask form's lines that count each window's hits, where the weight shares the gradient
+    ctx["count_partial"] = "numpy/_count.py.jinja" if sel.counts else "numpy/_no_count.py.jinja"
+    # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
+    # lines that start and step it, and what forward stores
+    ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
-    if op.spec.kind in ("adaptive", "fractional"):  # whole-row calls over each window's elements
+    if op.spec.strategy.runtime_windows:  # whole-row calls over each window's elements (gathered)
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
@@ -230,6 +236,51 @@ _NUMPY_ADAPTIVE_COST = {
              "element": 0.01},
 }
 
+# what backward and jvp do with a window, in the docstrings of the templates of their own, by the
+# lowered form (a scan's winner or a mask's weights): {geometry: {site: {form: words}}}
+_FORM_DOCS = {
+    "adaptive": {"jvp": {
+        "scan": "the tangent of each window's winner",
+        "mask": "each window's weights (backward's, with the tangent of each element in place of "
+                "grad_output) summed over the window box in row-major order"}},
+    "fractional": {
+        "backward": {"scan": "its winner", "mask": "its elements by their weights"},
+        "jvp": {"scan": "the tangent of each window's winner",
+                "mask": "each window's weights (backward's, with the tangent of each element in place "
+                        "of grad_output) summed over its elements in row-major order"}},
+    "reduction": {"jvp": {
+        "scan": "the tangent of each slice's winner",
+        "mask": "each slice's weights (backward's, with the tangent of each element in place of "
+                "grad_output) summed along it"}},
+}
+
+
+# window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
+# view of grad_x per window element (the phase-plane geometries; maxout's piece k is one slab)
+_WRITE_UP_TO = {
+    "maxout": "WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab",
+    "pool": "WRITE_UP_TO = 2  # beyond, the strided views cost more than scattering",
+}
+
+
+def _scan_output(output_is_fold: bool, fold_out: str) -> dict:
+    """window.py.jinja's scan: where the output is the NaN-propagating fold rather than the
+    winner's value (Selection.winner_is_output false), the lines that start and step the fold
+    beside the scan, and the array forward stores as the output."""
+    if not output_is_fold:
+        return {"start": [], "step": [], "result": "best"}
+    return {"start": ["out = best.copy()  # under this NaN rule the winner of a NaN window need not be the NaN"],
+            "step": [f"folded = {fold_out}",
+                     "if w.valid is not None:",
+                     "    for at in _outside(w.valid):  # padding never wins",
+                     "        folded.reshape((n,) + plan.wide)[at] = out.reshape((n,) + plan.wide)[at]",
+                     "if w.first is not None:  # the first element inside the input starts the window",
+                     "    at = (slice(None),) + w.first",
+                     "    folded.reshape((n,) + plan.wide)[at] = v.reshape((n,) + plan.wide)[at]",
+                     "out = folded"],
+            "result": "out"}
+
+
 # geometries with a NumPy template of their own (the others use window.py.jinja)
 _NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive", "fractional": "fractional"}
 
@@ -264,7 +315,9 @@ def _special_context(art: Artifacts) -> dict:
                          "stay = keys.size - 1 - from_end"]}[kernel.keep]
         ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
                    stay_lines=stay,
-                   each_writer=kernel.each_writer)
+                   each_writer=repr(kernel.each_writer),
+                   # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
+                   writers_partial=f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja")
     else:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
