@@ -28,7 +28,6 @@ from .printer import C_REAL_TYPES, c_code, c_integer_code
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
     from ...pipeline import Artifacts
 
-KINDS = ("pool",)  # the op kinds this backend builds (the others follow)
 # the compiler's flags, stated in the .c header and used by the loader: no -ffast-math and no FMA
 # contraction, so every operation rounds as NumPy's; no -march=native (the library stays portable)
 CFLAGS = ("-O3", "-std=c11", "-fopenmp", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math")
@@ -163,10 +162,26 @@ def _inner_rows(g, a: int) -> dict:
             "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
 
 
-def context(art: Artifacts) -> dict:
-    """The template context of an op's .c source and loader: finished strings only."""
+def _base_context(art: Artifacts) -> dict:
+    """What every kind's .c source and loader get: provenance, docstring, the op's names and
+    parameters, the compiler's flags and the data types."""
+    op = art.op
+    lines = header(op, "cpu")
+    return {
+        "header_py": lines, "header": ["//" + line[1:] for line in lines],
+        "docstring": docstring(op, art.derivation, art.kernel),
+        "op": op.name, "ties": op.ties, "params": repr(op.params),
+        "inputs_tuple": repr(tuple(op.spec.inputs)), "piecewise_linear": art.piecewise_linear,
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "prefix": naming.module_name(op), "source_name": source_name(op), "loader_name": loader_name(op),
+        "cflags": " ".join(CFLAGS), "cflags_tuple": repr(CFLAGS),
+        "dtypes": [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st} for n, c, a, ld, st in C_DTYPES],
+    }
+
+
+def _pool_context(art: Artifacts) -> dict:
+    """Max pooling (1d/2d/3d): windows of kernel_size over NCHW or channels-last planes."""
     op, kernel = art.op, art.kernel
-    check_kind(op)
     assert isinstance(kernel, WindowKernel) and kernel.geometry == "pool"
     sel = kernel.selection
     spatial = op.spec.spatial
@@ -185,16 +200,8 @@ def context(art: Artifacts) -> dict:
                          if sel.counts else "."))
     g = kernel.axes
     g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
-    lines = header(op, "cpu")
-    return {
-        "header_py": lines, "header": ["//" + line[1:] for line in lines],
-        "docstring": docstring(op, art.derivation, kernel),
-        "op": op.name, "ties": op.ties, "params": repr(op.params),
-        "inputs_tuple": repr(tuple(op.spec.inputs)), "piecewise_linear": art.piecewise_linear,
-        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
-        "prefix": naming.module_name(op), "source_name": source_name(op), "loader_name": loader_name(op),
-        "cflags": " ".join(CFLAGS), "cflags_tuple": repr(CFLAGS),
-        "dtypes": [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st} for n, c, a, ld, st in C_DTYPES],
+    return _base_context(art) | {
+        "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
@@ -233,10 +240,22 @@ def context(art: Artifacts) -> dict:
     }
 
 
+# the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
+_CONTEXTS = {"pool": _pool_context}
+KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
+
+
+def context(art: Artifacts) -> dict:
+    """The template context of an op's .c source and loader (finished strings only), from the
+    context function of its kind; the file names of its two templates among them."""
+    check_kind(art.op)
+    return _CONTEXTS[art.op.spec.kind](art)
+
+
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op."""
     ctx = context(art)
     env = _environment()
     source, loader = file_names(art.op)
-    return {source: env.get_template("cpu/pool.c.jinja").render(**ctx),
-            loader: env.get_template("cpu/loader.py.jinja").render(**ctx)}
+    return {source: env.get_template(ctx["template"]).render(**ctx),
+            loader: env.get_template(ctx["loader_template"]).render(**ctx)}
