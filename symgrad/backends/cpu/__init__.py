@@ -4,8 +4,10 @@ loader with the NumPy module's interface, which compiles the .c with the system 
 first use, keeps the shared library beside the cached module (named by its source's hash) and
 calls it through ctypes on NumPy arrays.
 
-The pool kind (max_pool1d/2d/3d) is built so far; other kinds are refused with a ValueError
-naming the ones there are."""
+One context function per kind (``_CONTEXTS``, keyed by ``op.spec.kind``), each naming its two
+templates; what every kind shares is in the partials (``_head``, ``_includes``, ``_scalar``,
+``_loader_preamble``, ``_library``).  Kinds not built yet are refused with a ValueError naming the
+ones there are."""
 
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ import sympy as sp
 
 from ... import naming
 from ...indicators import MaxOf, MinOf
-from ...lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, WindowKernel, smallest_index_dtype
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
+                     backward_plan, smallest_index_dtype)
 from ...ops import Op
-from ..common import docstring, header, python_geometry, wrap
+from ..common import (docstring, expression_docstring, expression_header, header, python_geometry,
+                      special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
@@ -57,7 +61,7 @@ def file_names(op: Op) -> tuple[str, ...]:
 def check_kind(op: Op) -> None:
     """A ValueError naming the kinds there are, for an op this backend does not build yet."""
     if op.spec.kind not in KINDS:
-        raise ValueError(f"the cpu backend builds the {', '.join(KINDS)} kind only so far "
+        raise ValueError(f"the cpu backend builds the {', '.join(KINDS)} kinds only so far "
                          f"({op.name} is of kind {op.spec.kind!r}); use backend='numpy' for it")
 
 
@@ -166,10 +170,15 @@ def _base_context(art: Artifacts) -> dict:
     """What every kind's .c source and loader get: provenance, docstring, the op's names and
     parameters, the compiler's flags and the data types."""
     op = art.op
-    lines = header(op, "cpu")
+    if op.spec.strategy.expression:
+        lines, doc = expression_header(op, "cpu"), expression_docstring(op, art.derivation)
+    elif op.spec.strategy.special:
+        lines, doc = header(op, "cpu"), special_docstring(op, art.derivation, art.kernel)
+    else:
+        lines, doc = header(op, "cpu"), docstring(op, art.derivation, art.kernel)
     return {
         "header_py": lines, "header": ["//" + line[1:] for line in lines],
-        "docstring": docstring(op, art.derivation, art.kernel),
+        "docstring": doc,
         "op": op.name, "ties": op.ties, "params": repr(op.params),
         "inputs_tuple": repr(tuple(op.spec.inputs)), "piecewise_linear": art.piecewise_linear,
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
@@ -240,8 +249,62 @@ def _pool_context(art: Artifacts) -> dict:
     }
 
 
+def _elementwise_context(art: Artifacts) -> dict:
+    """Elementwise ops and expressions: one output element from the inputs' elements at the same
+    position (the inputs broadcast together first), its gradients likewise; an input's gradient
+    summed back to its shape by the loader (the NumPy module's own sum)."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, ElementwiseKernel)
+    back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+    # the inputs as the .c spells them (an expression's user names them): sg_in_x, sg_grad_x
+    names = naming.cuda_names(kernel.inputs)
+    c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
+    real_types = []
+    for rt in C_REAL_TYPES:
+        def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
+            return [("bool" if a.boolean else rt, names.get(a.name, a.name), c_code(a.expr, rt, names))
+                    for a in assigns]
+        real_types.append({
+            "name": rt,
+            "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
+            "grad_params": ", ".join(f"{rt}* restrict {names.get(a.name, a.name)}_out" for a in kernel.grads),
+            "intermediates": lets(kernel.intermediates),
+            "backward_intermediates": lets(back_inter),
+            "adjoints": lets(adjoints),
+            "output": c_code(kernel.output, rt, names),
+            # temporaries declared; each gradient assigned to its local, then written out
+            "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
+                      for ctype, name, code in lets(grads)],
+            "grad_locals": [names.get(a.name, a.name) for a in kernel.grads],
+        })
+    wrt = tuple(kernel.wrt or kernel.inputs)
+    many = len(kernel.inputs) > 1
+    return _base_context(art) | {
+        "template": "cpu/elementwise.c.jinja", "loader_template": "cpu/loader_elementwise.py.jinja",
+        "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
+        "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
+        "real_types": real_types, "broadcast": kernel.broadcast,
+        # (input, whether backward returns its gradient): an expression's wrt
+        "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
+        "partial": any(name not in wrt for name in kernel.inputs),
+        "inputs_text": ", ".join(kernel.inputs), "are": "are" if many else "is",
+        "c_inputs_text": ", ".join(naming.cuda_identifiers(n)["value"] for n in kernel.inputs),
+        "c_grads_text": ", ".join(naming.cuda_identifiers(n)["grad"] for n in kernel.inputs),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the elements (default: THREADS, "
+            f"else OpenMP's default); results do not depend on it."
+            + ("  A broadcast input's gradient is computed per element of the output by the C "
+               "kernel and summed back to the input's shape by the NumPy module's own calls "
+               "(_sum_to_shape, block by block as it does): the same sums in the same order, equal "
+               "bits by construction." if kernel.broadcast else ""), indent=""),
+    }
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
-_CONTEXTS = {"pool": _pool_context}
+_CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 

@@ -1,0 +1,178 @@
+"""The native CPU backend (symgrad/backends/cpu) for the kinds other than pooling (pooling:
+tests/test_cpu.py).  Oracle: the NumPy backend, bit for bit (tests/cuda_harness/check.py's
+comparison on tie-heavy inputs with +-0, NaN, +-inf; float16 against NumPy in float32 rounded
+once), for every tie policy x NaN rule on one case per kind, both framework presets, float16/32/64,
+contiguous and strided (or channels-last) inputs; the same bits with 1 and 2 threads; the NumPy
+module's errors for forged saved state.
+
+Skipped when no C compiler is found, except under CI=true, where the compiler is required."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import symgrad
+from conftest import ELEMENTWISE, case_id
+from cuda_harness.check import compare, inputs_for, mismatch
+from symgrad.ops import OPS
+from symgrad.policy import NAN_RULES
+
+COMPILER = next((shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))
+                 if shutil.which(c)), None)
+if COMPILER is None and os.environ.get("CI") != "true":
+    pytest.skip("no C compiler (cc, gcc, clang or $CC) on this machine: the cpu backend needs one "
+                "(required when CI=true)", allow_module_level=True)
+
+DTYPES = (np.float64, np.float32, np.float16)
+# every NaN rule with every tie policy it admits
+NAN_SETTINGS = [{"ties": t, "nan": n} for n, rule in NAN_RULES.items() for t in rule.policies]
+PRESETS = ({"convention": "torch"}, {"convention": "jax"})
+
+# ----------------------------------------------------------------------------- the cases
+# (op, params, input shapes, settings): each kind's cases; the first of a kind is its geometry for
+# every policy x NaN rule and the presets
+BROADCAST = ("maximum", {}, [(3, 1), (4,)])
+ELEMENTWISE_CASES = ([(op, params, shapes, {"ties": "first"}) for op, params, shapes in ELEMENTWISE]
+                     + [(*BROADCAST, s) for s in NAN_SETTINGS]
+                     + [(op, params, shapes, s) for op, params, shapes in
+                        (BROADCAST, ("leaky_relu", {"negative_slope": 0.0}, [(4, 5)])) for s in PRESETS])
+EXPRESSIONS = [  # (text, inputs, wrt, shapes)
+    ("Max(x*y, x + y, z)", None, None, [(2, 1, 4), (3, 1), (4,)]),
+    ("Max(x*y, x + y, 0) + Min(x, 2*y)", None, ("x",), [(3, 4), (3, 4)]),
+]
+
+
+def _settings_id(settings: dict) -> str:
+    return "-".join(str(v) for v in settings.values())
+
+
+def _compare_all(module, op, params, shapes, settings, layouts=("contiguous",), dtypes=DTYPES) -> list[str]:
+    """Every comparison of a cpu module with the NumPy module on tie-heavy inputs, without and
+    with NaN/+-inf/-0."""
+    rng = np.random.default_rng(sum(map(ord, f"{op}{params}{settings}")))
+    problems = []
+    for specials in (False, True):
+        inputs = inputs_for(rng, op, shapes, specials)
+        for dtype in dtypes:
+            for layout in layouts:
+                problems += compare(np, op, params, settings, inputs, dtype, layout, module=module)
+    return problems
+
+
+def _layouts(op, shapes) -> tuple:
+    if OPS[op].kind == "elementwise":
+        return ("contiguous", "strided") if len(shapes) == 1 else ("contiguous",)
+    return ("contiguous",)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiled_in_parallel():
+    """Every library the tests below use, compiled first, two at a time (the compiler runs in
+    subprocesses): the tests then find them in the cache."""
+    from concurrent.futures import ThreadPoolExecutor
+    modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES]
+    modules += [symgrad.load_expr(text, backend="cpu", inputs=names, wrt=wrt) for text, names, wrt, _ in EXPRESSIONS]
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda m: m.library(), modules))
+
+
+# ----------------------------------------------------------------------------- elementwise
+
+@pytest.mark.parametrize("op,params,shapes,settings", ELEMENTWISE_CASES,
+                         ids=[f"{case_id(op, params)}-{_settings_id(s)}" for op, params, _, s in ELEMENTWISE_CASES])
+def test_elementwise_equals_numpy_bit_for_bit(op, params, shapes, settings):
+    module = symgrad.load(op, backend="cpu", **settings, **params)
+    problems = _compare_all(module, op, params, shapes, settings, _layouts(op, shapes))
+    assert not problems, "\n".join(problems[:10])
+
+
+def _expression_problems(module, reference, shapes, wrt, rng, dtype) -> list[str]:
+    xs = [rng.integers(-2, 3, size=s).astype(dtype) for s in shapes]  # ties and zeros
+    ref = np.float32 if dtype == np.float16 else dtype
+    y, saved = module.forward(*xs)
+    y_ref, saved_ref = reference.forward(*[x.astype(ref) for x in xs])
+    g = rng.normal(size=y_ref.shape).astype(dtype)  # sums that round differently by order
+    problems = [f"forward: {mismatch(y, y_ref.astype(dtype))}"]
+    for k, (a, b) in enumerate(zip(module.backward(g, saved), reference.backward(g.astype(ref), saved_ref))):
+        if a is None or b is None:
+            problems.append("" if a is None and b is None else f"gradient {k}: {a!r} != {b!r}")
+        else:
+            problems.append(f"gradient {k}: {mismatch(a, b.astype(dtype))}")
+    ts = [x[::-1] if wrt is None or name in wrt else None for x, name in zip(xs, reference.INPUTS)]
+    got = module.jvp(*ts, saved)
+    want = reference.jvp(*[t if t is None else t.astype(ref) for t in ts], saved_ref)
+    problems.append(f"jvp: {mismatch(got, want.astype(dtype))}")
+    return [p for p in problems if not p.endswith(": ") and p]
+
+
+@pytest.mark.parametrize("text,names,wrt,shapes", EXPRESSIONS, ids=[e[0] for e in EXPRESSIONS])
+def test_expression_equals_numpy_bit_for_bit(text, names, wrt, shapes):
+    """symgrad.load_expr(..., backend="cpu"): broadcast inputs, a wrt that leaves an input out
+    (backward gives None for it, jvp refuses its tangent), gradients of random grad_output."""
+    module = symgrad.load_expr(text, backend="cpu", inputs=names, wrt=wrt)
+    reference = symgrad.load_expr(text, inputs=names, wrt=wrt)
+    rng = np.random.default_rng(14)
+    for dtype in DTYPES:
+        problems = _expression_problems(module, reference, shapes, wrt, rng, dtype)
+        assert not problems, f"{np.dtype(dtype).name}: " + "\n".join(problems)
+    if wrt is not None:
+        x = np.ones(shapes[0], np.float32)
+        _, saved = module.forward(*[x] * len(shapes))
+        with pytest.raises(ValueError, match="must be None: the module differentiates only x"):
+            module.jvp(x, x, saved)
+
+
+def test_a_large_broadcast_gradient_is_summed_as_numpy_sums_it():
+    """An output of more than 4 * BLOCK elements: NumPy sums a broadcast input's gradient block by
+    block; the loader sums the kernel's per-element gradients with the same calls in the same
+    order (random values, whose sums round differently in another order)."""
+    m = symgrad.load("maximum", backend="cpu", ties="split")
+    ref = symgrad.load("maximum", ties="split")
+    rng = np.random.default_rng(5)
+    for dtype in (np.float32, np.float16):
+        x = rng.integers(0, 3, size=(700, 400)).astype(dtype)
+        y = rng.integers(0, 3, size=(1, 400)).astype(dtype)
+        g = rng.normal(size=(700, 400)).astype(dtype)
+        wide = np.float32
+        _, saved = m.forward(x, y)
+        _, saved_ref = ref.forward(x.astype(wide), y.astype(wide))
+        for a, b in zip(m.backward(g, saved), ref.backward(g.astype(wide), saved_ref)):
+            assert not mismatch(a, b.astype(dtype)), mismatch(a, b.astype(dtype))
+
+
+def test_elementwise_same_bits_with_one_and_two_threads():
+    m = symgrad.load("maximum", backend="cpu", ties="split")
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=(37, 50)).astype(np.float32)
+    y = rng.integers(0, 3, size=(37, 1)).astype(np.float32)
+    g = rng.normal(size=(37, 50)).astype(np.float32)
+    runs = []
+    for threads in (1, 2, None):
+        out, saved = m.forward(x, y, threads=threads)
+        runs.append([out.tobytes(), *(a.tobytes() for a in m.backward(g, saved, threads=threads)),
+                     m.jvp(g, g[:, :1], saved, threads=threads).tobytes()])
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_elementwise_forged_saved_is_refused_as_numpy_refuses_it():
+    """The NumPy module's checks of saved, before any kernel reads it: the same errors."""
+    m = symgrad.load("maximum", backend="cpu")
+    ref = symgrad.load("maximum")
+    x, y = np.zeros((3, 4), np.float32), np.zeros((1, 4), np.float32)
+    for module in (m, ref):
+        _, saved = module.forward(x, y)
+        forged = [saved._replace(a=list(x)), saved._replace(output_shape=(3, 5)),
+                  saved._replace(b=np.zeros((2, 4), np.float32)), saved._replace(dtype=np.dtype(np.int64)),
+                  saved._replace(a=x.astype(np.int32))]
+        errors = []
+        for bad in forged:
+            with pytest.raises((TypeError, ValueError)) as info:
+                module.backward(np.ones((3, 4), np.float32), bad)
+            errors.append((info.type, str(info.value)))
+        if module is m:
+            cpu_errors = errors
+    assert cpu_errors == errors
