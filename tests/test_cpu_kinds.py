@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import symgrad
-from conftest import ELEMENTWISE, case_id
+from conftest import ELEMENTWISE, WINDOWED, case_id
 from cuda_harness.check import compare, inputs_for, mismatch
-from symgrad.ops import OPS
+from symgrad.ops import OPS, resolve
 from symgrad.policy import NAN_RULES
 
 COMPILER = next((shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))
@@ -40,6 +40,32 @@ ELEMENTWISE_CASES = ([(op, params, shapes, {"ties": "first"}) for op, params, sh
                      + [(*BROADCAST, s) for s in NAN_SETTINGS]
                      + [(op, params, shapes, s) for op, params, shapes in
                         (BROADCAST, ("leaky_relu", {"negative_slope": 0.0}, [(4, 5)])) for s in PRESETS])
+
+
+def _admitted(op: str, params: dict) -> list[dict]:
+    """Every policy x NaN rule the op admits, and both presets."""
+    out = []
+    for settings in NAN_SETTINGS + list(PRESETS):
+        try:
+            resolve(op, **settings, **params)
+        except ValueError:
+            continue
+        out.append(settings)
+    return out
+
+
+def _window_cases(kind: str, geometry: tuple) -> list:
+    """The test tables' cases of a kind under a scan and a mask policy, and its geometry under every
+    policy x NaN rule it admits and both presets."""
+    cases = [(op, params, [shape], {"ties": t}) for op, params, shape in WINDOWED if OPS[op].kind == kind
+             for t in ("first", "split")]
+    op, params, shapes = geometry
+    return cases + [(op, params, shapes, s) for s in _admitted(op, params)]
+
+
+# a reduction over rows longer than a SIMD width (70), kept dims on both sides
+REDUCTION_CASES = _window_cases("reduction", ("amax", {"dim": 1}, [(3, 70, 2)]))
+WINDOW_CASES = REDUCTION_CASES
 EXPRESSIONS = [  # (text, inputs, wrt, shapes)
     ("Max(x*y, x + y, z)", None, None, [(2, 1, 4), (3, 1), (4,)]),
     ("Max(x*y, x + y, 0) + Min(x, 2*y)", None, ("x",), [(3, 4), (3, 4)]),
@@ -74,7 +100,7 @@ def _compiled_in_parallel():
     """Every library the tests below use, compiled first, two at a time (the compiler runs in
     subprocesses): the tests then find them in the cache."""
     from concurrent.futures import ThreadPoolExecutor
-    modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES]
+    modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES + WINDOW_CASES]
     modules += [symgrad.load_expr(text, backend="cpu", inputs=names, wrt=wrt) for text, names, wrt, _ in EXPRESSIONS]
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.library(), modules))
@@ -176,3 +202,64 @@ def test_elementwise_forged_saved_is_refused_as_numpy_refuses_it():
         if module is m:
             cpu_errors = errors
     assert cpu_errors == errors
+
+
+# ----------------------------------------------------------------------------- window kinds
+
+@pytest.mark.parametrize("op,params,shapes,settings", WINDOW_CASES,
+                         ids=[f"{case_id(op, params)}-{_settings_id(s)}" for op, params, _, s in WINDOW_CASES])
+def test_window_kind_equals_numpy_bit_for_bit(op, params, shapes, settings):
+    """Forward, saved state (the scan's index: its values and dtype), backward and jvp."""
+    module = symgrad.load(op, backend="cpu", **settings, **params)
+    problems = _compare_all(module, op, params, shapes, settings, _layouts(op, shapes))
+    assert not problems, "\n".join(problems[:10])
+
+
+# (op, params, input shape): one case per kind for threads and forged saved state
+THREADED = [("amax", {"dim": (0, 2)}, (37, 3, 41))]
+
+
+@pytest.mark.parametrize("ties", ("first", "split"))
+@pytest.mark.parametrize("op,params,shape", THREADED, ids=[case_id(*c) for c in THREADED])
+def test_window_kind_same_bits_with_one_and_two_threads(op, params, shape, ties):
+    m = symgrad.load(op, backend="cpu", ties=ties, **params)
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=shape).astype(np.float32)
+    runs = []
+    for threads in (1, 2, None):
+        y, saved = m.forward(x, threads=threads)
+        g = np.random.default_rng(4).normal(size=y.shape).astype(np.float32)
+        (gx,) = m.backward(g, saved, threads=threads)
+        runs.append([y.tobytes(), *(a.tobytes() for a in saved if isinstance(a, np.ndarray)), gx.tobytes(),
+                     m.jvp(rng.normal(size=shape).astype(np.float32) * 0 + x, saved, threads=threads).tobytes()])
+    assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("ties", ("first", "split"))
+@pytest.mark.parametrize("op,params,shape", THREADED, ids=[case_id(*c) for c in THREADED])
+def test_window_kind_forged_saved_is_refused_as_numpy_refuses_it(op, params, shape, ties):
+    """Every array field of saved replaced by one of another dtype, shape or memory, or a list, and
+    its shapes and dtype forged: the NumPy module's errors, before any kernel reads it."""
+    m = symgrad.load(op, backend="cpu", ties=ties, **params)
+    ref = symgrad.load(op, ties=ties, **params)
+    x = np.random.default_rng(0).integers(0, 3, size=shape).astype(np.float32)
+    seen = []
+    for module in (m, ref):
+        y, saved = module.forward(x)
+        forged = [saved._replace(output_shape=saved.output_shape + (1,)), saved._replace(dtype=np.dtype(np.int64)),
+                  saved._replace(input_shape=(2,) + saved.input_shape[1:])]
+        for field, a in zip(saved._fields, saved):
+            if isinstance(a, np.ndarray):
+                forged += [saved._replace(**{field: a.astype(np.float64 if a.dtype != np.float64 else np.float32)}),
+                           saved._replace(**{field: a[..., :1]}), saved._replace(**{field: list(a.ravel())})]
+                if a.dtype.kind == "u":
+                    forged.append(saved._replace(**{field: np.full_like(a, np.iinfo(a.dtype).max)}))  # beyond the slice
+        errors = []
+        for bad in forged:
+            for call in (lambda: module.backward(np.ones(y.shape, np.float32), bad),
+                         lambda: module.jvp(np.zeros(shape, np.float32), bad)):
+                with pytest.raises((TypeError, ValueError)) as info:
+                    call()
+                errors.append((info.type, str(info.value)))
+        seen.append(errors)
+    assert seen[0] == seen[1]

@@ -84,15 +84,16 @@ def _params(real_type: str, *names) -> str:
     return ", ".join(f"const {real_type} {n}" for n in names)
 
 
-def _selection(kernel: WindowKernel) -> tuple[list, list]:
+def _selection(kernel: WindowKernel, combine: sp.Basic | None = None) -> tuple[list, list]:
     """The selection as C functions, once per compute type (a name suffixed by it: C has no
-    overloading): (docs, [{name, functions: [{ret, name, params, body}]}])."""
+    overloading): (docs, [{name, functions: [{ret, name, params, body}]}]).  combine: the fold's
+    step (default: the NaN-propagating max/min of best and v)."""
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
     # (doc, return type, name, parameters, expression, prelude)
     functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V), ())]
+                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V) if combine is None else combine, ())]
     if sel.form == "scan":
         functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
                           "bool", "sg_take", (V, BEST), sel.take, ()))
@@ -303,8 +304,45 @@ def _elementwise_context(art: Artifacts) -> dict:
     }
 
 
+def _reduction_context(art: Artifacts) -> dict:
+    """Reductions (amax, amin, max, min): each reduced slice a row of n elements, one thread a row;
+    the NumPy module's Saved and checks (its partial's macros), the kernels' saved index widened to
+    int64 and narrowed back to the NumPy module's type by the loader."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "reduction"
+    sel = kernel.selection
+    selection_doc, real_types = _selection(kernel, sel.combine)  # the fold under the preset's zeros rule
+    scan = sel.form == "scan"
+    if scan:
+        saved_text = ("Saved state: forward saves the winner's position in its row, in the smallest "
+                      "unsigned type holding n (the loader narrows the kernel's int64); backward reads "
+                      "only it and grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each row's extremum"
+                      + (", and counts them." if sel.counts else "."))
+    return _base_context(art) | {
+        "template": "cpu/reduction.c.jinja", "loader_template": "cpu/loader_reduction.py.jinja",
+        "selection_partial": f"cpu/_reduction_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts,
+        "saved_doc": wrap(saved_text, 96, "  "),
+        # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
+        "reads": ("np.ascontiguousarray(saved.index.reshape(rows), dtype=np.int64)" if scan else
+                  "_rows(saved.x, dims, kept, n), np.ascontiguousarray(saved.output).reshape(rows)"),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the reduced slices (default: "
+            f"THREADS, else OpenMP's default); results do not depend on it.", indent=""),
+    }
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
-_CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context}
+_CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
+             "reduction": _reduction_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
