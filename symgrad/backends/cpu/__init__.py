@@ -24,8 +24,8 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import Op
-from ..common import (docstring, expression_docstring, expression_header, header, python_geometry,
-                      special_docstring, wrap)
+from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
+                      python_geometry, special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
@@ -340,9 +340,72 @@ def _reduction_context(art: Artifacts) -> dict:
     }
 
 
+def _maxout_context(art: Artifacts) -> dict:
+    """Maxout: windows of `pieces` consecutive channels of an (N, C, S) tensor (S the dims after C
+    as one), NCS or channels-last; an element's one window is its channel group."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "maxout"
+    sel = kernel.selection
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
+    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    if sel.form == "scan":
+        saved_text = (f"Saved state: forward saves the winner's window-local index, one "
+                      f"{kernel.index_dtype} per output; backward reads only it and grad_output "
+                      f"(x is not kept).")
+        values = "index, "
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by "
+                      "reference) which elements attain each window's extremum"
+                      + (f"; forward also saves their number, one {count_dtype} per output."
+                         if sel.counts else "."))
+        values = ("x3.reshape(x.shape), out.reshape(out_shape), "
+                  + ("count.reshape(out_shape), " if sel.counts else ""))
+    names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
+    g = kernel.axes
+    return _base_context(art) | {
+        "template": "cpu/maxout.c.jinja", "loader_template": "cpu/loader_maxout.py.jinja",
+        "selection_partial": f"cpu/_maxout_{sel.form}.c.jinja",
+        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "pieces": op.params["pieces"],
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        # an element's gradient starts from +0 or -0 (WindowKernel.grad_start); its window's term is
+        # added, or (one winner, disjoint windows: grad_start "written") written
+        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
+        "gather": "=" if kernel.grad_start == "written" else "+=",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "index_ctype": index_ctype, "count_ctype": count_ctype,
+        "dtype_constants": (
+            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
+            if sel.form == "scan" else []) + (
+            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
+            if sel.counts else []),
+        "saved": _saved(kernel, index_ctype, count_ctype), "saved_values": values,
+        "saved_doc": wrap(saved_text, 96, "  "),
+        "maxout": {"groups": c_integer_code(g.output_size, names),
+                   "start": c_integer_code(g.start, names),
+                   "coordinate": c_integer_code(g.coordinate, names),
+                   "winner": c_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
+                   "holder": c_integer_code(g.holder, names),
+                   "element": c_integer_code(g.element, names)},
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; NC... or channels-last, other strides are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+    }
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
 _CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
-             "reduction": _reduction_context}
+             "reduction": _reduction_context, "maxout": _maxout_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
