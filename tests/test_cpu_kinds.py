@@ -68,6 +68,10 @@ REDUCTION_CASES = _window_cases("reduction", ("amax", {"dim": 1}, [(3, 70, 2)]))
 # maxout: 3 pieces over 2-d planes (channels-last too)
 MAXOUT_CASES = _window_cases("maxout", ("maxout", {"pieces": 3}, [(2, 6, 4, 5)]))
 WINDOW_CASES = REDUCTION_CASES + MAXOUT_CASES
+UNPOOLS = [("max_unpool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 6)),
+           ("max_unpool2d", {"kernel_size": 2}, (3, 5, 4)),  # unbatched
+           ("max_unpool3d", {"kernel_size": 2, "output_size": (5, 4, 5)}, (1, 2, 2, 2, 2))]
+POLICIES = ("first", "last", "all")  # unpooling has no split
 EXPRESSIONS = [  # (text, inputs, wrt, shapes)
     ("Max(x*y, x + y, z)", None, None, [(2, 1, 4), (3, 1), (4,)]),
     ("Max(x*y, x + y, 0) + Min(x, 2*y)", None, ("x",), [(3, 4), (3, 4)]),
@@ -106,6 +110,7 @@ def _compiled_in_parallel():
     from concurrent.futures import ThreadPoolExecutor
     modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES + WINDOW_CASES]
     modules += [symgrad.load_expr(text, backend="cpu", inputs=names, wrt=wrt) for text, names, wrt, _ in EXPRESSIONS]
+    modules += [symgrad.load(op, backend="cpu", ties=t, **params) for op, params, _ in UNPOOLS for t in POLICIES]
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.library(), modules))
 
@@ -282,3 +287,35 @@ def test_maxout_zero_gradients_keep_their_sign_under_each_preset(convention):
     (got,) = m.backward(g, m.forward(x)[1])
     (want,) = ref.backward(g, ref.forward(x)[1])
     assert not mismatch(got, want), mismatch(got, want)
+
+
+# ----------------------------------------------------------------------------- unpooling
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("op,params,shape", UNPOOLS, ids=[case_id(*c) for c in UNPOOLS])
+def test_unpool_equals_numpy_bit_for_bit(op, params, shape, ties):
+    """Indices with many collisions (several writers of a slot: which one stays, which gets the
+    gradient, what jvp adds), values with +-0, NaN and +-inf; forward, saved, backward and jvp."""
+    m = symgrad.load(op, backend="cpu", ties=ties, **params)
+    ref = symgrad.load(op, ties=ties, **params)
+    rng = np.random.default_rng(sum(map(ord, f"{op}{ties}")))
+    x0 = rng.integers(-2, 3, size=shape).astype(np.float64)
+    where = rng.random(shape) < 0.2
+    x0[where] = rng.choice([np.nan, np.inf, -np.inf, -0.0], size=int(where.sum()))
+    size = int(np.prod(ref.forward(x0, np.zeros(shape, np.int64))[0].shape[-OPS[op].spatial:]))
+    idx = rng.integers(0, min(size, 4), size=shape)  # few slots: collisions
+    for dtype in DTYPES:
+        wide = np.float32 if dtype == np.float16 else dtype
+        x = x0.astype(dtype)
+        y, saved = m.forward(x, idx)
+        y_ref, saved_ref = ref.forward(x.astype(wide), idx)
+        assert not mismatch(y, y_ref.astype(dtype)), mismatch(y, y_ref.astype(dtype))
+        assert np.array_equal(saved.indices, saved_ref.indices)
+        assert (saved.wins is None) == (saved_ref.wins is None)
+        assert saved.wins is None or np.array_equal(saved.wins, saved_ref.wins)
+        g = rng.normal(size=y.shape).astype(dtype)
+        (gx, none), (gx_ref, _) = m.backward(g, saved), ref.backward(g.astype(wide), saved_ref)
+        assert none is None and not mismatch(gx, gx_ref.astype(dtype)), mismatch(gx, gx_ref.astype(dtype))
+        t = rng.normal(size=shape).astype(dtype)  # sums that round differently by order
+        got, want = m.jvp(t, None, saved), ref.jvp(t.astype(wide), None, saved_ref).astype(dtype)
+        assert not mismatch(got, want), mismatch(got, want)

@@ -21,7 +21,7 @@ import sympy as sp
 
 from ... import naming
 from ...indicators import MaxOf, MinOf
-from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, WindowKernel,
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
@@ -403,9 +403,28 @@ def _maxout_context(art: Artifacts) -> dict:
     }
 
 
+def _unpool_context(art: Artifacts) -> dict:
+    """Max unpooling (1d/2d/3d): each plane's elements scattered to their slots in row-major
+    order, one thread a plane (no atomics); the NumPy module's Saved and checks."""
+    kernel = art.kernel
+    assert isinstance(kernel, UnpoolKernel)
+    return _base_context(art) | {
+        "template": "cpu/unpool.c.jinja", "loader_template": "cpu/loader_unpool.py.jinja",
+        "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": kernel.each_writer,
+        # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
+        "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(art.op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the planes (default: THREADS, "
+            f"else OpenMP's default); results do not depend on it.", indent=""),
+    }
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
 _CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
-             "reduction": _reduction_context, "maxout": _maxout_context}
+             "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
