@@ -67,7 +67,15 @@ def _window_cases(kind: str, geometry: tuple) -> list:
 REDUCTION_CASES = _window_cases("reduction", ("amax", {"dim": 1}, [(3, 70, 2)]))
 # maxout: 3 pieces over 2-d planes (channels-last too)
 MAXOUT_CASES = _window_cases("maxout", ("maxout", {"pieces": 3}, [(2, 6, 4, 5)]))
-WINDOW_CASES = REDUCTION_CASES + MAXOUT_CASES
+# adaptive: overlapping windows of two sizes along each axis; and JAX's gradient start where
+# output_size (1, 2) makes an element of every window along both axes (-0 there)
+ADAPTIVE_CASES = (_window_cases("adaptive", ("adaptive_max_pool2d", {"output_size": (3, 4)}, [(2, 3, 7, 9)]))
+                  + [("adaptive_max_pool2d", {"output_size": (1, 2)}, [(2, 2, 3, 5)], {"convention": "jax"})]
+                  + [(op, params, shapes, {"ties": t}) for op, params, shapes in (
+                      ("adaptive_max_pool1d", {"output_size": 3}, [(2, 5)]),  # unbatched
+                      ("adaptive_max_pool3d", {"output_size": (2, None, 3)}, [(1, 2, 5, 3, 4)]))
+                     for t in ("first", "split")])
+WINDOW_CASES = REDUCTION_CASES + MAXOUT_CASES + ADAPTIVE_CASES
 UNPOOLS = [("max_unpool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 6)),
            ("max_unpool2d", {"kernel_size": 2}, (3, 5, 4)),  # unbatched
            ("max_unpool3d", {"kernel_size": 2, "output_size": (5, 4, 5)}, (1, 2, 2, 2, 2))]
@@ -99,6 +107,8 @@ def _layouts(op, shapes) -> tuple:
     if OPS[op].kind == "elementwise":
         return ("contiguous", "strided") if len(shapes) == 1 else ("contiguous",)
     if OPS[op].kind == "maxout" and len(shapes[0]) >= 3:
+        return ("contiguous", "channels_last")
+    if OPS[op].kind == "adaptive" and len(shapes[0]) == OPS[op].spatial + 2:
         return ("contiguous", "channels_last")
     return ("contiguous",)
 
@@ -225,7 +235,8 @@ def test_window_kind_equals_numpy_bit_for_bit(op, params, shapes, settings):
 
 
 # (op, params, input shape): one case per kind for threads and forged saved state
-THREADED = [("amax", {"dim": (0, 2)}, (37, 3, 41)), ("maxout", {"pieces": 3}, (4, 9, 7, 5))]
+THREADED = [("amax", {"dim": (0, 2)}, (37, 3, 41)), ("maxout", {"pieces": 3}, (4, 9, 7, 5)),
+            ("adaptive_max_pool2d", {"output_size": (5, 4)}, (3, 4, 11, 9))]
 
 
 @pytest.mark.parametrize("ties", ("first", "split"))

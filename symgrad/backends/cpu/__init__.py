@@ -20,6 +20,7 @@ import numpy as np
 import sympy as sp
 
 from ... import naming
+from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
@@ -27,6 +28,7 @@ from ...ops import Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
+from ..numpy.printer import numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -422,9 +424,77 @@ def _unpool_context(art: Artifacts) -> dict:
     }
 
 
+def _adaptive_context(art: Artifacts) -> dict:
+    """Adaptive max pooling (1d/2d/3d): PyTorch's windows (symgrad.geometry.ADAPTIVE), which may
+    overlap and differ in size, over NCHW or channels-last planes; the NumPy module's Saved and
+    checks (a scan's winner as its index in the window box, in the smallest unsigned type)."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "adaptive"
+    sel = kernel.selection
+    spatial = op.spec.spatial
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    scan = sel.form == "scan"
+    if scan:
+        saved_text = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                      "largest window extent along each axis), which the loader stores in the smallest "
+                      "unsigned type holding it (the kernels write and read int64); backward reads only "
+                      "it and grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (", and counts them per window."
+                                                                         if sel.counts else "."))
+    if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
+        inside = " && ".join(f"o{a} > 0 && sg_window_start(i{a}, l{a}, o{a}) == 0 && "
+                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
+        grad_start = f"({inside}) ? -0.0 : 0"
+    else:
+        grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
+    arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
+    return _base_context(art) | {
+        "template": "cpu/adaptive.c.jinja", "loader_template": "cpu/loader_adaptive.py.jinja",
+        "selection_partial": f"cpu/_adaptive_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
+        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
+        "box_index": box_index,
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "saved": {
+            "writes_doc": "int64* index, " if scan else "",
+            "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
+            "writes": {dt: ("int64_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
+            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+                      for dt, ct, *_ in C_DTYPES}},
+        "saved_doc": wrap(saved_text, 96, "  "),
+        "windows_text": ADAPTIVE.doc(),
+        "c_window_start": c_integer_code(ADAPTIVE.start), "c_window_end": c_integer_code(ADAPTIVE.end),
+        # the loader's Python (the NumPy module's _axis)
+        "window_start": numpy_integer_code(ADAPTIVE.start), "window_end": numpy_integer_code(ADAPTIVE.end),
+        "first_holder": numpy_integer_code(ADAPTIVE.first_holder),
+        "end_holder": numpy_integer_code(ADAPTIVE.end_holder),
+        "windows_doc": wrap(f'"""Along an axis of length `length` with `out` outputs (as '
+                            f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+    }
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
 _CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
-             "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context}
+             "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context,
+             "adaptive": _adaptive_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
