@@ -75,7 +75,12 @@ ADAPTIVE_CASES = (_window_cases("adaptive", ("adaptive_max_pool2d", {"output_siz
                       ("adaptive_max_pool1d", {"output_size": 3}, [(2, 5)]),  # unbatched
                       ("adaptive_max_pool3d", {"output_size": (2, None, 3)}, [(1, 2, 5, 3, 4)]))
                      for t in ("first", "split")])
-WINDOW_CASES = REDUCTION_CASES + MAXOUT_CASES + ADAPTIVE_CASES
+# fractional: overlapping windows (kernel 3 over 7x8 into 4x5) from random samples
+FRACTIONAL_CASES = (_window_cases("fractional", ("fractional_max_pool2d", {"kernel_size": 3, "output_size": (4, 5)},
+                                                 [(2, 2, 7, 8), (2, 2, 2)]))
+                    + [("fractional_max_pool3d", {"kernel_size": 2, "output_size": (2, 3, 2)}, [(1, 2, 4, 5, 4), (1, 2, 3)],
+                        {"ties": t}) for t in ("first", "split")])
+WINDOW_CASES = REDUCTION_CASES + MAXOUT_CASES + ADAPTIVE_CASES + FRACTIONAL_CASES
 UNPOOLS = [("max_unpool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 6)),
            ("max_unpool2d", {"kernel_size": 2}, (3, 5, 4)),  # unbatched
            ("max_unpool3d", {"kernel_size": 2, "output_size": (5, 4, 5)}, (1, 2, 2, 2, 2))]

@@ -12,6 +12,7 @@ ones there are."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,10 +25,10 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
-from ...ops import Op
+from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
-from ..printing import pool_axis_code, python_integer_code
+from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from ..numpy.printer import numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
@@ -491,10 +492,70 @@ def _adaptive_context(art: Artifacts) -> dict:
     }
 
 
+def _fractional_context(art: Artifacts) -> dict:
+    """Fractional max pooling (2d/3d): windows of kernel_size at per-plane starts, which the loader
+    computes from the samples with the NumPy module's own code (its _windows: floating point, so
+    the same windows by construction) and hands the kernels as int64; one thread a plane."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "fractional"
+    sel = kernel.selection
+    spatial = op.spec.spatial
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    scan = sel.form == "scan"
+    index_ctype = _C_UNSIGNED[kernel.index_dtype] if scan else ""
+    if scan:
+        saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
+                      f"{kernel.index_dtype} per output, and the samples; backward reads only them and "
+                      f"grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (" and counts them" if sel.counts
+                                                                         else "") + "; and the samples.")
+    arrays = [("index", "index_t")] if scan else [("x", "T"), ("output", "T")]
+    return _base_context(art) | {
+        "template": "cpu/fractional.c.jinja", "loader_template": "cpu/loader_fractional.py.jinja",
+        "selection_partial": f"cpu/_fractional_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
+        "window": kernel.window, "index_dtype": kernel.index_dtype or "", "index_ctype": index_ctype,
+        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        "saved": {
+            "writes_doc": "index_t* index, " if scan else "",
+            "reads_doc": "const index_t* index, " if scan else "const T* x, const T* output, ",
+            "writes": {dt: ("index_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
+            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+                      for dt, ct, *_ in C_DTYPES}},
+        # what backward and jvp pass the kernels from saved
+        "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
+        "saved_doc": wrap(saved_text, 96, "  "),
+        # the NumPy module's window starts (its partials, in the loader)
+        "fractional": {f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
+                       for f in ("alpha", "start", "last_start")},
+        "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; x is read as NCHW, other memory orders are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+        **python_geometry(kernel),
+    }
+
+
+# the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
+_FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+
+
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
 _CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
              "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context,
-             "adaptive": _adaptive_context}
+             "adaptive": _adaptive_context, "fractional": _fractional_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
