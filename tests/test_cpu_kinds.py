@@ -365,3 +365,37 @@ def test_unpool_and_fractional_same_bits_with_one_and_two_threads():
                 fractional.jvp(t, None, saved, threads=threads).tobytes()]
         runs.append(run)
     assert runs[0] == runs[1] == runs[2]
+
+
+# (op, params, input shapes) of the cases above whose libraries the fixture compiled
+BFLOAT16_CASES = [(*BROADCAST, "split"), ("relu", {}, [(4, 5)], "first"), ("amax", {"dim": 1}, [(3, 70, 2)], "first"),
+                  ("maxout", {"pieces": 3}, [(2, 6, 4, 5)], "split"),
+                  ("adaptive_max_pool2d", {"output_size": (3, 4)}, [(2, 3, 7, 9)], "first"),
+                  ("fractional_max_pool2d", {"kernel_size": 3, "output_size": (4, 5)}, [(2, 2, 7, 8), (2, 2, 2)], "split"),
+                  ("max_unpool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, [(2, 3, 6), (2, 3, 6)], "all")]
+
+
+@pytest.mark.parametrize("op,params,shapes,ties", BFLOAT16_CASES, ids=[f"{c[0]}-{c[3]}" for c in BFLOAT16_CASES])
+def test_bfloat16_is_computed_as_the_numpy_module_computes_it(op, params, shapes, ties):
+    """bfloat16 arrays (ml_dtypes) go through the NumPy module's own wrappers (widened to float32,
+    the float32 kernels, rounded once), threads= passed through: the NumPy module's bits."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    m = symgrad.load(op, backend="cpu", ties=ties, **params)
+    ref = symgrad.load(op, ties=ties, **params)
+    rng = np.random.default_rng(16)
+    xs = [rng.integers(-2, 3, size=s).astype(bf16) for s in shapes]
+    if op == "max_unpool1d":
+        xs[1] = rng.integers(0, 4, size=shapes[1])  # colliding slots
+    if op.startswith("fractional"):
+        xs[1] = rng.random(shapes[1]).astype(bf16)
+    y, saved = m.forward(*xs, threads=2)
+    y_ref, saved_ref = ref.forward(*xs)
+    g = rng.normal(size=y_ref.shape).astype(bf16)
+    ts = [rng.normal(size=s).astype(bf16) if k == 0 or op.startswith(("maximum", "minimum")) else None
+          for k, s in enumerate(shapes)]
+    pairs = [(y, y_ref), (m.jvp(*ts, saved, threads=1), ref.jvp(*ts, saved_ref))]
+    pairs += [(a, b) for a, b in zip(m.backward(g, saved, threads=2), ref.backward(g, saved_ref)) if b is not None]
+    for got, want in pairs:
+        assert got.dtype == want.dtype == bf16
+        assert not mismatch(got.astype(np.float32), want.astype(np.float32))
