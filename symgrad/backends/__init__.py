@@ -21,12 +21,13 @@ class Backend:
 REGISTRY = {
     "numpy": Backend("numpy", "a NumPy module (the default)", numpy.file_names, numpy.render),
     "cuda": Backend("cuda", "a .cu file and its CuPy loader", cuda.file_names, cuda.render),
-    "cpu": Backend("cpu", "a .c file and its loader (compiled on first use; pooling so far)",
+    "cpu": Backend("cpu", "a .c file and its loader (compiled on first use; every kind but logsumexp)",
                    cpu.file_names, cpu.render),
 }
 NAMES = tuple(REGISTRY)
 # the backends that build every kind: the committed catalog and `--backend all` hold these (the cpu
-# backend builds pooling only so far, and its library is compiled beside the module on first use)
+# backend does not build logsumexp, whose NumPy module's exp, log and sum it could not equal bit for
+# bit, and its library is compiled beside the module on first use)
 COMPLETE = ("numpy", "cuda")
 
 

@@ -4,12 +4,15 @@ loader with the NumPy module's interface, which compiles the .c with the system 
 first use, keeps the shared library beside the cached module (named by its source's hash) and
 calls it through ctypes on NumPy arrays.
 
-The pool kind (max_pool1d/2d/3d) is built so far; other kinds are refused with a ValueError
-naming the ones there are."""
+One context function per kind (``_CONTEXTS``, keyed by ``op.spec.kind``), each naming its two
+templates; what every kind shares is in the partials (``_head``, ``_includes``, ``_scalar``,
+``_loader_preamble``, ``_library``).  Kinds not built yet are refused with a ValueError naming the
+ones there are."""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,17 +21,22 @@ import numpy as np
 import sympy as sp
 
 from ... import naming
+from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
-from ...lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, WindowKernel, smallest_index_dtype
-from ...ops import Op
-from ..common import docstring, header, python_geometry, wrap
-from ..printing import pool_axis_code, python_integer_code
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
+                     backward_plan, smallest_index_dtype)
+from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
+from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
+                      python_geometry, special_docstring, wrap)
+from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
+from ..numpy import _bfloat16_context
+from ..numpy import numpy_partials
+from ..numpy.printer import numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
     from ...pipeline import Artifacts
 
-KINDS = ("pool",)  # the op kinds this backend builds (the others follow)
 # the compiler's flags, stated in the .c header and used by the loader: no -ffast-math and no FMA
 # contraction, so every operation rounds as NumPy's; no -march=native (the library stays portable)
 CFLAGS = ("-O3", "-std=c11", "-fopenmp", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math")
@@ -58,7 +66,7 @@ def file_names(op: Op) -> tuple[str, ...]:
 def check_kind(op: Op) -> None:
     """A ValueError naming the kinds there are, for an op this backend does not build yet."""
     if op.spec.kind not in KINDS:
-        raise ValueError(f"the cpu backend builds the {', '.join(KINDS)} kind only so far "
+        raise ValueError(f"the cpu backend builds the {', '.join(KINDS)} kinds only so far "
                          f"({op.name} is of kind {op.spec.kind!r}); use backend='numpy' for it")
 
 
@@ -81,15 +89,16 @@ def _params(real_type: str, *names) -> str:
     return ", ".join(f"const {real_type} {n}" for n in names)
 
 
-def _selection(kernel: WindowKernel) -> tuple[list, list]:
+def _selection(kernel: WindowKernel, combine: sp.Basic | None = None) -> tuple[list, list]:
     """The selection as C functions, once per compute type (a name suffixed by it: C has no
-    overloading): (docs, [{name, functions: [{ret, name, params, body}]}])."""
+    overloading): (docs, [{name, functions: [{ret, name, params, body}]}]).  combine: the fold's
+    step (default: the NaN-propagating max/min of best and v)."""
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
     # (doc, return type, name, parameters, expression, prelude)
     functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V), ())]
+                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V) if combine is None else combine, ())]
     if sel.form == "scan":
         functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
                           "bool", "sg_take", (V, BEST), sel.take, ()))
@@ -163,10 +172,31 @@ def _inner_rows(g, a: int) -> dict:
             "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
 
 
-def context(art: Artifacts) -> dict:
-    """The template context of an op's .c source and loader: finished strings only."""
+def _base_context(art: Artifacts) -> dict:
+    """What every kind's .c source and loader get: provenance, docstring, the op's names and
+    parameters, the compiler's flags and the data types."""
+    op = art.op
+    if op.spec.strategy.expression:
+        lines, doc = expression_header(op, "cpu"), expression_docstring(op, art.derivation)
+    elif op.spec.strategy.special:
+        lines, doc = header(op, "cpu"), special_docstring(op, art.derivation, art.kernel)
+    else:
+        lines, doc = header(op, "cpu"), docstring(op, art.derivation, art.kernel)
+    return {
+        "header_py": lines, "header": ["//" + line[1:] for line in lines],
+        "docstring": doc,
+        "op": op.name, "ties": op.ties, "params": repr(op.params),
+        "inputs_tuple": repr(tuple(op.spec.inputs)), "piecewise_linear": art.piecewise_linear,
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "prefix": naming.module_name(op), "source_name": source_name(op), "loader_name": loader_name(op),
+        "cflags": " ".join(CFLAGS), "cflags_tuple": repr(CFLAGS),
+        "dtypes": [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st} for n, c, a, ld, st in C_DTYPES],
+    }
+
+
+def _pool_context(art: Artifacts) -> dict:
+    """Max pooling (1d/2d/3d): windows of kernel_size over NCHW or channels-last planes."""
     op, kernel = art.op, art.kernel
-    check_kind(op)
     assert isinstance(kernel, WindowKernel) and kernel.geometry == "pool"
     sel = kernel.selection
     spatial = op.spec.spatial
@@ -185,16 +215,8 @@ def context(art: Artifacts) -> dict:
                          if sel.counts else "."))
     g = kernel.axes
     g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
-    lines = header(op, "cpu")
-    return {
-        "header_py": lines, "header": ["//" + line[1:] for line in lines],
-        "docstring": docstring(op, art.derivation, kernel),
-        "op": op.name, "ties": op.ties, "params": repr(op.params),
-        "inputs_tuple": repr(tuple(op.spec.inputs)), "piecewise_linear": art.piecewise_linear,
-        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
-        "prefix": naming.module_name(op), "source_name": source_name(op), "loader_name": loader_name(op),
-        "cflags": " ".join(CFLAGS), "cflags_tuple": repr(CFLAGS),
-        "dtypes": [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st} for n, c, a, ld, st in C_DTYPES],
+    return _base_context(art) | {
+        "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
@@ -233,10 +255,328 @@ def context(art: Artifacts) -> dict:
     }
 
 
+def _elementwise_context(art: Artifacts) -> dict:
+    """Elementwise ops and expressions: one output element from the inputs' elements at the same
+    position (the inputs broadcast together first), its gradients likewise; an input's gradient
+    summed back to its shape by the loader (the NumPy module's own sum)."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, ElementwiseKernel)
+    back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+    # the inputs as the .c spells them (an expression's user names them): sg_in_x, sg_grad_x
+    names = naming.cuda_names(kernel.inputs)
+    c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
+    real_types = []
+    for rt in C_REAL_TYPES:
+        def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
+            return [("bool" if a.boolean else rt, names.get(a.name, a.name), c_code(a.expr, rt, names))
+                    for a in assigns]
+        real_types.append({
+            "name": rt,
+            "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
+            "grad_params": ", ".join(f"{rt}* restrict {names.get(a.name, a.name)}_out" for a in kernel.grads),
+            "intermediates": lets(kernel.intermediates),
+            "backward_intermediates": lets(back_inter),
+            "adjoints": lets(adjoints),
+            "output": c_code(kernel.output, rt, names),
+            # temporaries declared; each gradient assigned to its local, then written out
+            "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
+                      for ctype, name, code in lets(grads)],
+            "grad_locals": [names.get(a.name, a.name) for a in kernel.grads],
+        })
+    wrt = tuple(kernel.wrt or kernel.inputs)
+    many = len(kernel.inputs) > 1
+    return _base_context(art) | {
+        "template": "cpu/elementwise.c.jinja", "loader_template": "cpu/loader_elementwise.py.jinja",
+        "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
+        "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
+        "real_types": real_types, "broadcast": kernel.broadcast,
+        # (input, whether backward returns its gradient): an expression's wrt
+        "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
+        "partial": any(name not in wrt for name in kernel.inputs),
+        "inputs_text": ", ".join(kernel.inputs), "are": "are" if many else "is",
+        "c_inputs_text": ", ".join(naming.cuda_identifiers(n)["value"] for n in kernel.inputs),
+        "c_grads_text": ", ".join(naming.cuda_identifiers(n)["grad"] for n in kernel.inputs),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the elements (default: THREADS, "
+            f"else OpenMP's default); results do not depend on it."
+            + ("  A broadcast input's gradient is computed per element of the output by the C "
+               "kernel and summed back to the input's shape by the NumPy module's own calls "
+               "(_sum_to_shape, block by block as it does): the same sums in the same order, equal "
+               "bits by construction." if kernel.broadcast else ""), indent=""),
+    }
+
+
+def _reduction_context(art: Artifacts) -> dict:
+    """Reductions (amax, amin, max, min): each reduced slice a row of n elements, one thread a row;
+    the NumPy module's Saved and checks (its partial's macros), the kernels' saved index widened to
+    int64 and narrowed back to the NumPy module's type by the loader."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "reduction"
+    sel = kernel.selection
+    selection_doc, real_types = _selection(kernel, sel.combine)  # the fold under the preset's zeros rule
+    scan = sel.form == "scan"
+    if scan:
+        saved_text = ("Saved state: forward saves the winner's position in its row, in the smallest "
+                      "unsigned type holding n (the loader narrows the kernel's int64); backward reads "
+                      "only it and grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each row's extremum"
+                      + (", and counts them." if sel.counts else "."))
+    return _base_context(art) | {
+        "template": "cpu/reduction.c.jinja", "loader_template": "cpu/loader_reduction.py.jinja",
+        "selection_partial": f"cpu/_reduction_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
+        **numpy_partials(kernel),
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts,
+        "saved_doc": wrap(saved_text, 96, "  "),
+        # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
+        "reads": ("np.ascontiguousarray(saved.index.reshape(rows), dtype=np.int64)" if scan else
+                  "_rows(saved.x, dims, kept, n), np.ascontiguousarray(saved.output).reshape(rows)"),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the reduced slices (default: "
+            f"THREADS, else OpenMP's default); results do not depend on it.", indent=""),
+    }
+
+
+def _maxout_context(art: Artifacts) -> dict:
+    """Maxout: windows of `pieces` consecutive channels of an (N, C, S) tensor (S the dims after C
+    as one), NCS or channels-last; an element's one window is its channel group."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "maxout"
+    sel = kernel.selection
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
+    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    if sel.form == "scan":
+        saved_text = (f"Saved state: forward saves the winner's window-local index, one "
+                      f"{kernel.index_dtype} per output; backward reads only it and grad_output "
+                      f"(x is not kept).")
+        values = "index, "
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by "
+                      "reference) which elements attain each window's extremum"
+                      + (f"; forward also saves their number, one {count_dtype} per output."
+                         if sel.counts else "."))
+        values = ("x3.reshape(x.shape), out.reshape(out_shape), "
+                  + ("count.reshape(out_shape), " if sel.counts else ""))
+    names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
+    g = kernel.axes
+    return _base_context(art) | {
+        "template": "cpu/maxout.c.jinja", "loader_template": "cpu/loader_maxout.py.jinja",
+        "selection_partial": f"cpu/_maxout_{sel.form}.c.jinja",
+        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "pieces": op.params["pieces"],
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        # an element's gradient starts from +0 or -0 (WindowKernel.grad_start); its window's term is
+        # added, or (one winner, disjoint windows: grad_start "written") written
+        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
+        "gather": "=" if kernel.grad_start == "written" else "+=",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "index_ctype": index_ctype, "count_ctype": count_ctype,
+        "dtype_constants": (
+            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
+            if sel.form == "scan" else []) + (
+            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
+            if sel.counts else []),
+        "saved": _saved(kernel, index_ctype, count_ctype), "saved_values": values,
+        "saved_doc": wrap(saved_text, 96, "  "),
+        "maxout": {"groups": c_integer_code(g.output_size, names),
+                   "start": c_integer_code(g.start, names),
+                   "coordinate": c_integer_code(g.coordinate, names),
+                   "winner": c_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
+                   "holder": c_integer_code(g.holder, names),
+                   "element": c_integer_code(g.element, names)},
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; NC... or channels-last, other strides are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+    }
+
+
+def _unpool_context(art: Artifacts) -> dict:
+    """Max unpooling (1d/2d/3d): each plane's elements scattered to their slots in row-major
+    order, one thread a plane (no atomics); the NumPy module's Saved and checks."""
+    kernel = art.kernel
+    assert isinstance(kernel, UnpoolKernel)
+    return _base_context(art) | {
+        "template": "cpu/unpool.c.jinja", "loader_template": "cpu/loader_unpool.py.jinja",
+        "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": kernel.each_writer,
+        **numpy_partials(kernel),
+        # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
+        "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64) and run the C kernels of {source_name(art.op)}, compiled with the system C "
+            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
+            f"by the source's hash.  threads: OpenMP threads over the planes (default: THREADS, "
+            f"else OpenMP's default); results do not depend on it.", indent=""),
+    }
+
+
+def _adaptive_context(art: Artifacts) -> dict:
+    """Adaptive max pooling (1d/2d/3d): PyTorch's windows (symgrad.geometry.ADAPTIVE), which may
+    overlap and differ in size, over NCHW or channels-last planes; the NumPy module's Saved and
+    checks (a scan's winner as its index in the window box, in the smallest unsigned type)."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "adaptive"
+    sel = kernel.selection
+    spatial = op.spec.spatial
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    scan = sel.form == "scan"
+    if scan:
+        saved_text = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                      "largest window extent along each axis), which the loader stores in the smallest "
+                      "unsigned type holding it (the kernels write and read int64); backward reads only "
+                      "it and grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (", and counts them per window."
+                                                                         if sel.counts else "."))
+    if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
+        inside = " && ".join(f"o{a} > 0 && sg_window_start(i{a}, l{a}, o{a}) == 0 && "
+                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
+        grad_start = f"({inside}) ? -0.0 : 0"
+    else:
+        grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
+    arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
+    return _base_context(art) | {
+        "template": "cpu/adaptive.c.jinja", "loader_template": "cpu/loader_adaptive.py.jinja",
+        "selection_partial": f"cpu/_adaptive_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
+        **numpy_partials(kernel),
+        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
+        "box_index": box_index,
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "saved": {
+            "writes_doc": "int64* index, " if scan else "",
+            "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
+            "writes": {dt: ("int64_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
+            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+                      for dt, ct, *_ in C_DTYPES}},
+        "saved_doc": wrap(saved_text, 96, "  "),
+        "windows_text": ADAPTIVE.doc(),
+        "c_window_start": c_integer_code(ADAPTIVE.start), "c_window_end": c_integer_code(ADAPTIVE.end),
+        # the loader's Python (the NumPy module's _axis)
+        "window_start": numpy_integer_code(ADAPTIVE.start), "window_end": numpy_integer_code(ADAPTIVE.end),
+        "first_holder": numpy_integer_code(ADAPTIVE.first_holder),
+        "end_holder": numpy_integer_code(ADAPTIVE.end_holder),
+        "windows_doc": wrap(f'"""Along an axis of length `length` with `out` outputs (as '
+                            f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""),
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+    }
+
+
+def _fractional_context(art: Artifacts) -> dict:
+    """Fractional max pooling (2d/3d): windows of kernel_size at per-plane starts, which the loader
+    computes from the samples with the NumPy module's own code (its _windows: floating point, so
+    the same windows by construction) and hands the kernels as int64; one thread a plane."""
+    op, kernel = art.op, art.kernel
+    assert isinstance(kernel, WindowKernel) and kernel.geometry == "fractional"
+    sel = kernel.selection
+    spatial = op.spec.spatial
+    selection_doc, real_types = _selection(kernel, sel.combine)
+    scan = sel.form == "scan"
+    index_ctype = _C_UNSIGNED[kernel.index_dtype] if scan else ""
+    if scan:
+        saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
+                      f"{kernel.index_dtype} per output, and the samples; backward reads only them and "
+                      f"grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (" and counts them" if sel.counts
+                                                                         else "") + "; and the samples.")
+    arrays = [("index", "index_t")] if scan else [("x", "T"), ("output", "T")]
+    return _base_context(art) | {
+        "template": "cpu/fractional.c.jinja", "loader_template": "cpu/loader_fractional.py.jinja",
+        "selection_partial": f"cpu/_fractional_{sel.form}.c.jinja",
+        "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
+        **numpy_partials(kernel),
+        "selection_doc": selection_doc, "real_types": real_types,
+        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
+        "window": kernel.window, "index_dtype": kernel.index_dtype or "", "index_ctype": index_ctype,
+        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the winner's "
+                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        "saved": {
+            "writes_doc": "index_t* index, " if scan else "",
+            "reads_doc": "const index_t* index, " if scan else "const T* x, const T* output, ",
+            "writes": {dt: ("index_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
+            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+                      for dt, ct, *_ in C_DTYPES}},
+        # what backward and jvp pass the kernels from saved
+        "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
+        "saved_doc": wrap(saved_text, 96, "  "),
+        # the NumPy module's window starts (its partials, in the loader)
+        "fractional": {f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
+                       for f in ("alpha", "start", "last_start")},
+        "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
+        "loader_note": wrap(
+            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+            f"float64; x is read as NCHW, other memory orders are copied) and run the C kernels of "
+            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
+            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
+            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default); "
+            f"results do not depend on it.", indent=""),
+        **python_geometry(kernel),
+    }
+
+
+# the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
+_FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+
+
+# the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
+_CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
+             "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context,
+             "adaptive": _adaptive_context, "fractional": _fractional_context}
+KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
+
+
+def context(art: Artifacts) -> dict:
+    """The template context of an op's .c source and loader (finished strings only), from the
+    context function of its kind; the file names of its two templates among them."""
+    check_kind(art.op)
+    return _CONTEXTS[art.op.spec.kind](art)
+
+
 def render(art: Artifacts) -> dict[str, str]:
-    """{file name: file text}: the C source and the loader of an op."""
-    ctx = context(art)
+    """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
+    NumPy module's, from the same context)."""
+    ctx = context(art) | _bfloat16_context(art)
     env = _environment()
     source, loader = file_names(art.op)
-    return {source: env.get_template("cpu/pool.c.jinja").render(**ctx),
-            loader: env.get_template("cpu/loader.py.jinja").render(**ctx)}
+    return {source: env.get_template(ctx["template"]).render(**ctx),
+            loader: env.get_template(ctx["loader_template"]).render(**ctx)}

@@ -22,10 +22,12 @@ class CPrinter(CudaPrinter):
     printing as the CUDA kernels' (device qualifiers are the templates', not the printer's)."""
 
 
-def c_code(expr: sp.Basic, real_type: str) -> str:
-    """One expression as C in the compute type real_type, without outer parentheses."""
+def c_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
+    """One expression as C in the compute type real_type, without outer parentheses; names:
+    {symbol name: C identifier} for the symbols spelled otherwise in the .c (an expression's
+    inputs, with symgrad's prefix: naming.cuda_identifiers)."""
     from ..printing import bare
-    return bare(CPrinter({"real_type": real_type}).doprint(expr))
+    return bare(CPrinter({"real_type": real_type, "names": dict(names or {})}).doprint(expr))
 
 
 # floating-point parts (fractional pooling's starts, not yet a kind of this backend) in double;

@@ -69,6 +69,16 @@ def _widened(name: str) -> str:
     return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
 
 
+def numpy_partials(kernel) -> dict:
+    """The parts of the NumPy templates chosen from the lowered kernel that are imported by name
+    (the cpu backend's loaders include NumPy's parts too, so they take the same names): the hit
+    counting of the mask form, where the weight shares the gradient; unpooling's writers, every
+    writer of a slot getting its gradient or the one that stayed (its wins saved)."""
+    if isinstance(kernel, UnpoolKernel):
+        return {"writers_partial": f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
+    return {"count_partial": "numpy/_count.py.jinja" if kernel.selection.counts else "numpy/_no_count.py.jinja"}
+
+
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
@@ -146,7 +156,7 @@ def context(art: Artifacts) -> dict:
     ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"  # window.py.jinja's plan
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
-    ctx["count_partial"] = "numpy/_count.py.jinja" if sel.counts else "numpy/_no_count.py.jinja"
+    ctx.update(numpy_partials(kernel))
     # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
     # lines that start and step it, and what forward stores
     ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
@@ -317,7 +327,7 @@ def _special_context(art: Artifacts) -> dict:
                    stay_lines=stay,
                    each_writer=repr(kernel.each_writer),
                    # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
-                   writers_partial=f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja")
+                   **numpy_partials(kernel))
     else:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
