@@ -30,7 +30,7 @@ import sympy as sp
 import cuda_harness as harness
 import symgrad
 from conftest import POLICIES, case_id
-from cuda_harness.check import cases, compare, every_comparison, mismatch
+from cuda_harness.check import CONVENTIONS, cases, compare, every_comparison, mismatch, nan_cases
 from symgrad import catalog, naming
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import BEST, V, Count, Quotient, Select
@@ -56,36 +56,9 @@ NO_NVCC = "nvcc is not on PATH: compiling the .cu files needs the CUDA toolkit"
 
 CASES = cases()
 CASE_IDS = [case_id(op, params) for op, params, _ in CASES]
-CONVENTIONS = ("torch", "jax")
 
 
-def _nan_cases():
-    """One case of each geometry (elementwise with one and two inputs, reduction, pooling with
-    padding, adaptive pooling, maxout, fractional pooling) under every tie policy and NaN rule it allows besides the
-    default, with PyTorch's (-inf padding never wins) and JAX's padding (-inf takes part)."""
-    picked = {}
-    for op, params, shapes in CASES:
-        kind = (OPS[op].kind, len(shapes), "padding" in params)
-        if kind in (("elementwise", 1, False), ("elementwise", 2, False), ("reduction", 1, False),
-                    ("pool", 1, True), ("adaptive", 1, False), ("maxout", 1, False),
-                    ("fractional", 2, False)):
-            picked.setdefault(kind, (op, params, shapes))
-    out = []
-    for op, params, shapes in picked.values():
-        for nan, rule in NAN_RULES.items():
-            for ties in rule.policies:
-                for convention in ((None, "jax") if OPS[op].kind == "pool" else (None,)):
-                    st = {"ties": ties, "nan": nan, "convention": convention}
-                    try:
-                        resolve(op, **st, **params)
-                    except ValueError:  # not allowed for this op (a reduction's first/last)
-                        continue
-                    if nan != DEFAULT_NAN or convention:
-                        out.append((op, params, shapes, st))
-    return out
-
-
-NAN_CASES = _nan_cases()
+NAN_CASES = nan_cases(CASES)
 
 
 # ----------------------------------------------------------------------------- fixtures

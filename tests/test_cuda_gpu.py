@@ -1,7 +1,8 @@
 """The CUDA backend on a GPU (marker ``gpu``): runs only where CuPy imports and sees a device.
 
 * the comparisons of the CPU harness (tests/test_cuda.py), on the device: every op of the test
-  tables and the catalog, every policy, bit for bit against the NumPy backend;
+  tables and the catalog, every policy, both framework presets and every NaN rule, bit for bit
+  against the NumPy backend;
 * backward is bitwise reproducible run to run (overlapping windows, non-integer gradients);
 * PyTorch CUDA, where its convention is one of symgrad's policies (see tests/test_torch.py),
   with integer gradients so that sums are exact whatever their order; the bfloat16 kernels
@@ -18,7 +19,7 @@ import pytest
 
 import symgrad
 from conftest import POLICIES, case_id
-from cuda_harness.check import cases, every_comparison, to_device
+from cuda_harness.check import CONVENTIONS, cases, every_comparison, nan_cases, to_device
 
 pytestmark = pytest.mark.gpu
 
@@ -31,12 +32,29 @@ if DEVICES == 0:
     pytest.skip("CuPy sees no GPU", allow_module_level=True)
 
 CASES = cases()
+NAN_CASES = nan_cases(CASES)
 
 
 @pytest.mark.parametrize("ties", POLICIES)
 @pytest.mark.parametrize("op,params,shapes", CASES, ids=[case_id(op, params) for op, params, _ in CASES])
 def test_device_equals_numpy_bit_for_bit(monkeypatch, op, params, shapes, ties):
     problems = every_comparison(cp, op, params, shapes, ties, monkeypatch.setattr)
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("convention", CONVENTIONS)
+@pytest.mark.parametrize("op,params,shapes", CASES, ids=[case_id(op, params) for op, params, _ in CASES])
+def test_device_equals_numpy_under_each_framework_convention(monkeypatch, op, params, shapes, convention):
+    """The presets' kernels (their NaN rule, padding, signs of zero, float16 arithmetic) on the device."""
+    problems = every_comparison(cp, op, params, shapes, {"convention": convention}, monkeypatch.setattr)
+    assert not problems, "\n".join(problems[:10])
+
+
+@pytest.mark.parametrize("op,params,shapes,settings", NAN_CASES,
+                         ids=[case_id(op, params) + "-" + "-".join(str(v) for v in st.values() if v)
+                              for op, params, _, st in NAN_CASES])
+def test_device_equals_numpy_under_every_nan_rule(monkeypatch, op, params, shapes, settings):
+    problems = every_comparison(cp, op, params, shapes, settings, monkeypatch.setattr)
     assert not problems, "\n".join(problems[:10])
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import symgrad
 from symgrad import catalog
 from symgrad.ops import OPS, resolve
+from symgrad.policy import DEFAULT_NAN, NAN_RULES
 
 KINKS = np.array([-2.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, 6.0, 7.0])
 # issue 8: NaN, +-inf, -0.0, the smallest subnormal and the largest finite value (float64; each
@@ -217,4 +218,33 @@ def cases():
         if _key(entry.name, params) not in seen:
             seen.add(_key(entry.name, params))
             out.append((entry.name, params, _extra_shapes(entry)))
+    return out
+
+
+CONVENTIONS = ("torch", "jax")  # the framework presets
+
+
+def nan_cases(cases):
+    """From cases (cases() below), one case of each geometry (elementwise with one and two inputs, reduction, pooling with
+    padding, adaptive pooling, maxout, fractional pooling) under every tie policy and NaN rule it allows besides the
+    default, with PyTorch's (-inf padding never wins) and JAX's padding (-inf takes part)."""
+    picked = {}
+    for op, params, shapes in cases:
+        kind = (OPS[op].kind, len(shapes), "padding" in params)
+        if kind in (("elementwise", 1, False), ("elementwise", 2, False), ("reduction", 1, False),
+                    ("pool", 1, True), ("adaptive", 1, False), ("maxout", 1, False),
+                    ("fractional", 2, False)):
+            picked.setdefault(kind, (op, params, shapes))
+    out = []
+    for op, params, shapes in picked.values():
+        for nan, rule in NAN_RULES.items():
+            for ties in rule.policies:
+                for convention in ((None, "jax") if OPS[op].kind == "pool" else (None,)):
+                    st = {"ties": ties, "nan": nan, "convention": convention}
+                    try:
+                        resolve(op, **st, **params)
+                    except ValueError:  # not allowed for this op (a reduction's first/last)
+                        continue
+                    if nan != DEFAULT_NAN or convention:
+                        out.append((op, params, shapes, st))
     return out
