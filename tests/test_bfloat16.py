@@ -358,3 +358,30 @@ def test_bfloat16_arrays_through_symgrad_jax(name, params, tfn, jfn, shape):
     assert y.dtype == pullback(g)[0].dtype == jnp.bfloat16
     assert _bits(y) == _bits(want_y)
     assert _bits(pullback(g)[0]) == _bits(want_pullback(g)[0])
+
+
+def test_jax_preset_bfloat16_unpool_and_adaptive():
+    """max_unpool1d (zeros.at[indices].set, duplicates: the last write stays and alone gets its
+    slot's gradient) and adaptive_max_pool1d (jnp.max over each of PyTorch's windows, which
+    overlap) under convention="jax" against JAX in bfloat16, bit for bit with signs of zero."""
+    jax, jnp, _ = _jax()
+    rng = np.random.default_rng(12)
+    unpool = symgrad.load("max_unpool1d", convention="jax", kernel_size=2)
+    adaptive = symgrad.load("adaptive_max_pool1d", convention="jax", output_size=3)
+    windows = [(0, 3), (2, 5), (4, 7)]  # 7 -> 3: [floor(i*7/3), ceil((i+1)*7/3))
+    for trial in range(6):
+        x = _tie_heavy(rng, (6, 4))
+        idx = rng.integers(0, 8, size=(6, 4))
+        g = _tie_heavy(rng, (6, 8))
+        g[np.isnan(g.astype(np.float32))] = 0  # (a NaN gradient is NaN everywhere it lands)
+        fn = lambda v: jnp.zeros((6, 8), v.dtype).at[jnp.arange(6)[:, None], jnp.asarray(idx)].set(v)  # noqa: E731
+        y, saved = unpool.forward(x, idx)
+        (got, _) = unpool.backward(g, saved)
+        _, (want,) = _jax_run(fn, [x], g)
+        assert _bits(y) == _bits(fn(jnp.asarray(x))) and _bits(got) == _bits(want), (x, idx, g)
+        x = _tie_heavy(rng, (2, 3, 7))
+        g = np.asarray(rng.choice([-2.0, -1.0, -0.0, 0.0, 0.5, 3.0], size=(2, 3, 3))).astype(BF16)
+        fn = lambda v: jnp.stack([jnp.max(v[..., s:e], axis=-1) for s, e in windows], -1)  # noqa: E731
+        y, saved = adaptive.forward(x)
+        want_y, (want,) = _jax_run(fn, [x], g)
+        assert _bits(y) == _bits(want_y) and _bits(adaptive.backward(g, saved)[0]) == _bits(want)
