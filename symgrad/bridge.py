@@ -114,6 +114,17 @@ def require_module(module, caller: str) -> None:
                          f"returns the indices too)")
 
 
+def bfloat16(caller: str) -> np.dtype:
+    """ml_dtypes' bfloat16, the NumPy dtype of a framework's bfloat16 arrays (imported only when
+    such an array arrives), or a TypeError naming the package."""
+    try:
+        import ml_dtypes
+    except ModuleNotFoundError:
+        raise TypeError(f"{caller}: bfloat16 needs the ml_dtypes package; install it with "
+                        f"pip install 'symgrad[bfloat16]' (or pip install ml_dtypes)") from None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 def integer_inputs(module) -> tuple:
     """Positions of the inputs that are integers (unpooling's indices)."""
     if "expr" in module.PARAMS or not OPS[module.OP].strategy.scatter:

@@ -25,8 +25,8 @@ of each new signature, ``symgrad.bridge``), so one jitted function serves any sh
 are vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have meanings,
 e.g. N and C of a pooling, so a batch axis cannot be handed to it); JAX 0.10 has no batching rule
 for linear_call, so importing this module registers one (sequential, ``lax.map``) where JAX has
-none.  float16, float32 and float64 (float64 with ``jax_enable_x64``); bfloat16 is refused with a
-TypeError.  CPU only: the callbacks run NumPy on the host.
+none.  float16, bfloat16 (ml_dtypes' type, as JAX's), float32 and float64 (float64 with
+``jax_enable_x64``).  CPU only: the callbacks run NumPy on the host.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from . import api, bridge
 
 __all__ = ["op", "expr", "wrap"]
 
-_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FLOATS = (np.dtype(np.float16), np.dtype(jnp.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 class _Op:
@@ -83,8 +83,8 @@ class _Op:
                 if not jnp.issubdtype(x.dtype, jnp.integer):
                     raise TypeError(f"{self.op}: {name} must be an integer array, got {x.dtype}")
             elif np.dtype(x.dtype) not in _FLOATS:
-                raise TypeError(f"{self.op}: {name} must be a float16, float32 or float64 array, "
-                                f"got {x.dtype}")
+                raise TypeError(f"{self.op}: {name} must be a float16, bfloat16, float32 or float64 "
+                                f"array, got {x.dtype}")
             xs.append(x)
         return self.fn(*xs)
 
@@ -208,8 +208,11 @@ class _Op:
                                       tuple(tangents[k] for k in moving))
             else:
                 out_dot = jnp.zeros(out.shape, out.dtype)
-            # the saved arrays are integers (indices, counts, masks): no tangent
-            return (out, arrays), (out_dot, tuple(np.zeros(a.shape, jax.dtypes.float0) for a in arrays))
+            # the saved arrays are integers (indices, counts, masks), or a bfloat16 input's copy
+            # (the bfloat16 path saves its rounded inputs): no tangent, a zero one
+            return (out, arrays), (out_dot, tuple(
+                jnp.zeros(a.shape, a.dtype) if jnp.issubdtype(a.dtype, jnp.floating)
+                else np.zeros(a.shape, jax.dtypes.float0) for a in arrays))
 
         def fn(*xs):
             return forward(*xs)[0]

@@ -52,7 +52,7 @@ __all__ = ["op", "expr", "wrap", "SymgradOp",
            "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d",
            "ReLU", "ReLU6", "Hardtanh", "LeakyReLU"]
 
-_FLOATS = (torch.float16, torch.float32, torch.float64)
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _LIBRARY = "symgrad"
 
 
@@ -64,7 +64,9 @@ def _signature(tensors) -> tuple:
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A zero-copy NumPy view of a CPU tensor."""
+    """A zero-copy NumPy view of a CPU tensor (bfloat16 as ml_dtypes' bfloat16, through int16)."""
+    if t.dtype == torch.bfloat16:
+        return t.detach().view(torch.int16).numpy().view(bridge.bfloat16("symgrad.torch"))
     return t.detach().numpy()
 
 
@@ -73,6 +75,8 @@ def _from_numpy(a: np.ndarray) -> torch.Tensor:
     a = bridge.contiguous(np.asarray(a))
     if not a.flags.writeable:
         a = a.copy()
+    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: the same bits, through int16
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
 
@@ -131,8 +135,8 @@ class SymgradOp:
             if t.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"{self.op}: {name} must be an int64 or int32 tensor, got {t.dtype}")
         elif t.dtype not in _FLOATS:
-            raise TypeError(f"{self.op}: {name} must be a float16, float32 or float64 tensor, "
-                            f"got {t.dtype}")
+            raise TypeError(f"{self.op}: {name} must be a float16, bfloat16, float32 or float64 "
+                            f"tensor, got {t.dtype}")
 
     # -- the implementations
 
@@ -341,12 +345,12 @@ _NUMPY_DTYPES: dict = {}
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     found = _NUMPY_DTYPES.get(dtype)
     if found is None:
-        found = _NUMPY_DTYPES[dtype] = torch.empty((), dtype=dtype).numpy().dtype
+        found = _NUMPY_DTYPES[dtype] = _to_numpy(torch.empty((), dtype=dtype)).dtype
     return found
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    return _from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 _OPS: dict = {}

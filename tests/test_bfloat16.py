@@ -233,3 +233,155 @@ def test_neither_symgrad_nor_a_generated_module_imports_ml_dtypes_and_a_missing_
         "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "needs the ml_dtypes package" in out.stdout and "symgrad[bfloat16]" in out.stdout, out
+
+
+# ----------------------------------------------------------------------------- the jax preset
+
+def _jax():
+    jax = pytest.importorskip("jax")
+    return jax, jax.numpy, jax.lax
+
+
+def _jax_run(fn, xs, g):
+    jax, jnp, _ = _jax()
+    y, pullback = jax.vjp(fn, *[jnp.asarray(x) for x in xs])
+    return np.asarray(y), [np.asarray(t) for t in pullback(jnp.asarray(g))]
+
+
+def _jax_cases():
+    jax, jnp, lax = _jax()
+    pool = lambda k, s: lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 1, k), (1, 1, s),  # noqa: E731
+                                                    [(0, 0)] * 3)
+    return [  # (op, params, JAX function, input shapes, exact gradients: sums that do not round)
+        ("relu", {}, jax.nn.relu, [(24,)], False),
+        ("clamp", {"min": -1.0, "max": 2.0}, lambda x: jnp.clip(x, -1.0, 2.0), [(24,)], False),
+        ("hardtanh", {}, jax.nn.hard_tanh, [(24,)], False),
+        ("relu6", {}, jax.nn.relu6, [(24,)], False),
+        ("leaky_relu", {"negative_slope": 0.5}, lambda x: jax.nn.leaky_relu(x, 0.5), [(24,)], False),
+        ("leaky_relu", {"negative_slope": 0.0}, lambda x: jax.nn.leaky_relu(x, 0.0), [(24,)], False),
+        ("abs", {}, jnp.abs, [(24,)], False),
+        ("maximum", {}, jnp.maximum, [(4, 6), (6,)], True),
+        ("minimum", {}, jnp.minimum, [(24,), (24,)], False),
+        ("amax", {"dim": 1}, lambda v: jnp.max(v, axis=1), [(3, 6, 2)], True),
+        ("amin", {"dim": (0, 2), "keepdim": True}, lambda v: jnp.min(v, axis=(0, 2), keepdims=True),
+         [(3, 6, 2)], True),
+        ("max", {}, jnp.max, [(3, 5)], True),
+        ("min", {}, jnp.min, [(3, 5)], True),
+        ("maxout", {"pieces": 3}, lambda v: jnp.max(v.reshape(2, 2, 3, 4), axis=2), [(2, 6, 4)], True),
+        ("max_pool1d", {"kernel_size": 2}, pool(2, 2), [(2, 3, 8)], False),
+        ("max_pool1d", {"kernel_size": 3, "stride": 1}, pool(3, 1), [(2, 3, 8)], True),
+    ]
+
+
+
+
+@pytest.mark.parametrize("index", range(16))
+def test_jax_preset_equals_jax_bfloat16(index):
+    """Every op under convention="jax" against JAX 0.10 in bfloat16 (CPU), bit for bit with signs
+    of zero, on tie-heavy inputs with NaN, +-inf and +-0; gradients with +-0, and exactly
+    representable ones where a gradient is a sum (XLA's order of adding is its own)."""
+    name, params, fn, shapes, exact = _jax_cases()[index]
+    m = symgrad.load(name, convention="jax", **params)
+    rng = np.random.default_rng(10 + index)
+    for trial in range(8):
+        xs = [_tie_heavy(rng, s) for s in shapes]
+        y = m.forward(*xs)[0]
+        pick = rng.choice([-2.0, -1.0, -0.0, 0.0, 0.5, 3.0] if exact else [-1.7, -0.0, 0.0, 0.3, 2.5],
+                          size=y.shape)
+        g = np.asarray(pick).astype(BF16)
+        (want_y, want_grads), grads = _jax_run(fn, xs, g), m.backward(g, m.forward(*xs)[1])
+        assert y.dtype == BF16 and _bits(y) == _bits(want_y), (name, xs, y, want_y)
+        for got, want in zip(grads, want_grads):
+            assert got.dtype == BF16 and _bits(got) == _bits(want), (name, xs, g, got, want)
+
+
+def test_jax_preset_bfloat16_constants_are_float32():
+    """The documented exception: a constant that bfloat16 cannot hold (a leaky_relu slope of 0.3)
+    is used in float32 and the product rounded once, where JAX rounds the constant to bfloat16
+    first; with the slope given to JAX as float32 the results are equal bit for bit."""
+    jax, jnp, _ = _jax()
+    m = symgrad.load("leaky_relu", negative_slope=0.3, convention="jax")
+    x = -np.arange(1, 200, dtype=np.float32).astype(BF16) / BF16.type(7)
+    g = np.ones(x.shape, BF16)
+    y = m.forward(x)[0]
+    assert _bits(y) != _bits(jax.nn.leaky_relu(jnp.asarray(x), 0.3))  # the exception is real
+    want_y, (want_g,) = _jax_run(lambda v: jax.nn.leaky_relu(v, np.float32(0.3)).astype(jnp.bfloat16), [x], g)
+    assert _bits(y) == _bits(want_y)
+    assert _bits(m.backward(g, m.forward(x)[1])[0]) == _bits(want_g)
+
+
+# ----------------------------------------------------------------------------- the bridges
+
+BRIDGED = [  # (op, params, torch function, jax function, input shape)
+    ("relu", {}, torch.relu, "relu", (5, 7)),
+    ("leaky_relu", {"negative_slope": 0.25}, lambda t: F.leaky_relu(t, 0.25),
+     lambda jax, jnp: lambda v: jax.nn.leaky_relu(v, 0.25), (40,)),
+    ("amax", {"dim": 1}, lambda t: torch.amax(t, 1), lambda jax, jnp: lambda v: jnp.max(v, 1), (3, 6)),
+    ("max_pool2d", {"kernel_size": 2}, lambda t: F.max_pool2d(t, 2), None, (2, 3, 6, 4)),
+]
+
+
+@pytest.mark.parametrize("name,params,tfn,jfn,shape", BRIDGED, ids=[b[0] for b in BRIDGED])
+def test_bfloat16_tensors_through_symgrad_torch(name, params, tfn, jfn, shape):
+    """A bfloat16 tensor through symgrad.torch's op: a bfloat16 output and gradient equal to
+    PyTorch's own bfloat16 ones bit for bit (torch preset)."""
+    import symgrad.torch as st
+    op = st.op(name, convention="torch", **params)
+    rng = np.random.default_rng(6)
+    x = _tie_heavy(rng, shape)
+    ours_t = _to_torch(x).requires_grad_()
+    y = op(ours_t)
+    g = _to_torch((rng.standard_normal(tuple(y.shape)) * 3).astype(BF16))
+    (grad,) = torch.autograd.grad(y, ours_t, g)
+    want_y, (want_g,) = _torch_run(tfn, [x], g.float().numpy())
+    assert y.dtype == grad.dtype == torch.bfloat16
+    if name in NAN_BY_LANE:
+        grad = grad.float().masked_fill(torch.isnan(ours_t.detach()), 0)
+    assert _bits(y.detach().float().numpy()) == _bits(want_y)
+    assert _bits(grad.float().numpy()) == _bits(want_g)
+
+
+@pytest.mark.parametrize("name,params,tfn,jfn,shape", [b for b in BRIDGED if b[3] is not None],
+                         ids=[b[0] for b in BRIDGED if b[3] is not None])
+def test_bfloat16_arrays_through_symgrad_jax(name, params, tfn, jfn, shape):
+    """A bfloat16 array through symgrad.jax's op (jit, grad): bfloat16 results equal JAX's own
+    bfloat16 ones bit for bit (jax preset)."""
+    jax, jnp, _ = _jax()
+    import symgrad.jax as sj
+    fn = sj.op(name, convention="jax", **params)
+    want_fn = jax.nn.relu if jfn == "relu" else jfn(jax, jnp)
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(_tie_heavy(rng, shape))
+    y, pullback = jax.vjp(jax.jit(fn), x)
+    g = jnp.asarray((rng.standard_normal(y.shape) * 3).astype(BF16))
+    want_y, want_pullback = jax.vjp(want_fn, x)
+    assert y.dtype == pullback(g)[0].dtype == jnp.bfloat16
+    assert _bits(y) == _bits(want_y)
+    assert _bits(pullback(g)[0]) == _bits(want_pullback(g)[0])
+
+
+def test_jax_preset_bfloat16_unpool_and_adaptive():
+    """max_unpool1d (zeros.at[indices].set, duplicates: the last write stays and alone gets its
+    slot's gradient) and adaptive_max_pool1d (jnp.max over each of PyTorch's windows, which
+    overlap) under convention="jax" against JAX in bfloat16, bit for bit with signs of zero."""
+    jax, jnp, _ = _jax()
+    rng = np.random.default_rng(12)
+    unpool = symgrad.load("max_unpool1d", convention="jax", kernel_size=2)
+    adaptive = symgrad.load("adaptive_max_pool1d", convention="jax", output_size=3)
+    windows = [(0, 3), (2, 5), (4, 7)]  # 7 -> 3: [floor(i*7/3), ceil((i+1)*7/3))
+    for trial in range(6):
+        x = _tie_heavy(rng, (6, 4))
+        idx = rng.integers(0, 8, size=(6, 4))
+        g = _tie_heavy(rng, (6, 8))
+        g[np.isnan(g.astype(np.float32))] = 0  # (a NaN gradient is NaN everywhere it lands)
+        fn = lambda v: jnp.zeros((6, 8), v.dtype).at[jnp.arange(6)[:, None], jnp.asarray(idx)].set(v)  # noqa: E731
+        y, saved = unpool.forward(x, idx)
+        (got, _) = unpool.backward(g, saved)
+        _, (want,) = _jax_run(fn, [x], g)
+        assert _bits(y) == _bits(fn(jnp.asarray(x))) and _bits(got) == _bits(want), (x, idx, g)
+        x = _tie_heavy(rng, (2, 3, 7))
+        g = np.asarray(rng.choice([-2.0, -1.0, -0.0, 0.0, 0.5, 3.0], size=(2, 3, 3))).astype(BF16)
+        fn = lambda v: jnp.stack([jnp.max(v[..., s:e], axis=-1) for s, e in windows], -1)  # noqa: E731
+        y, saved = adaptive.forward(x)
+        want_y, (want,) = _jax_run(fn, [x], g)
+        assert _bits(y) == _bits(want_y) and _bits(adaptive.backward(g, saved)[0]) == _bits(want)

@@ -397,7 +397,8 @@ def test_explicit_settings_override_the_preset():
     y, saved = m.forward(np.array([0.0]))
     # torch's preset writes relu as max(x, 0); 'first' then gives the tie at 0 to x
     assert m.backward(np.ones(1), saved)[0][0] == 1.0
-    assert "explicit, overrides torch" in open(m.__file__).read()
+    with open(m.__file__) as f:
+        assert "explicit, overrides torch" in f.read()
 
 
 @pytest.mark.parametrize("d", [1, 2, 3])

@@ -263,6 +263,31 @@ def test_float16_conversions_exhaustive(fake_cupy, op, params, length):
         assert not mismatch(gx, gx32.astype(np.float16))
 
 
+# constants that float16 cannot hold, under both presets: float16 kernels take them rounded to
+# float16, and round each product and sum, where the preset computes float16 in float16 (jax;
+# torch's clamp), and compute in float32 where it does (torch's leaky_relu)
+HALF_CONSTANTS = [("leaky_relu", {}, "jax"), ("clamp", {"min": -0.1, "max": 0.3}, "torch")]
+
+
+@pytest.mark.parametrize("op,params,convention", HALF_CONSTANTS, ids=[f"{o}-{c}" for o, _, c in HALF_CONSTANTS])
+def test_float16_constants_as_the_numpy_module_under_each_preset(fake_cupy, op, params, convention):
+    """Every float16 value (and every one as a gradient) through the CUDA module equals the NumPy
+    module in float16 bit for bit, forward, backward and jvp, under each preset."""
+    x = HALVES.reshape(1, -1)
+    g = np.roll(HALVES, 7).reshape(1, -1)
+    numpy_module = symgrad.load(op, convention=convention, **params)
+    module = symgrad.load(op, backend="cuda", convention=convention, **params)
+    with np.errstate(all="ignore"):
+        y_ref, saved_ref = numpy_module.forward(x)
+        (gx_ref,) = numpy_module.backward(g, saved_ref)
+        t_ref = numpy_module.jvp(g, saved_ref)
+    y, saved = module.forward(x)
+    (gx,) = module.backward(g, saved)
+    assert not mismatch(y, y_ref)
+    assert not mismatch(gx, gx_ref)
+    assert not mismatch(module.jvp(g, saved), t_ref)
+
+
 def _bf16_round(f32: np.ndarray) -> np.ndarray:
     """bfloat16 bits of float32 values, rounded to nearest even: by scaling each value's
     mantissa to 8 significant bits in float64 (an oracle independent of the kernels' bit trick)."""

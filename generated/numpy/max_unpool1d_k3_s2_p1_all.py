@@ -285,7 +285,8 @@ def jvp(tangent_input, tangent_indices, saved: Saved) -> np.ndarray:
     size = int(np.prod(saved.output_shape[-SPATIAL:], dtype=np.int64))
     keys = saved.indices + np.arange(planes, dtype=np.int64)[:, None] * size
     out = np.zeros(planes * size, dtype=np.promote_types(saved.dtype, np.float32))
-    np.add.at(out, keys.reshape(-1), tangent.reshape(-1))  # in row-major order of the input
+    with np.errstate(invalid="ignore", over="ignore"):  # IEEE sums: inf + -inf is NaN, silently
+        np.add.at(out, keys.reshape(-1), tangent.reshape(-1))  # in row-major order of the input
     out = out.astype(saved.dtype)
     return out.reshape(saved.output_shape)
 

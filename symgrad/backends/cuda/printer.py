@@ -28,7 +28,12 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     """C99 printer for CUDA device code in one compute type (``real_type``: float or double)."""
 
     # names: {symbol name: C identifier}, how a user-chosen name is spelled in the .cu
-    _default_settings = {**C99CodePrinter._default_settings, "real_type": "float", "names": {}}
+    # half_constants: every number rounded to float16 first (then printed as a float literal, which
+    # holds it exactly), as NumPy uses a Python float with a float16 array, and every product and
+    # sum rounded to float16: the float16 variant of an elementwise op whose preset computes
+    # float16 in float16 (Preset.half "half")
+    _default_settings = {**C99CodePrinter._default_settings, "real_type": "float", "names": {},
+                         "half_constants": False}
     AND, OR, NOT, TRUE, FALSE = "&&", "||", "!", "true", "false"  # C's operators
 
     def __init__(self, settings=None):
@@ -53,7 +58,7 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     def _literal(self, value: float) -> str:
         if self.real_type == "float":
             with np.errstate(over="ignore"):
-                value32 = np.float32(value)
+                value32 = np.float32(np.float16(value) if self._settings["half_constants"] else value)
             if not math.isfinite(value32):
                 # a parameter beyond float's range is +-inf in a float kernel, as in NumPy
                 return f"{'-' if value32 < 0 else ''}sg_inf_f()" if not math.isnan(value32) else "sg_nan_f()"
@@ -107,6 +112,17 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         one = self._literal(1.0)
         fn = "expf" if self.real_type == "float" else "exp"
         return f"({one} / ({one} + {fn}(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    # half_constants: each product and sum rounded to float16 where NumPy's float16 rounds it
+    # (sg_hround: to float16 and back, exact in float), so a zero's sign and an underflow follow
+    def _half_rounded(self, text: str) -> str:
+        return f"sg_hround({_bare(text)})" if self._settings["half_constants"] else text
+
+    def _print_Mul(self, expr, *args, **kwargs):
+        return self._half_rounded(super()._print_Mul(expr, *args, **kwargs))
+
+    def _print_Add(self, expr, *args, **kwargs):
+        return self._half_rounded(super()._print_Add(expr, *args, **kwargs))
 
     def _print_Pow(self, expr):
         if expr.exp == 2:  # x*x: exact as NumPy's x**2 (np.square), where pow may not be
@@ -167,11 +183,12 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         return out
 
 
-def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
+def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
     """One expression as CUDA C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .cu (the inputs'
-    mangled names, naming.cuda_identifiers)."""
-    return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {})}).doprint(expr))
+    mangled names, naming.cuda_identifiers); half_constants: numbers rounded to float16 first."""
+    return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {}),
+                              "half_constants": half_constants}).doprint(expr))
 
 
 CUDA_ARITHMETIC = Arithmetic(lambda p, q: f"{atom(p)} / {q}", lambda p, q: f"({p} + {q} - 1) / {q}",
