@@ -265,31 +265,46 @@ def _elementwise_context(art: Artifacts) -> dict:
     # the inputs as the .c spells them (an expression's user names them): sg_in_x, sg_grad_x
     names = naming.cuda_names(kernel.inputs)
     c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
-    real_types = []
-    for rt in C_REAL_TYPES:
-        def lets(assigns, rt=rt):  # (C type, name, code): shared conditions are bool
-            return [("bool" if a.boolean else rt, names.get(a.name, a.name), c_code(a.expr, rt, names))
+    def printed(rt: str, suffix: str, half: bool = False) -> dict:
+        def lets(assigns):  # (C type, name, code): shared conditions are bool
+            return [("bool" if a.boolean else rt, names.get(a.name, a.name), c_code(a.expr, rt, names, half))
                     for a in assigns]
-        real_types.append({
-            "name": rt,
+        return {
+            "name": rt, "suffix": suffix,  # the compute type, and the functions' name suffix
             "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
             "grad_params": ", ".join(f"{rt}* restrict {names.get(a.name, a.name)}_out" for a in kernel.grads),
             "intermediates": lets(kernel.intermediates),
             "backward_intermediates": lets(back_inter),
             "adjoints": lets(adjoints),
-            "output": c_code(kernel.output, rt, names),
+            "output": c_code(kernel.output, rt, names, half),
             # temporaries declared; each gradient assigned to its local, then written out
             "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
                       for ctype, name, code in lets(grads)],
             "grad_locals": [names.get(a.name, a.name) for a in kernel.grads],
-        })
+        }
+    real_types = [printed(rt, rt) for rt in C_REAL_TYPES]
+    # A preset that computes float16 in float16 (Preset.half "half": NumPy's float16, the constants
+    # rounded to float16 and each product and sum rounded) gets float16 functions of their own
+    # (suffix half) where that prints differently; the float16 kernels call them
+    half_fn, half_helpers = "float", []
+    half = printed("float", "half", half=True) if op.convention and not op.half_in_float else None
+    code = ("intermediates", "backward_intermediates", "adjoints", "output", "grads")
+    if half is not None and [half[k] for k in code] != [real_types[0][k] for k in code]:
+        real_types.append(half)
+        half_fn = "half"
+        half_helpers = ["// float16 under this preset: its constants, products and sums rounded to float16, as",
+                        "// NumPy's float16 computes them",
+                        "SG_INLINE float sg_hround(const float v) { return sg_half_to_float(sg_float_to_half(v)); }",
+                        ""]
+    dtypes = [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st, "fn": half_fn if n == "f16" else a}
+              for n, c, a, ld, st in C_DTYPES]
     wrt = tuple(kernel.wrt or kernel.inputs)
     many = len(kernel.inputs) > 1
     return _base_context(art) | {
         "template": "cpu/elementwise.c.jinja", "loader_template": "cpu/loader_elementwise.py.jinja",
         "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
         "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
-        "real_types": real_types, "broadcast": kernel.broadcast,
+        "real_types": real_types, "half_helpers": half_helpers, "dtypes": dtypes, "broadcast": kernel.broadcast,
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
         "partial": any(name not in wrt for name in kernel.inputs),

@@ -22,12 +22,15 @@ class CPrinter(CudaPrinter):
     printing as the CUDA kernels' (device qualifiers are the templates', not the printer's)."""
 
 
-def c_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
+def c_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
     """One expression as C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .c (an expression's
-    inputs, with symgrad's prefix: naming.cuda_identifiers)."""
+    inputs, with symgrad's prefix: naming.cuda_identifiers); half_constants: numbers rounded to
+    float16 first and each product and sum rounded to float16 (sg_hround), as NumPy's float16
+    computes them (the CUDA printer's setting)."""
     from ..printing import bare
-    return bare(CPrinter({"real_type": real_type, "names": dict(names or {})}).doprint(expr))
+    return bare(CPrinter({"real_type": real_type, "names": dict(names or {}),
+                          "half_constants": half_constants}).doprint(expr))
 
 
 # floating-point parts (fractional pooling's starts, not yet a kind of this backend) in double;
