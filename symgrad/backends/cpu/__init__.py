@@ -172,6 +172,31 @@ def _inner_rows(g, a: int) -> dict:
             "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
 
 
+def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
+    """What the lowered Selection decides for the templates of a kind other than pooling, as the
+    partials they import (the hits counted or not; the loader's scan or mask parts) and finished
+    lines: the winner's constant (scan form only), jvp's docstring phrase (jvp_scan or jvp_mask)."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    winner = ("the winner's value is the output" if sel.winner_is_output else
+              "the output is the fold of the window (NaN propagating), not the winner's "
+              "value: under this NaN rule a window holding NaN can have a number as its winner")
+    return {
+        "c_count_partial": "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja",
+        "loader_partial": f"cpu/_loader_{sel.form}.py.jinja",
+        "winner_lines": ([f"static const bool WINNER_IS_OUTPUT = {'true' if sel.winner_is_output else 'false'};"
+                          f"  // {winner}"] if scan else []),
+        "jvp_doc": jvp_scan if scan else jvp_mask,
+    }
+
+
+def _typedefs(index_ctype: str, count_ctype: str) -> list[str]:
+    """The C typedefs of the saved arrays' element types there are (an empty type: none)."""
+    return ([f"typedef {index_ctype} index_t;  // saved: the winner's window-local index"] if index_ctype else []) + (
+        [f"typedef {count_ctype} count_t;  // saved: the number of elements attaining the extremum"]
+        if count_ctype else [])
+
+
 def _base_context(art: Artifacts) -> dict:
     """What every kind's .c source and loader get: provenance, docstring, the op's names and
     parameters, the compiler's flags and the data types."""
@@ -346,8 +371,9 @@ def _reduction_context(art: Artifacts) -> dict:
         "selection_partial": f"cpu/_reduction_{sel.form}.c.jinja",
         "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
         **numpy_partials(kernel),
+        **_selection_parts(kernel, "the tangent of each slice's winner",
+                           "each slice's weights applied to the tangent, summed in row order"),
         "selection_doc": selection_doc, "real_types": real_types,
-        "form": sel.form, "counts": sel.counts,
         "saved_doc": wrap(saved_text, 96, "  "),
         # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
         "reads": ("np.ascontiguousarray(saved.index.reshape(rows), dtype=np.int64)" if scan else
@@ -385,28 +411,33 @@ def _maxout_context(art: Artifacts) -> dict:
                   + ("count.reshape(out_shape), " if sel.counts else ""))
     names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
     g = kernel.axes
+    saved = _saved(kernel, index_ctype, count_ctype)
+    out_shape = "(n, c // PIECES, s)" if sel.form == "scan" else "output_shape"  # a saved output-shaped array's
     return _base_context(art) | {
         "template": "cpu/maxout.c.jinja", "loader_template": "cpu/loader_maxout.py.jinja",
         "selection_partial": f"cpu/_maxout_{sel.form}.c.jinja",
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
-        "form": sel.form, "counts": sel.counts, "pieces": op.params["pieces"],
-        "winner_is_output": "true" if sel.winner_is_output else "false",
-        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
-                           "the output is the fold of the window (NaN propagating), not the winner's "
-                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights applied to the tangent"),
+        "pieces": op.params["pieces"],
         # an element's gradient starts from +0 or -0 (WindowKernel.grad_start); its window's term is
         # added, or (one winner, disjoint windows: grad_start "written") written
         "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
         "gather": "=" if kernel.grad_start == "written" else "+=",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
-        "index_ctype": index_ctype, "count_ctype": count_ctype,
+        "typedefs": _typedefs(index_ctype, count_ctype),
         "dtype_constants": (
             [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
             if sel.form == "scan" else []) + (
             [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
             if sel.counts else []),
-        "saved": _saved(kernel, index_ctype, count_ctype), "saved_values": values,
+        "saved": saved, "saved_values": values,
+        # the loader's checks of the saved arrays: (field, the shape it must have, dtype, bound)
+        "saved_arrays": [(field, {"in": "shape", "out": out_shape}[shape], dtype, bound)
+                         for field, shape, dtype, bound in saved["arrays"]],
+        "saved_shapes_doc": ("the index is (N, C / PIECES, S) as the NumPy module's, S the product of the "
+                             "dims after C" if sel.form == "scan" else "x and the output have their own shapes"),
         "saved_doc": wrap(saved_text, 96, "  "),
         "maxout": {"groups": c_integer_code(g.output_size, names),
                    "start": c_integer_code(g.start, names),
@@ -431,8 +462,10 @@ def _unpool_context(art: Artifacts) -> dict:
     assert isinstance(kernel, UnpoolKernel)
     return _base_context(art) | {
         "template": "cpu/unpool.c.jinja", "loader_template": "cpu/loader_unpool.py.jinja",
-        "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": kernel.each_writer,
+        "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": repr(kernel.each_writer),
         **numpy_partials(kernel),
+        # the parts of the .c and the loader for each writer or the one that stays (its wins saved)
+        "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
         "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
         "loader_note": wrap(
@@ -480,12 +513,11 @@ def _adaptive_context(art: Artifacts) -> dict:
         **numpy_partials(kernel),
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
-        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights applied to the tangent, summed in row-major order"),
+        "spatial": spatial, "axes": list(range(spatial)),
         "box_index": box_index,
-        "winner_is_output": "true" if sel.winner_is_output else "false",
-        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
-                           "the output is the fold of the window (NaN propagating), not the winner's "
-                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
+        "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
         "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
         "saved": {
             "writes_doc": "int64* index, " if scan else "",
@@ -538,13 +570,12 @@ def _fractional_context(art: Artifacts) -> dict:
         "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
         **numpy_partials(kernel),
         "selection_doc": selection_doc, "real_types": real_types,
-        "form": sel.form, "counts": sel.counts, "spatial": spatial, "axes": list(range(spatial)),
-        "window": kernel.window, "index_dtype": kernel.index_dtype or "", "index_ctype": index_ctype,
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights summed over its elements in row-major order"),
+        "backward_doc": "its winner" if scan else "its elements by their weights",
+        "spatial": spatial, "axes": list(range(spatial)),
+        "window": kernel.window, "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
         "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
-        "winner_is_output": "true" if sel.winner_is_output else "false",
-        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
-                           "the output is the fold of the window (NaN propagating), not the winner's "
-                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
         "saved": {
             "writes_doc": "index_t* index, " if scan else "",
             "reads_doc": "const index_t* index, " if scan else "const T* x, const T* output, ",
