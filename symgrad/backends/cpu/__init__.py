@@ -198,6 +198,7 @@ def context(art: Artifacts) -> dict:
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
+        "backward_partial": "cpu/_pool_gather.c.jinja",
         "form": sel.form, "counts": sel.counts, "window": kernel.window,
         "padding_takes_part": "true" if kernel.padding_takes_part else "false",
         "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
