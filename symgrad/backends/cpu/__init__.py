@@ -163,6 +163,40 @@ def _inner_rows(g, a: int) -> dict:
             "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
 
 
+def _band_windows(g) -> dict:
+    """Scatter-form backward's band of input rows [r0, r1) along spatial dim 0: the windows that
+    hold one of its rows, [first, end).  Element j of window i is the geometry's coordinate, linear
+    in i with step s: first is the first window whose last element (j = k - 1) reaches r0, end the
+    first whose element 0 is at r1 or beyond, both clamped to [0, out]."""
+    from ...geometry import I, J, K, OUT
+    step = sp.diff(g.coordinate, I)
+    start = g.coordinate - I * step
+    r0, r1 = sp.symbols("r0 r1", integer=True, nonnegative=True)
+    first = sp.Min(OUT, sp.Max(0, sp.ceiling((r0 - start.subs(J, K - 1)) / step)))
+    end = sp.Min(OUT, sp.Max(0, sp.ceiling((r1 - start.subs(J, 0)) / step)))
+    names = {"k": "K0", "s": "S0", "p": "P0", "d": "D0", "out": "o0"}
+    return {"first": c_integer_code(first, names), "end": c_integer_code(end, names)}
+
+
+def _scatter_accumulators() -> dict:
+    """Scatter-form backward's sums, per data type: in grad_x itself where the compute type is the
+    storage type, else (float16) in a float scratch band per thread, rounded once into grad_x."""
+    out = {}
+    for name, ctype, acc, *_ in C_DTYPES:
+        apart = ctype != acc
+        out[name] = {
+            "doc": (f"{name}: the sums in a {acc} scratch band per thread, each rounded once into grad_x."
+                    if apart else f"{name}: the sums are made in grad_x itself."),
+            "accumulator": "scratch" if apart else "region",
+            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);  // rounded once"]
+                      if apart else []),
+            "alloc": (f"({acc}*)malloc(sizeof({acc}) * (size_t)(((l0 + bands - 1) / bands) * s0 + 1))"
+                      if apart else "NULL"),
+            "missing": "scratch == NULL" if apart else "false",
+        }
+    return out
+
+
 def context(art: Artifacts) -> dict:
     """The template context of an op's .c source and loader: finished strings only."""
     op, kernel = art.op, art.kernel
@@ -198,7 +232,9 @@ def context(art: Artifacts) -> dict:
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
-        "backward_partial": "cpu/_pool_gather.c.jinja",
+        # backward: scatter where forward saves each window's winner (O(outputs) work), else gather
+        "backward_partial": "cpu/_pool_scatter.c.jinja" if sel.form == "scan" else "cpu/_pool_gather.c.jinja",
+        "band": _band_windows(g), "scatter": _scatter_accumulators(),
         "form": sel.form, "counts": sel.counts, "window": kernel.window,
         "padding_takes_part": "true" if kernel.padding_takes_part else "false",
         "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
