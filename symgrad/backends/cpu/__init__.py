@@ -17,7 +17,7 @@ import jinja2
 import numpy as np
 import sympy as sp
 
-from ... import naming
+from ... import geometry, naming
 from ...indicators import MaxOf, MinOf
 from ...lower import BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, WindowKernel, smallest_index_dtype
 from ...ops import Op
@@ -178,6 +178,15 @@ def _band_windows(g) -> dict:
     return {"first": c_integer_code(first, names), "end": c_integer_code(end, names)}
 
 
+def _tiles(op: Op) -> bool:
+    """The windows tile the input: along every dim, adjacent (stride = kernel size, no dilation),
+    none reaching outside it (no padding, floor mode); only the rest past the last window is in
+    no window."""
+    p = op.params
+    return (not p.get("ceil_mode", False) and all(pd == 0 for pd in p["padding"])
+            and all(d == 1 for d in p["dilation"]) and tuple(p["stride"]) == tuple(p["kernel_size"]))
+
+
 def _scatter_accumulators() -> dict:
     """Scatter-form backward's sums, per data type: in grad_x itself where the compute type is the
     storage type, else (float16) in a float scratch band per thread, rounded once into grad_x."""
@@ -232,9 +241,15 @@ def context(art: Artifacts) -> dict:
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
-        # backward: scatter where forward saves each window's winner (O(outputs) work), else gather
-        "backward_partial": "cpu/_pool_scatter.c.jinja" if sel.form == "scan" else "cpu/_pool_gather.c.jinja",
+        # backward where forward saves each window's winner: write where the windows tile the
+        # input (each element written once), else scatter (O(outputs) work); else gather
+        "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
+                             else "cpu/_pool_gather.c.jinja"),
+        "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
         "band": _band_windows(g), "scatter": _scatter_accumulators(),
+        # the step between windows along each dim (the coordinate's coefficient of the window)
+        "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
+                  for a in range(spatial)],
         "form": sel.form, "counts": sel.counts, "window": kernel.window,
         "padding_takes_part": "true" if kernel.padding_takes_part else "false",
         "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
