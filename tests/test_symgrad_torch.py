@@ -303,3 +303,88 @@ def test_models_holding_symgrad_ops_pickle_whole(tmp_path):
     with pytest.raises(TypeError, match="cannot be pickled"):
         import pickle
         pickle.dumps(st.wrap(symgrad.load("hardtanh", min_val=-3.0, max_val=3.0, ties="last")))
+
+
+# ----------------------------------------------------------------------------- the cpu backend for CPU tensors
+
+def _cpu_calls(monkeypatch, **settings) -> list:
+    """The cpu backend's kernel calls (role names) for this op, from now on."""
+    from symgrad.backends.cpu import KINDS  # noqa: F401 (the backend exists)
+    module = symgrad.load("max_pool2d", backend="cpu", **settings)
+    calls = []
+    real = module._call
+
+    def counted(role, *args):
+        calls.append(role)
+        return real(role, *args)
+    monkeypatch.setattr(module, "_call", counted)
+    return calls
+
+
+def _compiler() -> bool:
+    import shutil
+    return any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")))
+
+
+@pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
+@pytest.mark.parametrize("ties", ["first", "split"])
+def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(monkeypatch, ties):
+    """SYMGRAD_CPU_BACKEND=cpu (and the default, auto, with a compiler) runs CPU tensors through
+    the cpu backend's kernels; =numpy through the NumPy module: the same output, gradient and
+    second-order gradient bit for bit (float32 and float64; NCHW and channels-last inputs);
+    float16 stays with the NumPy module."""
+    settings = {"ties": ties, "kernel_size": 3, "stride": 2, "padding": 1}
+    f = st.op("max_pool2d", **settings)
+    calls = _cpu_calls(monkeypatch, **settings)
+    rng = np.random.default_rng(5)
+    x0 = torch.from_numpy(rng.integers(0, 3, size=(2, 3, 9, 8)).astype(np.float64))
+    g0 = torch.from_numpy(rng.standard_normal((2, 3, 5, 4)))
+    results = {}
+    for choice in ("numpy", "cpu", "auto"):
+        monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            for cl in (False, True):
+                x = x0.to(dtype)
+                x = x.to(memory_format=torch.channels_last) if cl else x.clone()
+                x.requires_grad_(True)
+                y = f(x)
+                (gx,) = torch.autograd.grad(y, x, g0.to(dtype), create_graph=True)
+                (ggx,) = torch.autograd.grad((gx * x.detach()).sum(), x, allow_unused=True)
+                key = (dtype, cl)
+                got = [y.detach().numpy().tobytes(), gx.detach().contiguous().numpy().tobytes(),
+                       None if ggx is None else ggx.contiguous().numpy().tobytes()]
+                results.setdefault(key, {})[choice] = got
+        if choice == "numpy":
+            assert calls == []
+        else:
+            assert "forward" in calls and "backward" in calls, calls
+            calls.clear()
+    for key, by_choice in results.items():
+        assert by_choice["cpu"] == by_choice["numpy"] == by_choice["auto"], key
+
+
+@pytest.mark.parametrize("choice", ["auto", "cpu"])
+def test_without_a_compiler_cpu_tensors_fall_back_to_numpy(monkeypatch, tmp_path, choice):
+    """No C compiler: auto runs CPU tensors through the NumPy module (the same results); cpu
+    raises the cpu backend's error naming what to install; an unknown setting is a ValueError."""
+    settings = {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last"}
+    module = symgrad.load("max_pool2d", backend="cpu", **settings)
+    monkeypatch.setattr(module, "_library", None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+    f = st.op("max_pool2d", **settings)
+    x = torch.arange(24.0).reshape(1, 2, 3, 4).requires_grad_(True)
+    if choice == "cpu":
+        with pytest.raises(RuntimeError, match=r"needs a C compiler .* install one"):
+            f(x)
+        return
+    y = f(x)
+    y.sum().backward()
+    numpy_module = symgrad.load("max_pool2d", **settings)
+    want, saved = numpy_module.forward(x.detach().numpy())
+    assert np.array_equal(y.detach().numpy(), want)
+    assert np.array_equal(x.grad.numpy(), numpy_module.backward(np.ones_like(want), saved)[0])
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "fast")
+    with pytest.raises(ValueError, match="SYMGRAD_CPU_BACKEND must be one of auto, cpu, numpy"):
+        f(x)
