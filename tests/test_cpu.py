@@ -161,6 +161,35 @@ def test_backward_forms_equal_numpy_with_rests_bands_and_threads(op, params, sha
     assert not problems, "\n".join(problems[:10])
 
 
+_FORK_SCRIPT = """
+import os, sys
+import numpy as np
+import symgrad
+m = symgrad.load("max_pool2d", backend="cpu", kernel_size=3, stride=2, padding=1)
+x = np.random.default_rng(0).standard_normal((2, 4, 33, 31)).astype(np.float32)
+y, saved = m.forward(x, threads=2)  # OpenMP threads run in the parent
+(g,) = m.backward(np.ones_like(y), saved, threads=2)
+pid = os.fork()
+if pid == 0:  # the child: several threads asked for (2, and OpenMP's default)
+    y2, saved2 = m.forward(x, threads=2)
+    (g2,) = m.backward(np.ones_like(y), saved2)
+    os._exit(0 if y2.tobytes() == y.tobytes() and g2.tobytes() == g.tobytes() else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() on this platform")
+def test_a_process_forked_after_openmp_threads_ran_does_not_hang():
+    """GNU libgomp's threads do not survive fork(): a child that asks for several threads after
+    its parent ran a kernel on two would wait forever; the loaders run it on one thread (the same
+    results).  Run in a subprocess with a timeout, so that a hang fails the test."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(__import__("pathlib").Path(symgrad.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 def test_threads_argument_is_checked():
     m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2)
     x = np.zeros((1, 2, 4), np.float32)

@@ -10,6 +10,7 @@ naming the ones there are."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,24 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 _C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
+
+
+_threads_ran_in: int | None = None  # the process whose kernels ran OpenMP threads (one libgomp for all)
+
+
+def fork_safe_threads(threads: int) -> int:
+    """The thread count for a kernel call (0: OpenMP's default): 1 in a process forked after its
+    parent's kernels ran OpenMP threads, since GNU libgomp's thread pool does not survive fork()
+    (a parallel region of several threads there waits forever for threads the child does not
+    have; one thread runs without the pool); else threads, noting the process when it asks for
+    more than one.  Every loader calls it, so the note covers every op's library."""
+    global _threads_ran_in
+    pid = os.getpid()
+    if _threads_ran_in is not None and _threads_ran_in != pid:
+        return 1
+    if threads != 1:
+        _threads_ran_in = pid
+    return threads
 
 
 def source_name(op: Op) -> str:
@@ -279,7 +298,8 @@ def context(art: Artifacts) -> dict:
             f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
             f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
             f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default); "
+            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default; 1 in a "
+            f"process forked after OpenMP threads ran, where libgomp's threads are gone); "
             f"results do not depend on it.", indent=""),
         **python_geometry(kernel),
     }
