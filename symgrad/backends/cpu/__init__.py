@@ -1,5 +1,6 @@
 """The CPU backend: each op's kernel printed by ``printer.CPrinter`` into a C source (``templates/``:
-OpenMP threads over planes, gather-form backward, float16 computed in float) and a small Python
+OpenMP threads over planes, backward in write, scatter or gather form, float16 computed in float)
+and a small Python
 loader with the NumPy module's interface, which compiles the .c with the system C compiler on
 first use, keeps the shared library beside the cached module (named by its source's hash) and
 calls it through ctypes on NumPy arrays.
@@ -197,6 +198,17 @@ def _band_windows(g) -> dict:
     return {"first": c_integer_code(first, names), "end": c_integer_code(end, names)}
 
 
+_BACKWARD_DOCS = {  # the .c header's words on its backward form
+    "write": ("backward is in write form (the windows tile the input): each input element is "
+              "written once, its window's gradient where it is the winner, else +0 (no zeroing pass)."),
+    "scatter": ("backward is in scatter form: a band of input rows is zeroed, then each window "
+                "holding one of its rows adds its gradient to its winner, in output order "
+                "(no atomic operation: each band is one thread's)."),
+    "gather": ("backward is in gather form: each input element visits the windows holding it "
+               "(no atomic operation, no zeroing pass)."),
+}
+
+
 def _tiles(op: Op) -> bool:
     """The windows tile the input: along every dim, adjacent (stride = kernel size, no dilation),
     none reaching outside it (no padding, floor mode); only the rest past the last window is in
@@ -265,6 +277,7 @@ def context(art: Artifacts) -> dict:
         "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
                              else "cpu/_pool_gather.c.jinja"),
         "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
+        "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
         "band": _band_windows(g), "scatter": _scatter_accumulators(),
         # the step between windows along each dim (the coordinate's coefficient of the window)
         "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
