@@ -307,18 +307,14 @@ def test_models_holding_symgrad_ops_pickle_whole(tmp_path):
 
 # ----------------------------------------------------------------------------- the cpu backend for CPU tensors
 
-def _cpu_calls(monkeypatch, **settings) -> list:
-    """The cpu backend's kernel calls (role names) for this op, from now on."""
-    from symgrad.backends.cpu import KINDS  # noqa: F401 (the backend exists)
-    module = symgrad.load("max_pool2d", backend="cpu", **settings)
-    calls = []
+def _count_calls(monkeypatch, module, calls: list) -> None:
+    """Record the cpu backend module's kernel calls (role names) in calls."""
     real = module._call
 
     def counted(role, *args):
         calls.append(role)
         return real(role, *args)
     monkeypatch.setattr(module, "_call", counted)
-    return calls
 
 
 def _compiler() -> bool:
@@ -335,13 +331,18 @@ def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(mon
     float16 stays with the NumPy module."""
     settings = {"ties": ties, "kernel_size": 3, "stride": 2, "padding": 1}
     f = st.op("max_pool2d", **settings)
-    calls = _cpu_calls(monkeypatch, **settings)
+    monkeypatch.setattr(f, "_cpu", {})  # the choices made from now on
+    calls = []
     rng = np.random.default_rng(5)
     x0 = torch.from_numpy(rng.integers(0, 3, size=(2, 3, 9, 8)).astype(np.float64))
     g0 = torch.from_numpy(rng.standard_normal((2, 3, 5, 4)))
     results = {}
     for choice in ("numpy", "cpu", "auto"):
         monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+        module = f._backend([x0.float()])[0]  # the module float32 CPU tensors reach
+        assert (module is f.module) == (choice == "numpy") and (module is f._backend([x0.half()])[0]) == (choice == "numpy")
+        if choice != "numpy":
+            _count_calls(monkeypatch, module, calls)
         for dtype in (torch.float32, torch.float64, torch.float16):
             for cl in (False, True):
                 x = x0.to(dtype)
