@@ -378,6 +378,9 @@ def _wrap(module, cuda_loader, cpu_loader=None) -> SymgradOp:
         found = _OPS.get(key)
         if found is None:
             found = _OPS[key] = SymgradOp(module, cuda_loader, cpu_loader)
+        elif found._cpu_loader is None and cpu_loader is not None:  # made by wrap() first
+            found._cpu_loader = cpu_loader
+            found._cpu.clear()
     return found
 
 
