@@ -340,8 +340,10 @@ def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(mon
     for choice in ("numpy", "cpu", "auto"):
         monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
         module = f._backend([x0.float()])[0]  # the module float32 CPU tensors reach
-        assert (module is f.module) == (choice == "numpy") and (module is f._backend([x0.half()])[0]) == (choice == "numpy")
-        if choice != "numpy":
+        # auto: the cpu backend where its saved state has the NumPy module's fields (not split's counts)
+        on_cpu = choice == "cpu" or (choice == "auto" and ties == "first")
+        assert (module is not f.module) == on_cpu and f._backend([x0.half()])[0] is f.module
+        if on_cpu:
             _count_calls(monkeypatch, module, calls)
         for dtype in (torch.float32, torch.float64, torch.float16):
             for cl in (False, True):
@@ -355,7 +357,7 @@ def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(mon
                 got = [y.detach().numpy().tobytes(), gx.detach().contiguous().numpy().tobytes(),
                        None if ggx is None else ggx.contiguous().numpy().tobytes()]
                 results.setdefault(key, {})[choice] = got
-        if choice == "numpy":
+        if not on_cpu:
             assert calls == []
         else:
             assert "forward" in calls and "backward" in calls, calls
@@ -389,3 +391,26 @@ def test_without_a_compiler_cpu_tensors_fall_back_to_numpy(monkeypatch, tmp_path
     monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "fast")
     with pytest.raises(ValueError, match="SYMGRAD_CPU_BACKEND must be one of auto, cpu, numpy"):
         f(x)
+
+
+@pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
+def test_torch_compile_traces_the_cpu_backends_ops(monkeypatch):
+    """torch.compile(fullgraph=True) of a model whose pooling runs on the cpu backend (its fake
+    implementation from the cpu module's saved state) gives eager mode's loss and gradients."""
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    torch.manual_seed(1)
+    pool = st.MaxPool2d(3, 2, 1, ties="first")
+    monkeypatch.setattr(pool.fn, "_cpu", {})
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1).double()
+
+    def model(x):
+        return pool(conv(x)).square().sum()
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64).round()
+    eager_loss = model(x)
+    eager = torch.autograd.grad(eager_loss, list(conv.parameters()))
+    assert pool.fn._backend([x])[0] is not pool.fn.module  # the cpu backend's module
+    compiled_loss = torch.compile(model, fullgraph=True, backend="inductor")(x)
+    got = torch.autograd.grad(compiled_loss, list(conv.parameters()))
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
