@@ -12,7 +12,9 @@ which is what the frameworks' tracing (torch.compile's fake tensors, jax.jit) ne
 
 from __future__ import annotations
 
+import os
 import threading
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -140,3 +142,52 @@ def differentiable(module) -> tuple:
     constant = () if "expr" in module.PARAMS else OPS[module.OP].constant_inputs
     return tuple(k for k, name in enumerate(module.INPUTS)
                  if k not in integers and name not in constant and (wrt is None or name in wrt))
+
+
+# ----------------------------------------------------------------------------- the module for CPU arrays
+
+CPU_BACKEND_ENV = "SYMGRAD_CPU_BACKEND"  # auto (the default) | cpu | numpy
+CPU_BACKEND_CHOICES = ("auto", "cpu", "numpy")
+# the dtypes the bridges run through the cpu backend: float32 and float64, where it equals the NumPy
+# module bit for bit (its float16 sums are made in float and rounded once, the NumPy module's in
+# float16: they differ where windows overlap, so float16 stays with the NumPy module)
+CPU_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def cpu_backend_choice() -> str:
+    """$SYMGRAD_CPU_BACKEND: which module runs CPU arrays in symgrad.torch and symgrad.jax."""
+    value = os.environ.get(CPU_BACKEND_ENV, "").strip().lower() or "auto"
+    if value not in CPU_BACKEND_CHOICES:
+        raise ValueError(f"${CPU_BACKEND_ENV} must be one of {', '.join(CPU_BACKEND_CHOICES)}, "
+                         f"got {value!r}")
+    return value
+
+
+def module_for_cpu(numpy_module, load_cpu, choice: str):
+    """The module that runs CPU arrays of CPU_DTYPES (other dtypes: the NumPy module): the cpu
+    backend's (compiled C kernels, the same bits as the NumPy module) under choice "cpu" (errors
+    raised: no compiler, a kind it does not build), or under "auto" where it is available (the
+    op's kind is one it builds, its saved state has the NumPy module's fields, a C compiler is
+    found and the library compiles; else a warning, and the NumPy module); the NumPy module
+    under "numpy" or where load_cpu is None (expressions, modules given to wrap)."""
+    if choice == "numpy" or load_cpu is None:
+        return numpy_module
+    from .backends import cpu
+    spec = OPS.get(numpy_module.OP)
+    if choice == "auto" and ("expr" in numpy_module.PARAMS or spec is None or spec.kind not in cpu.KINDS):
+        return numpy_module
+    module = load_cpu()
+    if choice == "auto" and (module.compiler() is None or module.Saved._fields != numpy_module.Saved._fields):
+        # no compiler; or saved state of other fields (split's counts), which the frameworks'
+        # traced graphs would carry as other arrays (torch.compile lost them): the NumPy module
+        return numpy_module
+    try:
+        module.library()  # compiled (or loaded from the cache) now, not in the middle of a graph
+    except Exception as exc:  # noqa: BLE001 - reported, then the NumPy module
+        if choice == "cpu":
+            raise
+        warnings.warn(f"{numpy_module.OP}: the cpu backend's library could not be built ({exc}); "
+                      f"using the NumPy backend (set ${CPU_BACKEND_ENV}=numpy to silence this)",
+                      RuntimeWarning, stacklevel=3)
+        return numpy_module
+    return module

@@ -27,6 +27,11 @@ e.g. N and C of a pooling, so a batch axis cannot be handed to it); JAX 0.10 has
 for linear_call, so importing this module registers one (sequential, ``lax.map``) where JAX has
 none.  float16, bfloat16 (ml_dtypes' type, as JAX's), float32 and float64 (float64 with
 ``jax_enable_x64``).  CPU only: the callbacks run NumPy on the host.
+
+``op`` runs float32/float64 arrays through the cpu backend's module (``backend="cpu"``: compiled C,
+the same bits as the NumPy module) for the kinds it builds where a C compiler is found, else
+through the NumPy module; ``$SYMGRAD_CPU_BACKEND`` chooses (``auto``, the default; ``cpu`` to
+require it; ``numpy``), read when ``op`` is called.
 """
 
 from __future__ import annotations
@@ -272,7 +277,32 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
         raise ValueError(f"{name}: return_indices=True is PyTorch's; JAX's max pooling returns no "
                          f"indices and symgrad.jax neither (use symgrad.load(...).forward, or "
                          f"symgrad.torch.op, for the indices)")
-    return wrap(api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params))
+    module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
+    cpu = bridge.module_for_cpu(module, lambda: api.load(name, backend="cpu", ties=ties, convention=convention,
+                                                         nan=nan, order=order, **params),
+                                bridge.cpu_backend_choice())
+    return wrap(module) if cpu is module else _OnCpuBackend(wrap(module), wrap(cpu))
+
+
+class _OnCpuBackend:
+    """An op whose float32/float64 arrays run through the cpu backend's module (compiled C, the same
+    bits as the NumPy module), other dtypes through the NumPy module's; otherwise the NumPy
+    module's op (its attributes)."""
+
+    def __init__(self, numpy_op: _Op, cpu_op: _Op):
+        self.numpy_op, self.cpu_op = numpy_op, cpu_op
+        self.__doc__ = numpy_op.__doc__
+
+    def __getattr__(self, name):
+        return getattr(self.numpy_op, name)
+
+    def __repr__(self) -> str:
+        return repr(self.numpy_op) + " on the cpu backend"
+
+    def __call__(self, *args):
+        first = jnp.asarray(args[0]) if args else None
+        use = self.cpu_op if first is not None and np.dtype(first.dtype) in bridge.CPU_DTYPES else self.numpy_op
+        return use(*args)
 
 
 def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,

@@ -22,7 +22,11 @@ raises a clear error.
 Every operator has a fake (meta) implementation with the real output shapes, dtypes and strides
 (found by running the NumPy module once on zeros of each new input shape), so the ops trace
 under ``torch.compile(fullgraph=True)`` with static shapes and pass ``torch.library.opcheck``.
-CPU tensors reach the NumPy module as zero-copy views (``Tensor.numpy()``, ``torch.from_numpy``);
+CPU tensors reach the NumPy module as zero-copy views (``Tensor.numpy()``, ``torch.from_numpy``),
+or, for ops made by ``op`` of a kind the cpu backend builds, float32/float64 tensors reach its
+module (``backend="cpu"``: compiled C, the same bits) where a C compiler is found
+(``$SYMGRAD_CPU_BACKEND``: ``auto``, the default; ``cpu`` to require it; ``numpy`` for the NumPy
+module; read when an op first runs on CPU tensors under each setting);
 CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
 
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
@@ -70,6 +74,11 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()
 
 
+def _to_contiguous(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor made contiguous."""
+    return t.detach().contiguous().numpy()
+
+
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing a's memory (a copy only when a is strided or read-only)."""
     a = bridge.contiguous(np.asarray(a))
@@ -89,8 +98,10 @@ class SymgradOp:
     TIES), ``name`` (the operators' base name in the ``symgrad`` library).
     """
 
-    def __init__(self, module, cuda_loader=None):
+    def __init__(self, module, cuda_loader=None, cpu_loader=None):
         self.module = module
+        self._cpu_loader = cpu_loader  # () -> the cpu backend's module (None: the NumPy module only)
+        self._cpu = {}  # $SYMGRAD_CPU_BACKEND -> (the module for CPU tensors, its layouts)
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
         self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
@@ -144,7 +155,15 @@ class SymgradOp:
         """(module, its layouts, to_array, from_array) for the device of these tensors."""
         device = tensors[0].device
         if device.type == "cpu":
-            return self.module, self._layouts, _to_numpy, _from_numpy
+            if _numpy_dtype(tensors[0].dtype) not in bridge.CPU_DTYPES:
+                return self.module, self._layouts, _to_numpy, _from_numpy
+            choice = bridge.cpu_backend_choice()  # the cpu backend (compiled C) or the NumPy module
+            if choice not in self._cpu:
+                module = bridge.module_for_cpu(self.module, self._cpu_loader, choice)
+                self._cpu[choice] = (module, self._layouts if module is self.module else bridge.Layouts(module))
+            module, layouts = self._cpu[choice]
+            # the cpu backend's saved arrays share one memory order: its arrays made contiguous
+            return module, layouts, (_to_numpy if module is self.module else _to_contiguous), _from_numpy
         if device.type == "cuda":
             import cupy  # the CUDA module needs it anyway; its absence is reported there
             if self._cuda is None:
@@ -357,12 +376,15 @@ _OPS: dict = {}
 _OPS_LOCK = threading.Lock()
 
 
-def _wrap(module, cuda_loader) -> SymgradOp:
+def _wrap(module, cuda_loader, cpu_loader=None) -> SymgradOp:
     key = module.__name__
     with _OPS_LOCK:
         found = _OPS.get(key)
         if found is None:
-            found = _OPS[key] = SymgradOp(module, cuda_loader)
+            found = _OPS[key] = SymgradOp(module, cuda_loader, cpu_loader)
+        elif found._cpu_loader is None and cpu_loader is not None:  # made by wrap() first
+            found._cpu_loader = cpu_loader
+            found._cpu.clear()
     return found
 
 
@@ -400,7 +422,9 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
         return _WithIndices(op(name, **settings, **(params | {"return_indices": False})), module,
                             functools.partial(op, name, **settings, **params))
     found = _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
-                                           nan=nan, order=order, **params))
+                                           nan=nan, order=order, **params),
+                  lambda: api.load(name, backend="cpu", ties=ties, convention=convention, nan=nan,
+                                   order=order, **params))
     return _made(found, "op", (name,), dict(ties=ties, convention=convention, nan=nan, order=order, **params))
 
 

@@ -56,6 +56,22 @@ def _problems(op, params, shape, settings, layouts=LAYOUTS, dtypes=DTYPES) -> li
 # the geometries under a scan policy and the counted mask one; every policy (each NaN rule with
 # the policies it admits) on OVERLAP below
 GEOMETRY_POLICIES = ("last", "split")
+# backward's write form (windows that tile the input) with rests past the last window, and its
+# scatter form with bands of rows (one plane shared by threads; a plane over 32K elements), under
+# ties=first, and under JAX's preset (padding takes part as -inf) where there is padding
+BACKWARD_FORMS = [
+    ("max_pool2d", {"kernel_size": 2}, (2, 3, 7, 9)),
+    ("max_pool3d", {"kernel_size": 2}, (1, 2, 5, 4, 7)),
+    ("max_pool1d", {"kernel_size": 3}, (2, 2, 10)),
+    ("max_pool2d", {"kernel_size": (3, 2)}, (1, 2, 8, 7)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (1, 1, 23, 19)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 1, "padding": 1}, (1, 2, 200, 170)),
+    ("max_pool3d", {"kernel_size": 3, "stride": 2, "padding": 1}, (1, 1, 9, 6, 7)),
+    ("max_pool1d", {"kernel_size": 4, "stride": 3, "padding": 2}, (1, 3, 40)),
+]
+FORM_SETTINGS = [(op, params, shape, st) for op, params, shape in BACKWARD_FORMS
+                 for st in ({"ties": "first"}, {"convention": "jax"})
+                 if st.get("ties") or any(np.atleast_1d(params.get("padding", 0)))]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -65,7 +81,8 @@ def _compiled_in_parallel():
     from concurrent.futures import ThreadPoolExecutor
     settings = ([(op, params, {"ties": t}) for op, params, _ in POOLS for t in GEOMETRY_POLICIES]
                 + [(OVERLAP[0], OVERLAP[1], s) for s in NAN_SETTINGS]
-                + [(op, params, {"convention": c}) for op, params, _ in (OVERLAP, POOLS[3]) for c in ("torch", "jax")])
+                + [(op, params, {"convention": c}) for op, params, _ in (OVERLAP, POOLS[3]) for c in ("torch", "jax")]
+                + [(op, params, st) for op, params, _, st in FORM_SETTINGS])
     modules = [symgrad.load(op, backend="cpu", **st, **params) for op, params, st in settings]
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda m: m.library(), modules))
@@ -110,6 +127,67 @@ def test_the_same_bits_with_one_and_two_threads():
             runs.append([y.tobytes(), *(a.tobytes() for a in saved if isinstance(a, np.ndarray)),
                          gx.tobytes(), m.jvp(g, saved, threads=threads).tobytes()])
         assert runs[0] == runs[1] == runs[2]
+
+
+@pytest.mark.parametrize("op,params,shape,settings", FORM_SETTINGS,
+                         ids=[f"{case_id(op, params, shape)}-{next(iter(st.values()))}" for op, params, shape, st in FORM_SETTINGS])
+def test_backward_forms_equal_numpy_with_rests_bands_and_threads(op, params, shape, settings):
+    """backward (write or scatter form) equals the NumPy backend's bit for bit with 1, 2 and 3
+    threads (more threads than planes: bands of rows), NCHW and channels-last, float64/32/16, on
+    tie-heavy inputs and gradients whose sums round differently by order."""
+    module = symgrad.load(op, backend="cpu", **settings, **params)
+    reference = symgrad.load(op, **settings, **params)
+    rng = np.random.default_rng(11)
+    x = rng.integers(0, 3, size=shape).astype(np.float64)
+    problems = []
+    for dtype in DTYPES:
+        ref = np.float32 if dtype == np.float16 else dtype
+        y_ref, saved_ref = reference.forward(x.astype(dtype).astype(ref))
+        g = rng.standard_normal(y_ref.shape).astype(dtype)
+        (want,) = reference.backward(g.astype(ref), saved_ref)
+        want = want.astype(dtype)
+        for cl in (False, True):
+            order = (0, *range(2, len(shape)), 1)  # channels-last memory order
+            def lay(a):
+                return np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1) if cl else a
+            for threads in (1, 2, 3):
+                _, saved = module.forward(lay(x.astype(dtype)), threads=threads)
+                (got,) = module.backward(lay(g), saved, threads=threads)
+                if cl and got.transpose(order).flags.c_contiguous is False:
+                    problems.append(f"{dtype.__name__} channels-last threads={threads}: not channels-last")
+                if np.ascontiguousarray(got).tobytes() != want.tobytes():
+                    problems.append(f"{dtype.__name__} {'channels-last' if cl else 'NCHW'} threads={threads}: "
+                                    f"{mismatch(np.ascontiguousarray(got), want)}")
+    assert not problems, "\n".join(problems[:10])
+
+
+_FORK_SCRIPT = """
+import os, sys
+import numpy as np
+import symgrad
+m = symgrad.load("max_pool2d", backend="cpu", kernel_size=3, stride=2, padding=1)
+x = np.random.default_rng(0).standard_normal((2, 4, 33, 31)).astype(np.float32)
+y, saved = m.forward(x, threads=2)  # OpenMP threads run in the parent
+(g,) = m.backward(np.ones_like(y), saved, threads=2)
+pid = os.fork()
+if pid == 0:  # the child: several threads asked for (2, and OpenMP's default)
+    y2, saved2 = m.forward(x, threads=2)
+    (g2,) = m.backward(np.ones_like(y), saved2)
+    os._exit(0 if y2.tobytes() == y.tobytes() and g2.tobytes() == g.tobytes() else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() on this platform")
+def test_a_process_forked_after_openmp_threads_ran_does_not_hang():
+    """GNU libgomp's threads do not survive fork(): a child that asks for several threads after
+    its parent ran a kernel on two would wait forever; the loaders run it on one thread (the same
+    results).  Run in a subprocess with a timeout, so that a hang fails the test."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(__import__("pathlib").Path(symgrad.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_threads_argument_is_checked():

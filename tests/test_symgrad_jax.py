@@ -23,6 +23,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
+import symgrad  # noqa: E402
 import symgrad.jax as sj  # noqa: E402
 from conftest import tie_free, tie_heavy  # noqa: E402
 
@@ -395,3 +396,71 @@ def test_an_input_outside_wrt_is_refused_when_differentiated():
     np.testing.assert_array_equal(jax.grad(lambda u: f(u, y).sum())(x), [0.0, 1.0])
     with pytest.raises(ValueError, match=r"y is not differentiated \(wrt=\['x'\]\)"):
         jax.grad(lambda v: f(x, v).sum())(y)
+
+
+# ----------------------------------------------------------------------------- the cpu backend for float arrays
+
+def _compiler() -> bool:
+    import shutil
+    return any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")))
+
+
+@pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
+@pytest.mark.parametrize("ties", ["first", "split"])
+def test_ops_run_through_the_cpu_backend_with_the_numpy_modules_bits(monkeypatch, ties):
+    """SYMGRAD_CPU_BACKEND=cpu (and auto, the default, with a compiler) runs float arrays through
+    the cpu backend's kernels, =numpy through the NumPy module: the same output, grad (reverse
+    mode: backward) and jvp (forward mode) bit for bit, float32 and float64, under jit; float16
+    stays with the NumPy module."""
+    settings = {"ties": ties, "kernel_size": 3, "stride": 2, "padding": 1}
+    calls = []
+    rng = np.random.default_rng(6)
+    x0 = rng.integers(0, 3, size=(2, 3, 9, 8)).astype(np.float64)
+    w = rng.standard_normal((2, 3, 5, 4))
+    t0 = rng.standard_normal(x0.shape)
+    results = {}
+    for choice in ("numpy", "cpu", "auto"):
+        monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+        f = sj.op("max_pool2d", **settings)
+        # auto: the cpu backend where its saved state has the NumPy module's fields (not split's counts)
+        on_cpu = choice == "cpu" or (choice == "auto" and ties == "first")
+        assert hasattr(f, "cpu_op") == on_cpu
+        if on_cpu:  # the cpu backend's module, its kernel calls counted
+            real = f.cpu_op.module._call
+
+            def counted(role, *args, real=real):
+                calls.append(role)
+                return real(role, *args)
+            monkeypatch.setattr(f.cpu_op.module, "_call", counted)
+        for dtype in (jnp.float32, jnp.float64, jnp.float16):
+            x, t = jnp.asarray(x0, dtype), jnp.asarray(t0, dtype)
+            y = jax.jit(f)(x)
+            gx = jax.grad(lambda v: jnp.sum(f(v).astype(jnp.float64) * w))(x)
+            _, ty = jax.jvp(f, (x,), (t,))
+            results.setdefault(dtype, {})[choice] = [np.asarray(a).tobytes() for a in (y, gx, ty)]
+        if not on_cpu:
+            assert calls == []
+        else:
+            assert {"forward", "backward", "jvp"} <= set(calls), calls
+            calls.clear()
+    for dtype, by_choice in results.items():
+        assert by_choice["cpu"] == by_choice["numpy"] == by_choice["auto"], dtype
+
+
+def test_without_a_compiler_ops_fall_back_to_numpy(monkeypatch, tmp_path):
+    """No C compiler: auto gives the NumPy module's op (the same results); cpu raises the cpu
+    backend's error naming what to install."""
+    settings = {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last"}
+    module = symgrad.load("max_pool2d", backend="cpu", **settings)
+    monkeypatch.setattr(module, "_library", None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "auto")
+    f = sj.op("max_pool2d", **settings)
+    x = jnp.arange(24.0).reshape(1, 2, 3, 4)
+    numpy_module = symgrad.load("max_pool2d", **settings)
+    want, _ = numpy_module.forward(np.asarray(x))
+    assert f.module is numpy_module and np.array_equal(np.asarray(f(x)), want)
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    with pytest.raises(RuntimeError, match=r"needs a C compiler .* install one"):
+        sj.op("max_pool2d", **settings)

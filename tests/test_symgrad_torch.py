@@ -301,3 +301,114 @@ def test_models_holding_symgrad_ops_pickle_whole(tmp_path):
     with pytest.raises(TypeError, match="cannot be pickled"):
         import pickle
         pickle.dumps(st.wrap(symgrad.load("hardtanh", min_val=-3.0, max_val=3.0, ties="last")))
+
+
+# ----------------------------------------------------------------------------- the cpu backend for CPU tensors
+
+def _count_calls(monkeypatch, module, calls: list) -> None:
+    """Record the cpu backend module's kernel calls (role names) in calls."""
+    real = module._call
+
+    def counted(role, *args):
+        calls.append(role)
+        return real(role, *args)
+    monkeypatch.setattr(module, "_call", counted)
+
+
+def _compiler() -> bool:
+    import shutil
+    return any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")))
+
+
+@pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
+@pytest.mark.parametrize("ties", ["first", "split"])
+def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(monkeypatch, ties):
+    """SYMGRAD_CPU_BACKEND=cpu (and the default, auto, with a compiler) runs CPU tensors through
+    the cpu backend's kernels; =numpy through the NumPy module: the same output, gradient and
+    second-order gradient bit for bit (float32 and float64; NCHW and channels-last inputs);
+    float16 stays with the NumPy module."""
+    settings = {"ties": ties, "kernel_size": 3, "stride": 2, "padding": 1}
+    f = st.op("max_pool2d", **settings)
+    monkeypatch.setattr(f, "_cpu", {})  # the choices made from now on
+    calls = []
+    rng = np.random.default_rng(5)
+    x0 = torch.from_numpy(rng.integers(0, 3, size=(2, 3, 9, 8)).astype(np.float64))
+    g0 = torch.from_numpy(rng.standard_normal((2, 3, 5, 4)))
+    results = {}
+    for choice in ("numpy", "cpu", "auto"):
+        monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+        module = f._backend([x0.float()])[0]  # the module float32 CPU tensors reach
+        # auto: the cpu backend where its saved state has the NumPy module's fields (not split's counts)
+        on_cpu = choice == "cpu" or (choice == "auto" and ties == "first")
+        assert (module is not f.module) == on_cpu and f._backend([x0.half()])[0] is f.module
+        if on_cpu:
+            _count_calls(monkeypatch, module, calls)
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            for cl in (False, True):
+                x = x0.to(dtype)
+                x = x.to(memory_format=torch.channels_last) if cl else x.clone()
+                x.requires_grad_(True)
+                y = f(x)
+                (gx,) = torch.autograd.grad(y, x, g0.to(dtype), create_graph=True)
+                (ggx,) = torch.autograd.grad((gx * x.detach()).sum(), x, allow_unused=True)
+                key = (dtype, cl)
+                got = [y.detach().numpy().tobytes(), gx.detach().contiguous().numpy().tobytes(),
+                       None if ggx is None else ggx.contiguous().numpy().tobytes()]
+                results.setdefault(key, {})[choice] = got
+        if not on_cpu:
+            assert calls == []
+        else:
+            assert "forward" in calls and "backward" in calls, calls
+            calls.clear()
+    for key, by_choice in results.items():
+        assert by_choice["cpu"] == by_choice["numpy"] == by_choice["auto"], key
+
+
+@pytest.mark.parametrize("choice", ["auto", "cpu"])
+def test_without_a_compiler_cpu_tensors_fall_back_to_numpy(monkeypatch, tmp_path, choice):
+    """No C compiler: auto runs CPU tensors through the NumPy module (the same results); cpu
+    raises the cpu backend's error naming what to install; an unknown setting is a ValueError."""
+    settings = {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last"}
+    module = symgrad.load("max_pool2d", backend="cpu", **settings)
+    monkeypatch.setattr(module, "_library", None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+    f = st.op("max_pool2d", **settings)
+    x = torch.arange(24.0).reshape(1, 2, 3, 4).requires_grad_(True)
+    if choice == "cpu":
+        with pytest.raises(RuntimeError, match=r"needs a C compiler .* install one"):
+            f(x)
+        return
+    y = f(x)
+    y.sum().backward()
+    numpy_module = symgrad.load("max_pool2d", **settings)
+    want, saved = numpy_module.forward(x.detach().numpy())
+    assert np.array_equal(y.detach().numpy(), want)
+    assert np.array_equal(x.grad.numpy(), numpy_module.backward(np.ones_like(want), saved)[0])
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "fast")
+    with pytest.raises(ValueError, match="SYMGRAD_CPU_BACKEND must be one of auto, cpu, numpy"):
+        f(x)
+
+
+@pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
+def test_torch_compile_traces_the_cpu_backends_ops(monkeypatch):
+    """torch.compile(fullgraph=True) of a model whose pooling runs on the cpu backend (its fake
+    implementation from the cpu module's saved state) gives eager mode's loss and gradients."""
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    torch.manual_seed(1)
+    pool = st.MaxPool2d(3, 2, 1, ties="first")
+    monkeypatch.setattr(pool.fn, "_cpu", {})
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1).double()
+
+    def model(x):
+        return pool(conv(x)).square().sum()
+    x = torch.randn(2, 2, 8, 8, dtype=torch.float64).round()
+    eager_loss = model(x)
+    eager = torch.autograd.grad(eager_loss, list(conv.parameters()))
+    assert pool.fn._backend([x])[0] is not pool.fn.module  # the cpu backend's module
+    compiled_loss = torch.compile(model, fullgraph=True, backend="inductor")(x)
+    got = torch.autograd.grad(compiled_loss, list(conv.parameters()))
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, eager):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -12,6 +12,7 @@ ones there are."""
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +21,7 @@ import jinja2
 import numpy as np
 import sympy as sp
 
-from ... import naming
+from ... import geometry, naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
@@ -46,6 +47,24 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 _C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
+
+
+_threads_ran_in: int | None = None  # the process whose kernels ran OpenMP threads (one libgomp for all)
+
+
+def fork_safe_threads(threads: int) -> int:
+    """The thread count for a kernel call (0: OpenMP's default): 1 in a process forked after its
+    parent's kernels ran OpenMP threads, since GNU libgomp's thread pool does not survive fork()
+    (a parallel region of several threads there waits forever for threads the child does not
+    have; one thread runs without the pool); else threads, noting the process when it asks for
+    more than one.  Every loader calls it, so the note covers every op's library."""
+    global _threads_ran_in
+    pid = os.getpid()
+    if _threads_ran_in is not None and _threads_ran_in != pid:
+        return 1
+    if threads != 1:
+        _threads_ran_in = pid
+    return threads
 
 
 def source_name(op: Op) -> str:
@@ -172,6 +191,60 @@ def _inner_rows(g, a: int) -> dict:
             "m_hi": f"sg_min({out} - shift, ({length} - r + {s} - 1) / {s})"}
 
 
+def _band_windows(g) -> dict:
+    """Scatter-form backward's band of input rows [r0, r1) along spatial dim 0: the windows that
+    hold one of its rows, [first, end).  Element j of window i is the geometry's coordinate, linear
+    in i with step s: first is the first window whose last element (j = k - 1) reaches r0, end the
+    first whose element 0 is at r1 or beyond, both clamped to [0, out]."""
+    from ...geometry import I, J, K, OUT
+    step = sp.diff(g.coordinate, I)
+    start = g.coordinate - I * step
+    r0, r1 = sp.symbols("r0 r1", integer=True, nonnegative=True)
+    first = sp.Min(OUT, sp.Max(0, sp.ceiling((r0 - start.subs(J, K - 1)) / step)))
+    end = sp.Min(OUT, sp.Max(0, sp.ceiling((r1 - start.subs(J, 0)) / step)))
+    names = {"k": "K0", "s": "S0", "p": "P0", "d": "D0", "out": "o0"}
+    return {"first": c_integer_code(first, names), "end": c_integer_code(end, names)}
+
+
+_BACKWARD_DOCS = {  # the .c header's words on its backward form
+    "write": ("backward is in write form (the windows tile the input): each input element is "
+              "written once, its window's gradient where it is the winner, else +0 (no zeroing pass)."),
+    "scatter": ("backward is in scatter form: a band of input rows is zeroed, then each window "
+                "holding one of its rows adds its gradient to its winner, in output order "
+                "(no atomic operation: each band is one thread's)."),
+    "gather": ("backward is in gather form: each input element visits the windows holding it "
+               "(no atomic operation, no zeroing pass)."),
+}
+
+
+def _tiles(op: Op) -> bool:
+    """The windows tile the input: along every dim, adjacent (stride = kernel size, no dilation),
+    none reaching outside it (no padding, floor mode); only the rest past the last window is in
+    no window."""
+    p = op.params
+    return (not p.get("ceil_mode", False) and all(pd == 0 for pd in p["padding"])
+            and all(d == 1 for d in p["dilation"]) and tuple(p["stride"]) == tuple(p["kernel_size"]))
+
+
+def _scatter_accumulators() -> dict:
+    """Scatter-form backward's sums, per data type: in grad_x itself where the compute type is the
+    storage type, else (float16) in a float scratch band per thread, rounded once into grad_x."""
+    out = {}
+    for name, ctype, acc, *_ in C_DTYPES:
+        apart = ctype != acc
+        out[name] = {
+            "doc": (f"{name}: the sums in a {acc} scratch band per thread, each rounded once into grad_x."
+                    if apart else f"{name}: the sums are made in grad_x itself."),
+            "accumulator": "scratch" if apart else "region",
+            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);  // rounded once"]
+                      if apart else []),
+            "alloc": (f"({acc}*)malloc(sizeof({acc}) * (size_t)(((l0 + bands - 1) / bands) * s0 + 1))"
+                      if apart else "NULL"),
+            "missing": "scratch == NULL" if apart else "false",
+        }
+    return out
+
+
 def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
     """What the lowered Selection decides for the templates of a kind other than pooling, as the
     partials they import (the hits counted or not; the loader's scan or mask parts) and finished
@@ -267,6 +340,16 @@ def _pool_context(art: Artifacts) -> dict:
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
         "inner": _inner_rows(g, spatial - 1),
+        # backward where forward saves each window's winner: write where the windows tile the
+        # input (each element written once), else scatter (O(outputs) work); else gather
+        "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
+                             else "cpu/_pool_gather.c.jinja"),
+        "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
+        "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
+        "band": _band_windows(g), "scatter": _scatter_accumulators(),
+        # the step between windows along each dim (the coordinate's coefficient of the window)
+        "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
+                  for a in range(spatial)],
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
         "loader_note": wrap(
@@ -274,7 +357,8 @@ def _pool_context(art: Artifacts) -> dict:
             f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
             f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
             f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default); "
+            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default; 1 in a "
+            f"process forked after OpenMP threads ran, where libgomp's threads are gone); "
             f"results do not depend on it.", indent=""),
         **python_geometry(kernel),
     }
