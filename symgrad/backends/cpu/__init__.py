@@ -246,7 +246,7 @@ def _scatter_accumulators() -> dict:
 
 
 def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
-    """What the lowered Selection decides for the templates of a kind other than pooling, as the
+    """What the lowered Selection decides for a kind's templates, as the
     partials they import (the hits counted or not; the loader's scan or mask parts) and finished
     lines: the winner's constant (scan form only), jvp's docstring phrase (jvp_scan or jvp_mask)."""
     sel = kernel.selection
@@ -323,11 +323,13 @@ def _pool_context(art: Artifacts) -> dict:
         "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                             if kernel.padding_takes_part else "padding never wins"),
         "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
-        "winner_is_output": "true" if sel.winner_is_output else "false",
-        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
-                           "the output is the fold of the window (NaN propagating), not the winner's "
-                           "value: under this NaN rule a window holding NaN can have a number as its winner"),
-        "index_ctype": index_ctype, "count_ctype": count_ctype,
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights applied to the tangent"),
+        # the .c header's words on what jvp reads per output
+        "jvp_reads": ("the tangent of its window's winner" if sel.form == "scan" else
+                      "the tangent of every element of its window, weighted as backward weights "
+                      "grad_output, in window-local order"),
+        "typedefs": _typedefs(index_ctype, count_ctype),
         "dtype_constants": (
             [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
             if sel.form == "scan" else []) + (
@@ -335,7 +337,15 @@ def _pool_context(art: Artifacts) -> dict:
             if sel.counts else []),
         "saved": _saved(kernel, index_ctype, count_ctype),
         "saved_doc": wrap(saved_text, 96, "  "),
-        "spatial": spatial, "axes": list(range(spatial)),
+        "spatial": spatial, "axes": list(range(spatial)), "L": spatial - 1,
+        # the flag of a padded element along the last axis, and of a padded row (the outer axes)
+        "pad_flag": f"pad{spatial - 1}", "outer_pad": f"pad{spatial - 2}" if spatial > 1 else "false",
+        # each axis's padded flag starts from the previous axis's; a window's loops, indented
+        # below the outputs' loops
+        "pad_before": [f"pad{a - 1} || " if a else "" for a in range(spatial)],
+        "window_indents": ["  " * (a + spatial) for a in range(spatial)],
+        # scatter-form backward's table of the window's elements: spatial coordinates and an offset
+        "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
