@@ -246,9 +246,9 @@ def _scatter_accumulators() -> dict:
 
 
 def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
-    """What the lowered Selection decides for a kind's templates, as the
-    partials they import (the hits counted or not; the loader's scan or mask parts) and finished
-    lines: the winner's constant (scan form only), jvp's docstring phrase (jvp_scan or jvp_mask)."""
+    """What the lowered Selection decides for a kind's templates, as the partials they import (the
+    hits counted or not; the loader's scan or mask parts) and finished lines: the winner's
+    constant (scan form only), jvp's docstring phrase (jvp_scan or jvp_mask)."""
     sel = kernel.selection
     scan = sel.form == "scan"
     winner = ("the winner's value is the output" if sel.winner_is_output else
@@ -318,7 +318,7 @@ def _pool_context(art: Artifacts) -> dict:
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
-        "form": sel.form, "counts": sel.counts, "window": kernel.window,
+        "window": kernel.window,
         "padding_takes_part": "true" if kernel.padding_takes_part else "false",
         "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
                             if kernel.padding_takes_part else "padding never wins"),
