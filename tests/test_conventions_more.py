@@ -163,22 +163,24 @@ def test_max_unpool_torch(case, data):
     assert_same(ours(f"max_unpool{d}d", "torch", params, [x, idx], g), want)
 
 
-def test_torch_unpool_duplicates_depend_on_the_thread_count():
+def test_torch_unpool_duplicates_on_one_thread_keep_the_last_write():
     """Why test_max_unpool_torch runs PyTorch on one thread: with a single plane (N * C = 1) the
     CPU kernel takes its channels-last path, which splits the plane's elements among the threads,
-    so of duplicate indices the write that stays depends on the thread count: the last in
-    row-major order on one thread (the preset's choice), another with two."""
+    so of duplicate indices the write that stays can depend on the threads' timing (seen: another
+    value than the last with two threads; not asserted, since a race need not show). On one
+    thread it is the last write in row-major order, the preset's choice."""
     x = torch.arange(1.0, 9.0).view(1, 1, 1, 8)
     idx = torch.zeros(1, 1, 1, 8, dtype=torch.long)
     threads = torch.get_num_threads()
-    kept = []
     try:
-        for n in (1, 2):
-            torch.set_num_threads(n)
-            kept.append(F.max_unpool2d(x, idx, 1, output_size=(1, 8))[0, 0, 0, 0].item())
+        torch.set_num_threads(1)
+        kept = F.max_unpool2d(x, idx, 1, output_size=(1, 8))[0, 0, 0, 0].item()
+        torch.set_num_threads(2)
+        raced = F.max_unpool2d(x, idx, 1, output_size=(1, 8))[0, 0, 0, 0].item()
     finally:
         torch.set_num_threads(threads)
-    assert kept[0] == 8.0 and kept[1] != 8.0
+    assert kept == 8.0
+    assert raced in x.flatten().tolist()  # one of the writes, whichever thread was last
     y, _ = symgrad.load("max_unpool2d", convention="torch", kernel_size=1).forward(x.numpy(), idx.numpy())
     assert y[0, 0, 0, 0] == 8.0
 
