@@ -245,6 +245,18 @@ def _scatter_accumulators() -> dict:
     return out
 
 
+def _loader_note(op: Op, layout: str, over: str, extra: str = "") -> list[str]:
+    """The loader's docstring note, the same for every kind but the memory layouts it takes
+    (layout, after the dtypes), what its threads share out (over) and an extra remark."""
+    return wrap(
+        f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
+        f"float64{layout}) and run the C kernels of {source_name(op)}, compiled with the system C "
+        f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named by "
+        f"the source's hash.  threads: OpenMP threads over {over} (default: THREADS, else "
+        f"OpenMP's default; 1 in a process forked after OpenMP threads ran, where libgomp's "
+        f"threads are gone); results do not depend on it." + extra, indent="")
+
+
 def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
     """What the lowered Selection decides for a kind's templates, as the partials they import (the
     hits counted or not; the loader's scan or mask parts) and finished lines: the winner's
@@ -362,14 +374,7 @@ def _pool_context(art: Artifacts) -> dict:
                   for a in range(spatial)],
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
-            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
-            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default; 1 in a "
-            f"process forked after OpenMP threads ran, where libgomp's threads are gone); "
-            f"results do not depend on it.", indent=""),
+        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
         **python_geometry(kernel),
     }
 
@@ -430,16 +435,11 @@ def _elementwise_context(art: Artifacts) -> dict:
         "inputs_text": ", ".join(kernel.inputs), "are": "are" if many else "is",
         "c_inputs_text": ", ".join(naming.cuda_identifiers(n)["value"] for n in kernel.inputs),
         "c_grads_text": ", ".join(naming.cuda_identifiers(n)["grad"] for n in kernel.inputs),
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
-            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
-            f"by the source's hash.  threads: OpenMP threads over the elements (default: THREADS, "
-            f"else OpenMP's default); results do not depend on it."
-            + ("  A broadcast input's gradient is computed per element of the output by the C "
-               "kernel and summed back to the input's shape by the NumPy module's own calls "
-               "(_sum_to_shape, block by block as it does): the same sums in the same order, equal "
-               "bits by construction." if kernel.broadcast else ""), indent=""),
+        "loader_note": _loader_note(op, "", "the elements", extra=(
+            "  A broadcast input's gradient is computed per element of the output by the C kernel "
+            "and summed back to the input's shape by the NumPy module's own calls (_sum_to_shape, "
+            "block by block as it does): the same sums in the same order, equal bits by "
+            "construction." if kernel.broadcast else "")),
     }
 
 
@@ -472,12 +472,7 @@ def _reduction_context(art: Artifacts) -> dict:
         # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
         "reads": ("np.ascontiguousarray(saved.index.reshape(rows), dtype=np.int64)" if scan else
                   "_rows(saved.x, dims, kept, n), np.ascontiguousarray(saved.output).reshape(rows)"),
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64) and run the C kernels of {source_name(op)}, compiled with the system C "
-            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
-            f"by the source's hash.  threads: OpenMP threads over the reduced slices (default: "
-            f"THREADS, else OpenMP's default); results do not depend on it.", indent=""),
+        "loader_note": _loader_note(op, "", "the reduced slices"),
     }
 
 
@@ -539,13 +534,7 @@ def _maxout_context(art: Artifacts) -> dict:
                    "winner": c_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
                    "holder": c_integer_code(g.holder, names),
                    "element": c_integer_code(g.element, names)},
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64; NC... or channels-last, other strides are copied) and run the C kernels of "
-            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
-            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
-            f"results do not depend on it.", indent=""),
+        "loader_note": _loader_note(op, "; NC... or channels-last, other strides are copied", "the elements"),
     }
 
 
@@ -562,12 +551,7 @@ def _unpool_context(art: Artifacts) -> dict:
         "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
         "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64) and run the C kernels of {source_name(art.op)}, compiled with the system C "
-            f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named "
-            f"by the source's hash.  threads: OpenMP threads over the planes (default: THREADS, "
-            f"else OpenMP's default); results do not depend on it.", indent=""),
+        "loader_note": _loader_note(art.op, "", "the planes"),
     }
 
 
@@ -628,13 +612,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         "end_holder": numpy_integer_code(ADAPTIVE.end_holder),
         "windows_doc": wrap(f'"""Along an axis of length `length` with `out` outputs (as '
                             f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""),
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64; NCHW or channels-last, other strides are copied) and run the C kernels of "
-            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
-            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the elements (default: THREADS, else OpenMP's default); "
-            f"results do not depend on it.", indent=""),
+        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the elements"),
     }
 
 
@@ -683,13 +661,7 @@ def _fractional_context(art: Artifacts) -> dict:
         "fractional": {f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
                        for f in ("alpha", "start", "last_start")},
         "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
-        "loader_note": wrap(
-            f"CPU backend: forward, backward and jvp take and return NumPy arrays (float16, float32, "
-            f"float64; x is read as NCHW, other memory orders are copied) and run the C kernels of "
-            f"{source_name(op)}, compiled with the system C compiler on first use (flags: "
-            f"{' '.join(CFLAGS)}) and kept beside this module, named by the source's hash.  "
-            f"threads: OpenMP threads over the planes (default: THREADS, else OpenMP's default); "
-            f"results do not depend on it.", indent=""),
+        "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
     }
 
