@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -172,7 +173,7 @@ def build(source: str, cache: Path) -> HostModule:
         cu.write_text(source)
         wrapper = stem.with_name(stem.name + "_launch.cpp")
         wrapper.write_text(launcher_source(cu, sigs))
-        tmp = stem.with_name(stem.name + f".{os.getpid()}.tmp.so")
+        tmp = stem.with_name(stem.name + f".{os.getpid()}.{threading.get_ident()}.tmp.so")
         proc = subprocess.run([cxx, *CXXFLAGS, f"-I{COMPAT.parent}", str(wrapper), "-o", str(tmp)],
                               capture_output=True, text=True)
         if proc.returncode:
