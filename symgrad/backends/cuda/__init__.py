@@ -335,8 +335,6 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     ctx.update(_cuda_window(op, kernel))
-    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
-    ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
     # the reduction's first kernel needs the compute type where it compares (scan) or counts
     ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
                            if kernel.selection.form == "scan" or kernel.selection.counts else [])
@@ -349,8 +347,10 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     # partial _select_<form>; the reduction's chunked passes have a template of their own
     gathered = kernel.geometry in _GATHER_LAYOUTS
     template = "gather" if gathered else kernel.geometry
+    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
+    ctx["selection_partial"] = (f"cuda/_select_{kernel.selection.form}.cu.jinja" if gathered else
+                                f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja")
     if gathered:
-        ctx["selection_partial"] = f"cuda/_select_{kernel.selection.form}.cu.jinja"
         ctx["layout_partial"] = f"cuda/_layout_{_GATHER_LAYOUTS[kernel.geometry]}.cu.jinja"
     ctx["geometry_partial"] = f"cuda/_gather_{kernel.geometry}.cu.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{template}.cu.jinja",
