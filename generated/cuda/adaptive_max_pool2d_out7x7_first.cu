@@ -42,7 +42,7 @@
 //             memory (the same for 1-d and 3-d); x, its gradient and the output share the layout
 //
 //   adaptive_max_pool2d_out7x7_first_forward_<DT>_<LAYOUT>_<IX>(const T* x, T* out, long long* index, I n, I c, I l0, I l1, I o0, I o1, I k0, I k1)
-//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c * o0 * o1), o0, o1)
+//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1))
 //   adaptive_max_pool2d_out7x7_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const long long* index, T* grad_x, I n, I c, I l0, I l1, I o0, I o1, I k0, I k1)
 //       n * c * l0 * l1 threads, one per input element
 //   adaptive_max_pool2d_out7x7_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const long long* index, T* out, I n, I c, I l0, I l1, I o0, I o1, I k0, I k1)

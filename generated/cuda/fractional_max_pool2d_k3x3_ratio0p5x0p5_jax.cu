@@ -50,7 +50,7 @@
 //             memory (the same for 1-d and 3-d); x, its gradient and the output share the layout
 //
 //   fractional_max_pool2d_k3x3_ratio0p5x0p5_jax_forward_<DT>_<LAYOUT>_<IX>(const T* x, const T* samples, T* out, long long* count, I n, I c, I l0, I l1, I o0, I o1)
-//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c * o0 * o1), o0, o1)
+//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1))
 //   fractional_max_pool2d_k3x3_ratio0p5x0p5_jax_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const T* samples, const T* x, const T* output, const long long* count, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
 //   fractional_max_pool2d_k3x3_ratio0p5x0p5_jax_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const T* samples, const T* x, const T* output, const long long* count, T* out, I n, I c, I l0, I l1, I o0, I o1)

@@ -37,7 +37,7 @@
 //             memory (the same for 1-d and 3-d); x, its gradient and the output share the layout
 //
 //   max_pool1d_k2_first_forward_<DT>_<LAYOUT>_<IX>(const T* x, T* out, unsigned char* index, I n, I c, I l0, I o0)
-//       n * c * o0 threads, one per output element (x: (n, c, l0), out: (n, c * o0), o0), output sizes as PyTorch computes them
+//       n * c * o0 threads, one per output element (x: (n, c, l0), out: (n, c, o0), output sizes as PyTorch computes them)
 //   max_pool1d_k2_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I o0)
 //       n * c * l0 threads, one per input element
 //   max_pool1d_k2_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I o0)

@@ -41,7 +41,7 @@
 //             memory (the same for 1-d and 3-d); x, its gradient and the output share the layout
 //
 //   max_pool2d_k3x3_s2x2_p1x1_torch_forward_<DT>_<LAYOUT>_<IX>(const T* x, T* out, unsigned char* index, I n, I c, I l0, I l1, I o0, I o1)
-//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c * o0 * o1), o0, o1), output sizes as PyTorch computes them
+//       n * c * o0 * o1 threads, one per output element (x: (n, c, l0, l1), out: (n, c, o0, o1), output sizes as PyTorch computes them)
 //   max_pool2d_k3x3_s2x2_p1x1_torch_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I l1, I o0, I o1)
 //       n * c * l0 * l1 threads, one per input element
 //   max_pool2d_k3x3_s2x2_p1x1_torch_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I l1, I o0, I o1)

@@ -37,7 +37,7 @@
 //             memory (the same for 1-d and 3-d); x, its gradient and the output share the layout
 //
 //   max_pool3d_k2x2x2_first_forward_<DT>_<LAYOUT>_<IX>(const T* x, T* out, unsigned char* index, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2)
-//       n * c * o0 * o1 * o2 threads, one per output element (x: (n, c, l0, l1, l2), out: (n, c * o0 * o1 * o2), o0, o1, o2), output sizes as PyTorch computes them
+//       n * c * o0 * o1 * o2 threads, one per output element (x: (n, c, l0, l1, l2), out: (n, c, o0, o1, o2), output sizes as PyTorch computes them)
 //   max_pool3d_k2x2x2_first_backward_<DT>_<LAYOUT>_<IX>(const T* grad_output, const unsigned char* index, T* grad_x, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2)
 //       n * c * l0 * l1 * l2 threads, one per input element
 //   max_pool3d_k2x2x2_first_jvp_<DT>_<LAYOUT>_<IX>(const T* tangent_x, const unsigned char* index, T* out, I n, I c, I l0, I l1, I l2, I o0, I o1, I o2)

@@ -449,10 +449,10 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
             "plane_in": "b * in.sb + ch * in.sc" if static else "(long long)b * in.sb + (long long)ch * in.sc",
             "plane_out": "b * os.sb + ch * os.sc" if static else "(long long)b * os.sb + (long long)ch * os.sc",
             "threads_doc": {
-                "forward": "n * c{0} threads, one per output element (x: (n, c{1}), out: (n, c{0}){2})".format(
+                "forward": "n * c{} threads, one per output element (x: (n, c{}), out: (n, c{}){})".format(
                     "".join(f" * o{a}" for a in axes), "".join(f", l{a}" for a in axes),
-                    "".join(f", o{a}" for a in axes)) + (", output sizes as PyTorch computes them"
-                                                         if geometry == "pool" else ""),
+                    "".join(f", o{a}" for a in axes),
+                    ", output sizes as PyTorch computes them" if geometry == "pool" else ""),
                 "backward": "n * c{} threads, one per input element".format("".join(f" * l{a}" for a in axes)),
                 "jvp": "n * c{} threads, one per output element".format("".join(f" * o{a}" for a in axes))},
             "scan_order": "window-local (row-major) order" if geometry == "pool" else "row-major order",
