@@ -152,7 +152,7 @@ __device__ __forceinline__ long long sg_thread_count() {
   return (long long)blockDim.x * (long long)gridDim.x;
 }
 
-// ---------------------------------------------------------------------------- the windows
+// ---------------------------------------------------------------------------- the window
 // Along an axis of length `length` with `out` outputs, window i covers [floor(i*length/out), ceil(length*(i + 1)/out)); input coordinate i is held by the windows [floor(i*out/length), ceil(out*(i + 1)/length))
 // (symgrad.geometry; 64-bit integers, exact for sizes below 2^31).  With length and out swapped the
 // same two functions give the windows holding input coordinate i.
@@ -162,7 +162,6 @@ __device__ __forceinline__ long long sg_window_start(const long long i, const lo
 __device__ __forceinline__ long long sg_window_end(const long long i, const long long out, const long long length) {
   return ((i + 1) * length + out - 1) / out;
 }
-
 constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output
 
 // ---------------------------------------------------------------------------- the selection
@@ -226,13 +225,13 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     sg_coordinates<I, CL>((I)t, c, o0, b, ch, p0);
     const T* __restrict__ xw = x + b * in.sb + ch * in.sc;
     const long long s0 = sg_window_start(p0, o0, l0), e0 = sg_window_end(p0, o0, l0);
-    long long winner = -1;  // the window's first element starts the scan
+    long long winner = -1;  // the window-local index of the running winner
     acc best = 0, fold = 0;
     T best_raw = xw[0];
     for (long long i0 = s0; i0 < e0; ++i0) {
       const T raw = xw[i0 * in.s0];
       const acc v = tr::load(raw);
-      const bool first = winner < 0;
+      const bool first = winner < 0;  // the first element taking part starts the window
       if (first || sg_take(v, best)) {
         winner = (i0 - s0);
         best = v;
@@ -271,7 +270,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element.
+// Forward mode, the transpose of backward: one thread per output element: the tangent of its window's winner.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const long long* __restrict__ index,

@@ -149,7 +149,7 @@ __device__ __forceinline__ long long sg_thread_count() {
   return (long long)blockDim.x * (long long)gridDim.x;
 }
 
-// ---------------------------------------------------------------------------- the windows
+// ---------------------------------------------------------------------------- the window
 // Along an axis of length `length` with `out` outputs, window i covers [floor(i*length/out), ceil(length*(i + 1)/out)); input coordinate i is held by the windows [floor(i*out/length), ceil(out*(i + 1)/length))
 // (symgrad.geometry; 64-bit integers, exact for sizes below 2^31).  With length and out swapped the
 // same two functions give the windows holding input coordinate i.
@@ -159,7 +159,6 @@ __device__ __forceinline__ long long sg_window_start(const long long i, const lo
 __device__ __forceinline__ long long sg_window_end(const long long i, const long long out, const long long length) {
   return ((i + 1) * length + out - 1) / out;
 }
-
 
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
@@ -239,8 +238,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     acc best = 0;
     for (long long i0 = s0; i0 < e0; ++i0) {
       for (long long i1 = s1; i1 < e1; ++i1) {
-        const T raw = xw[i0 * in.s0 + i1 * in.s1];
-        const acc v = tr::load(raw);
+        const acc v = tr::load(xw[i0 * in.s0 + i1 * in.s1]);
         best = started ? sg_combine(best, v) : v;
         started = true;
       }
@@ -285,7 +283,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element.
+// Forward mode, the transpose of backward: one thread per output element: its window's weights applied to the tangent, summed in row-major order.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const T* __restrict__ x, const T* __restrict__ output, const long long* __restrict__ count,
@@ -300,10 +298,10 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const long long base = (long long)b * in.sb + (long long)ch * in.sc;
     const acc e = tr::load(output[t]);
     acc sum = 0;
-    const long long e0 = sg_window_end(p0, o0, l0);
-    for (long long i0 = sg_window_start(p0, o0, l0); i0 < e0; ++i0) {
-      const long long e1 = sg_window_end(p1, o1, l1);
-      for (long long i1 = sg_window_start(p1, o1, l1); i1 < e1; ++i1) {
+    const long long s0 = sg_window_start(p0, o0, l0), e0 = sg_window_end(p0, o0, l0);
+    const long long s1 = sg_window_start(p1, o1, l1), e1 = sg_window_end(p1, o1, l1);
+    for (long long i0 = s0; i0 < e0; ++i0) {
+      for (long long i1 = s1; i1 < e1; ++i1) {
         const long long at = base + i0 * in.s0 + i1 * in.s1;
         sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e, (acc)count[t]);
       }

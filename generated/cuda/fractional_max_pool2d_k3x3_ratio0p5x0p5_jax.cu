@@ -158,7 +158,7 @@ __device__ __forceinline__ long long sg_thread_count() {
   return (long long)blockDim.x * (long long)gridDim.x;
 }
 
-// ---------------------------------------------------------------------------- the windows
+// ---------------------------------------------------------------------------- the window
 constexpr long long K0 = 3;  // window elements along spatial axis 0
 constexpr long long K1 = 3;  // window elements along spatial axis 1
 constexpr int SAMPLE0 = 1;  // the plane's sample of spatial axis 0
@@ -187,7 +187,6 @@ __device__ __forceinline__ long long sg_first_holder(const long long e, const A 
   }
   return lo;
 }
-
 
 // ---------------------------------------------------------------------------- the selection
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter, once for
@@ -250,8 +249,7 @@ __device__ __forceinline__ void sg_coordinates(I t, const I c, const I l0, const
 
 // One thread per output element scans its window in row-major order.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T* __restrict__ samples,
-    T* __restrict__ out,
+__device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T* __restrict__ samples, T* __restrict__ out,
     long long* __restrict__ count,
     const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
   typedef sg_traits<T> tr;
@@ -269,8 +267,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T*
     acc best = 0;
     for (long long i0 = s0; i0 < e0; ++i0) {
       for (long long i1 = s1; i1 < e1; ++i1) {
-        const T raw = xw[i0 * in.s0 + i1 * in.s1];
-        const acc v = tr::load(raw);
+        const acc v = tr::load(xw[i0 * in.s0 + i1 * in.s1]);
         best = started ? sg_combine(best, v) : v;
         started = true;
       }
@@ -290,8 +287,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T*
 // along each axis) in output (row-major) order, and adds each window's gradient where the element
 // is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output,
-    const T* __restrict__ samples,
+__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output, const T* __restrict__ samples,
     const T* __restrict__ x, const T* __restrict__ output, const long long* __restrict__ count,
     T* __restrict__ grad_x, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
   typedef sg_traits<T> tr;
@@ -304,7 +300,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     const long long ow = (long long)b * os.sb + (long long)ch * os.sc;
     const T* __restrict__ u = samples + ((long long)b * c + ch) * 2;
     const acc v = tr::load(x[t]);
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     const acc u0 = tr::load(u[SAMPLE0]);
     for (long long w0 = sg_first_holder(i0, u0, l0, o0, K0); w0 < o0; ++w0) {
       const long long s0 = sg_window_start(w0, u0, l0, o0, K0);
@@ -321,10 +317,9 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element.
+// Forward mode, the transpose of backward: one thread per output element: its window's weights applied to the tangent, summed in row-major order.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
-    const T* __restrict__ samples,
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const T* __restrict__ samples,
     const T* __restrict__ x, const T* __restrict__ output, const long long* __restrict__ count,
     T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I o0, const I o1) {
   typedef sg_traits<T> tr;
@@ -338,10 +333,10 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const T* __restrict__ u = samples + ((long long)b * c + ch) * 2;
     const acc e = tr::load(output[t]);
     acc sum = 0;
-    const long long s0 = sg_window_start(p0, tr::load(u[SAMPLE0]), l0, o0, K0);
-    for (long long i0 = s0; i0 < s0 + K0; ++i0) {
-      const long long s1 = sg_window_start(p1, tr::load(u[SAMPLE1]), l1, o1, K1);
-      for (long long i1 = s1; i1 < s1 + K1; ++i1) {
+    const long long s0 = sg_window_start(p0, tr::load(u[SAMPLE0]), l0, o0, K0), e0 = s0 + K0;
+    const long long s1 = sg_window_start(p1, tr::load(u[SAMPLE1]), l1, o1, K1), e1 = s1 + K1;
+    for (long long i0 = s0; i0 < e0; ++i0) {
+      for (long long i1 = s1; i1 < e1; ++i1) {
         const long long at = base + i0 * in.s0 + i1 * in.s1;
         sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e, (acc)count[t]);
       }

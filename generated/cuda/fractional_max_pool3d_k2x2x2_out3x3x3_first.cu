@@ -152,7 +152,7 @@ __device__ __forceinline__ long long sg_thread_count() {
   return (long long)blockDim.x * (long long)gridDim.x;
 }
 
-// ---------------------------------------------------------------------------- the windows
+// ---------------------------------------------------------------------------- the window
 constexpr long long K0 = 2;  // window elements along spatial axis 0
 constexpr long long K1 = 2;  // window elements along spatial axis 1
 constexpr long long K2 = 2;  // window elements along spatial axis 2
@@ -183,7 +183,6 @@ __device__ __forceinline__ long long sg_first_holder(const long long e, const A 
   }
   return lo;
 }
-
 constexpr bool WINNER_IS_OUTPUT = true;  // the winner's value is the output
 
 // ---------------------------------------------------------------------------- the selection
@@ -241,8 +240,7 @@ __device__ __forceinline__ void sg_coordinates(I t, const I c, const I l0, const
 
 // One thread per output element scans its window in row-major order.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T* __restrict__ samples,
-    T* __restrict__ out,
+__device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T* __restrict__ samples, T* __restrict__ out,
     long long* __restrict__ index,
     const I n, const I c, const I l0, const I l1, const I l2, const I o0, const I o1, const I o2) {
   typedef sg_traits<T> tr;
@@ -257,7 +255,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T*
     const long long s0 = sg_window_start(p0, tr::load(u[SAMPLE0]), l0, o0, K0), e0 = s0 + K0;
     const long long s1 = sg_window_start(p1, tr::load(u[SAMPLE1]), l1, o1, K1), e1 = s1 + K1;
     const long long s2 = sg_window_start(p2, tr::load(u[SAMPLE2]), l2, o2, K2), e2 = s2 + K2;
-    long long winner = -1;  // the window's first element starts the scan
+    long long winner = -1;  // the window-local index of the running winner
     acc best = 0, fold = 0;
     T best_raw = xw[0];
     for (long long i0 = s0; i0 < e0; ++i0) {
@@ -265,7 +263,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T*
         for (long long i2 = s2; i2 < e2; ++i2) {
           const T raw = xw[i0 * in.s0 + i1 * in.s1 + i2 * in.s2];
           const acc v = tr::load(raw);
-          const bool first = winner < 0;
+          const bool first = winner < 0;  // the first element taking part starts the window
           if (first || sg_take(v, best)) {
             winner = ((i0 - s0) * K1 + (i1 - s1)) * K2 + (i2 - s2);
             best = v;
@@ -284,8 +282,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, const T*
 // along each axis) in output (row-major) order, and adds each window's gradient where the element
 // is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output,
-    const T* __restrict__ samples,
+__device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_output, const T* __restrict__ samples,
     const long long* __restrict__ index,
     T* __restrict__ grad_x, const I n, const I c, const I l0, const I l1, const I l2, const I o0, const I o1, const I o2) {
   typedef sg_traits<T> tr;
@@ -297,7 +294,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     sg_coordinates<I, CL>((I)t, c, l0, l1, l2, b, ch, i0, i1, i2);
     const long long ow = (long long)b * os.sb + (long long)ch * os.sc;
     const T* __restrict__ u = samples + ((long long)b * c + ch) * 3;
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     const acc u0 = tr::load(u[SAMPLE0]);
     for (long long w0 = sg_first_holder(i0, u0, l0, o0, K0); w0 < o0; ++w0) {
       const long long s0 = sg_window_start(w0, u0, l0, o0, K0);
@@ -319,10 +316,9 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element.
+// Forward mode, the transpose of backward: one thread per output element: the tangent of its window's winner.
 template <typename T, typename I, bool CL>
-__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
-    const T* __restrict__ samples,
+__device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x, const T* __restrict__ samples,
     const long long* __restrict__ index,
     T* __restrict__ out, const I n, const I c, const I l0, const I l1, const I l2, const I o0, const I o1, const I o2) {
   typedef sg_traits<T> tr;

@@ -258,7 +258,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     sg_coordinates<I, CL>((I)t, c, l0, l1, b, ch, i0, i1);
     const I ow = b * os.sb + ch * os.sc;
     const acc v = tr::load(x[t]);
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     #pragma unroll
     for (int k0 = K0 - 1; k0 >= 0; --k0) {
       const I q0 = i0 + P0 - k0 * D0;  // i0 is element k0 of window q0 / S0 where the test below holds
@@ -275,7 +275,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element reads the tangent of every element of its window, weighted as backward weights grad_output, in window-local order.
+// Forward mode, the transpose of backward: one thread per output element: its window's weights applied to the tangent, summed in window order.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const T* __restrict__ x, const T* __restrict__ output,

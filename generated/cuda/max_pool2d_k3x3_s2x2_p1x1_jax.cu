@@ -222,7 +222,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
     I b, ch, p0, p1;
     sg_coordinates<I, CL>((I)t, c, o0, o1, b, ch, p0, p1);
     const T* __restrict__ xw = x + b * in.sb + ch * in.sc;
-    int winner = -1;  // window-local index of the running winner
+    int winner = -1;  // the window-local index of the running winner
     acc best = 0, fold = 0;
     T best_raw = xw[0];
     #pragma unroll
@@ -267,7 +267,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     I b, ch, i0, i1;
     sg_coordinates<I, CL>((I)t, c, l0, l1, b, ch, i0, i1);
     const I ow = b * os.sb + ch * os.sc;
-    acc g = 0;
+    acc g = 0;  // +0.0: a zero gradient is +0.0
     #pragma unroll
     for (int k0 = K0 - 1; k0 >= 0; --k0) {
       const I q0 = i0 + P0 - k0 * D0;  // i0 is element k0 of window q0 / S0 where the test below holds
@@ -284,7 +284,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element reads the tangent of its window's winner.
+// Forward mode, the transpose of backward: one thread per output element: the tangent of its window's winner.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const index_t* __restrict__ index,

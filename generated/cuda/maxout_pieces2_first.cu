@@ -187,6 +187,7 @@ __device__ __forceinline__ I sg_offset(const I b, const I ch, const I j, const I
   return CL ? (b * s + j) * c + ch : (b * c + ch) * s + j;
 }
 
+
 // One thread per output element scans its window in channel order.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __restrict__ out,
@@ -199,19 +200,20 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ x, T* __res
   for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
     I b, g, j;
     sg_coordinates<I, CL>((I)t, groups, s, b, g, j);
-    int winner = 0;
-    T best_raw = x[sg_offset<I, CL>(b, g * PIECES, j, c, s)];
-    acc best = tr::load(best_raw), fold = best;
+    int winner = -1;  // the window-local index of the running winner
+    acc best = 0, fold = 0;
+    T best_raw = T();
     #pragma unroll
-    for (int k = 1; k < PIECES; ++k) {
+    for (int k = 0; k < PIECES; ++k) {
       const T raw = x[sg_offset<I, CL>(b, g * PIECES + k, j, c, s)];
       const acc v = tr::load(raw);
-      if (sg_take(v, best)) {
+      const bool first = winner < 0;  // the first element taking part starts the window
+      if (first || sg_take(v, best)) {
         winner = k;
         best = v;
         best_raw = raw;
       }
-      if (!WINNER_IS_OUTPUT) fold = sg_combine(fold, v);
+      if (!WINNER_IS_OUTPUT) fold = first ? v : sg_combine(fold, v);
     }
     out[t] = WINNER_IS_OUTPUT ? best_raw : tr::store(fold);
     index[t] = (index_t)winner;
@@ -230,14 +232,14 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   for (long long t = sg_first_thread(); t < total; t += sg_thread_count()) {
     I b, ch, j;
     sg_coordinates<I, CL>((I)t, c, s, b, ch, j);
-    const I o = sg_offset<I, CL>(b, ch / PIECES, j, groups, s);
     acc g = 0;  // +0.0: a zero gradient is +0.0
+    const I o = sg_offset<I, CL>(b, ch / PIECES, j, groups, s);  // the one window holding the element
     if ((int)index[o] == (int)(ch % PIECES)) g += tr::load(grad_output[o]);
     grad_x[t] = tr::store(g);
   }
 }
 
-// Forward mode, the transpose of backward: one thread per output element.
+// Forward mode, the transpose of backward: one thread per output element: the tangent of its window's winner.
 template <typename T, typename I, bool CL>
 __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const index_t* __restrict__ index,

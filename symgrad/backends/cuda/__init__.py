@@ -46,10 +46,7 @@ _EACH_WINDOW = {"scan": "the tangent of each window's winner",
 _FORM_DOCS = {
     "pool": {"loader_jvp": _EACH_WINDOW,
              "kernel_jvp": {"scan": "the tangent of its window's winner",
-                            "mask": "its window's weights applied to the tangent, summed in window order"},
-             "jvp_comment": {"scan": "the tangent of its window's winner",
-                             "mask": "the tangent of every element of its window, weighted as backward "
-                                     "weights grad_output, in window-local order"}},
+                            "mask": "its window's weights applied to the tangent, summed in window order"}},
     "adaptive": {"loader_jvp": _EACH_WINDOW,
                  "kernel_jvp": {"scan": "the tangent of its window's winner",
                                 "mask": "its window's weights applied to the tangent, summed in row-major order"}},
@@ -338,17 +335,23 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         return ctx
     assert isinstance(kernel, WindowKernel)
     ctx.update(_cuda_window(op, kernel))
-    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
-    ctx["selection_partial"] = f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja"
     # the reduction's first kernel needs the compute type where it compares (scan) or counts
     ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
                            if kernel.selection.form == "scan" or kernel.selection.counts else [])
     ctx["loader_geometry_partial"] = f"cuda/_loader_{kernel.geometry}.py.jinja"
     if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
         ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
-    # adaptive and fractional pooling share one skeleton (cuda/gather.cu.jinja), their geometry
-    # the partial _gather_<geometry>: windows known only at run time, gathered per element
-    template = "gather" if op.spec.strategy.runtime_windows else kernel.geometry
+    # pooling, adaptive and fractional pooling and maxout share one select-and-gather skeleton
+    # (cuda/gather.cu.jinja): its geometry the partial _gather_<geometry> (window bounds, the
+    # windows holding an element), its tensor layout _layout_<layout>, its scan or mask the
+    # partial _select_<form>; the reduction's chunked passes have a template of their own
+    gathered = kernel.geometry in _GATHER_LAYOUTS
+    template = "gather" if gathered else kernel.geometry
+    # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
+    ctx["selection_partial"] = (f"cuda/_select_{kernel.selection.form}.cu.jinja" if gathered else
+                                f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja")
+    if gathered:
+        ctx["layout_partial"] = f"cuda/_layout_{_GATHER_LAYOUTS[kernel.geometry]}.cu.jinja"
     ctx["geometry_partial"] = f"cuda/_gather_{kernel.geometry}.cu.jinja"
     ctx.update(geometry=kernel.geometry, template=f"cuda/{template}.cu.jinja",
                window=kernel.window, index_types_doc=kernel.geometry != "reduction",
@@ -381,8 +384,116 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(_cuda_adaptive(op, kernel))
     elif kernel.geometry == "fractional":
         ctx.update(_cuda_fractional(op, kernel))
+    if gathered:
+        ctx.update(_gather_strings(op, kernel, ctx))
     ctx.update(python_geometry(kernel))  # the loader's Python
     return ctx
+
+
+# the skeleton's tensor layout by geometry: (N, C, L0, ...) with windows along the spatial axes,
+# or (N, C, S) with windows of consecutive channels
+_GATHER_LAYOUTS = {"pool": "spatial", "adaptive": "spatial", "fractional": "spatial", "maxout": "channels"}
+
+
+def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
+    """The finished strings cuda/gather.cu.jinja and its selection partials place where the
+    geometries differ: an element of a window (its raw value, its compute-type value, the offset
+    jvp reads), the winner's window-local index and its test in backward, the tangent of the
+    winner, the sizes the kernels take, the types and counters; from the lowered geometry."""
+    geometry, sel = kernel.geometry, kernel.selection
+    scan = sel.form == "scan"
+    static = geometry in ("pool", "maxout")  # saved types sized at generation: index_t, count_t
+    count_t = ctx["saved"]["count_at"]["t"]
+    if geometry == "maxout":
+        m = ctx["maxout"]
+        element = f"x[sg_offset<I, CL>(b, {m['coordinate']}, j, c, s)]"
+        strings = {
+            "element_raw": element, "element_value": f"tr::load({element})",
+            "scan_first_raw": "T()",  # the first element of the window starts the scan
+            "winner_local": "k", "winner_test": f"(int)index[o] == (int)({m['element']})",
+            "jvp_at": f"const I at = sg_offset<I, CL>(b, {m['coordinate']}, j, c, s);",
+            "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+            "winner_tangent": f"tangent_x[sg_offset<I, CL>(b, {m['winner']}, j, c, s)]",
+            "window_depth": 1, "holder_depth": 0,
+            "sizes_doc": "I n, I c, I s", "size_params": "const I n, const I c, const I s",
+            "size_args": "n, c, s",
+            "size_params_c": {n: f"const {c} n, const {c} c, const {c} s" for n, c in CUDA_INDEX_TYPES},
+            "threads_doc": {
+                "forward": f"n * (c / {op.params['pieces']}) * s threads, one per output element (x: (n, c, s), "
+                           f"s the product of the dims after c; out: (n, c / {op.params['pieces']}, s))",
+                "backward": "n * c * s threads, one per input element",
+                "jvp": f"n * (c / {op.params['pieces']}) * s threads, one per output element"},
+            "scan_order": "channel order",
+            "gather_doc": ["Gather form: one thread per input element; its one window is channel group ch / PIECES."],
+            "plane_inputs": [], "axes": []}
+        jvp_scan_types = []
+    else:
+        spatial = op.spec.spatial
+        axes = range(spatial)
+        at = " + ".join(f"i{a} * in.s{a}" for a in axes)
+        box = list(ctx.get("box_axes", []))
+        sizes = ["n", "c", *(f"l{a}" for a in axes), *(f"o{a}" for a in axes), *(f"k{a}" for a in box)]
+        long = "I" if static else "long long"  # the kernels' offsets: in I, or 64-bit
+        strings = {
+            "element_raw": f"xw[{at}]", "element_value": f"tr::load(xw[{at}])",
+            "scan_first_raw": "xw[0]",
+            "jvp_at": f"const {long} at = base + {at};",
+            "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+            "winner_tangent": f"tangent_x[base + {at}]",
+            "window_depth": spatial, "holder_depth": spatial,
+            "sizes_doc": ", ".join(f"I {s}" for s in sizes),
+            "size_params": ", ".join(f"const I {s}" for s in sizes), "size_args": ", ".join(sizes),
+            "size_params_c": {n: ", ".join(f"const {c} {s}" for s in sizes) for n, c in CUDA_INDEX_TYPES},
+            "offset_type": long,
+            # the offset of an (n, c) plane of the input (in) and of the output (os)
+            "plane_in": "b * in.sb + ch * in.sc" if static else "(long long)b * in.sb + (long long)ch * in.sc",
+            "plane_out": "b * os.sb + ch * os.sc" if static else "(long long)b * os.sb + (long long)ch * os.sc",
+            "threads_doc": {
+                "forward": "n * c{} threads, one per output element (x: (n, c{}), out: (n, c{}){})".format(
+                    "".join(f" * o{a}" for a in axes), "".join(f", l{a}" for a in axes),
+                    "".join(f", o{a}" for a in axes),
+                    ", output sizes as PyTorch computes them" if geometry == "pool" else ""),
+                "backward": "n * c{} threads, one per input element".format("".join(f" * l{a}" for a in axes)),
+                "jvp": "n * c{} threads, one per output element".format("".join(f" * o{a}" for a in axes))},
+            "scan_order": "window-local (row-major) order" if geometry == "pool" else "row-major order",
+            "plane_inputs": ["samples"] if geometry == "fractional" else []}
+        if geometry == "pool":
+            pad = ctx["pad_flag"]
+            strings.update(
+                element_raw=f"{pad} ? tr::store(sg_padding<acc>()) : xw[{at}]",
+                element_value=f"{pad} ? sg_padding<acc>() : tr::load(xw[{at}])",
+                winner_local=" + ".join(f"k{a}" + "".join(f" * K{b}" for b in axes if b > a) for a in axes),
+                jvp_term=[f"sum += {pad} ? sg_weight((acc)0, sg_padding<acc>(), e{count_t})  // padding has tangent 0",
+                          f"     : sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+                # the winner may be padding where it takes part: its tangent is 0
+                winner_tangent=f"inside ? tangent_x[base + {at}] : tr::store((acc)0)",
+                gather_doc=["Gather form: one thread per input element visits every window that holds it, and adds that",
+                            "window's gradient where the element is the window's winner.  Windows are visited from the last",
+                            "window-local offset to the first, which is the order of the output positions (row-major): the",
+                            "sums round as the NumPy backend's, PyTorch's and XLA's do."])
+            strings["winner_test"] = f"(int)index[o] == {strings['winner_local']}"
+            jvp_scan_types = ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"]
+        else:
+            strings.update(
+                winner_local=ctx["box_index"], winner_test=f"index[o] == {ctx['box_index']}",
+                # adaptive: where the scan tests a winner, the start of each window holding it
+                holder_starts=[[f"const long long s{a} = sg_window_start(w{a}, o{a}, l{a});"] if scan else []
+                               for a in axes],
+                gather_doc=["Gather form: one thread per input element visits the windows that hold it (a contiguous range",
+                            "along each axis) in output (row-major) order, and adds each window's gradient where the element",
+                            "is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics."])
+            jvp_scan_types = ["typedef sg_traits<T> tr;"] if geometry == "fractional" else []
+    strings.update(
+        # the scan's running winner: window-local, in int where the window is known at generation
+        winner_type="int" if static else "long long",
+        index_store="(index_t)winner" if static else "winner",
+        # the mask's hits of a window, where counted
+        hits_type="unsigned int" if static else "long long", hit="1u : 0u" if static else "1 : 0",
+        count_store="(count_t)hits" if static else "hits",
+        jvp_types=jvp_scan_types if scan else ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"],
+        forward_inputs_doc="".join(f"const T* {p}, " for p in ["x", *strings["plane_inputs"]]) + "T* out, ",
+        plane_inputs_doc="".join(f"const T* {p}, " for p in strings["plane_inputs"]))
+    return strings
 
 
 def _box_unravel(spatial: int, size: str) -> dict:
