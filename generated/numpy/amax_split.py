@@ -304,7 +304,7 @@ def _fold_winner(rows):
     return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
 
 
-def _hits(saved: Saved, view) -> tuple:
+def _hits(saved: Saved, view: _View) -> tuple:
     """(hit, count, extremum): which elements of each window attain its extremum and how many."""
     v = _gathered(saved.x, view)
     extremum = saved.output.reshape(view.windows + (1,))

@@ -375,7 +375,7 @@ def forward(x: np.ndarray, random_samples: np.ndarray) -> tuple[np.ndarray, Save
     view, kept = _view(x, random_samples)  # kept: what fixes the windows, saved
     rows = _gathered(x, view)
     # the scan winner of each window (NaN by the NaN rule; ties go to the first element)
-    winner = np.asarray(_winner(rows))  # 0-d for a full reduction
+    winner = np.asarray(_winner(rows))  # an array even where a full reduction makes it 0-d
     index = winner.astype(INDEX_DTYPE).reshape(view.index_shape)
     output = np.take_along_axis(rows, winner[..., None], axis=-1)[..., 0].reshape(view.out_shape)
     return output, Saved(index, *kept, x.shape, view.out_shape, x.dtype)
