@@ -191,7 +191,7 @@ def pools(rounds: int, bw: float, loop_windows: int) -> list:
                    max(5, rounds // 2))
         bound = (y.size * (g.itemsize + saved.index.itemsize) + x.size * x.itemsize) / bw
         loop, timed_windows = loop_backward_seconds(x, g, params, d, loop_windows)
-        plan = m._layout(x.shape)[0]
+        plan = m._layout(x.shape)
         path = m._path(plan, x.nbytes)
         rows.append(dict(name=name, op=op, shape=shape, params=params, bwd=bwd, fb=fb, bound=bound, path=path,
                          saved=saved.index.nbytes / y.size, torch_saved=ti.element_size(),
@@ -279,7 +279,7 @@ def scatter_profile(rounds: int) -> list:
         x = rng.normal(size=shape).astype(np.float32)
         y, saved = m.forward(x)
         g = rng.normal(size=y.shape).astype(np.float32)
-        plan = m._layout(x.shape)[0]
+        plan = m._layout(x.shape)
         size, count = math.prod(plan.plane_shape), math.prod(plan.out_plane)
         offsets = np.array([e.offset for e in plan.elements], dtype=np.intp)
         gf, index = g.reshape(-1), saved.index.reshape(-1)
@@ -337,7 +337,7 @@ def call_profile(rounds: int) -> list:
         stats = pstats.Stats(prof).stats
         total = sum(v[2] for v in stats.values())
         top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:5]
-        rows.append((name, m._path(m._layout(x.shape)[0], x.nbytes), total / rounds,
+        rows.append((name, m._path(m._layout(x.shape), x.nbytes), total / rounds,
                      [(fn[2] if fn[0] == "~" else f"{Path(fn[0]).name.split('_')[0]}:{fn[2]}",
                        v[2] / rounds, v[1] / rounds) for fn, v in top]))
     return rows

@@ -244,43 +244,70 @@ def _checked_layout(saved: Saved) -> tuple:
     return dims, kept, n, out_shape
 
 
-def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
-    """Return (output, saved)."""
-    x = _as_input("x", x)
+class _View(NamedTuple):
+    """The windows of an input: each slice along the reduced dims, one row."""
+
+    dims: tuple  # the reduced dims
+    windows: tuple  # the kept dims' sizes: the windows as the rows hold them
+    index_shape: tuple  # ... and as saved.index holds them
+    n: int  # elements per window (the reduced length)
+    input_shape: tuple
+    out_shape: tuple
+
+
+def _view(x: np.ndarray) -> tuple:
+    """(the view of an input, the inputs that fix its windows and Saved keeps: none)."""
     dims, kept, n, out_shape = _layout(x.shape)
-    xr = _rows(x, dims, kept, n)
-    output = np.asarray(np.max(xr, axis=-1)).reshape(out_shape)
-    return output, Saved(x, output, x.shape, out_shape, x.dtype)
+    return _View(dims, kept, kept, n, x.shape, out_shape), ()
 
 
-def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
-    """Return (grad_x,): each slice's gradient routed to its winner(s)."""
-    grad_output = _check_backward(grad_output, saved)
-    dims, kept, n, _ = _checked_layout(saved)
-    grad_output = grad_output.reshape(kept + (1,))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        grad_rows = np.asarray(_weight(grad_output, *_hits(saved, dims, kept, n)), dtype=saved.dtype)
-    return (_unrows(grad_rows, saved.input_shape, dims),)
+def _saved_view(saved: Saved) -> _View:
+    """The view of the input forward saw, once saved's fields are checked against it."""
+    dims, kept, n, out_shape = _checked_layout(saved)
+    return _View(dims, kept, kept, n, saved.input_shape, out_shape)
 
 
-def jvp(tangent_x, saved: Saved) -> np.ndarray:
-    """Return the output's tangent for a tangent of x: each slice's weights (backward's, with the tangent of each element in place of grad_output) summed along it (the
-    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
-    tangent = _as_tangent("tangent_x", tangent_x, saved)
-    dims, kept, n, _ = _checked_layout(saved)
-    rows = _rows(tangent, dims, kept, n)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        weights = _weight(rows, *_hits(saved, dims, kept, n))
-    # added up in row order (cumsum is sequential, as the CUDA kernel), in at least float32
-    acc = np.promote_types(saved.dtype, np.float32)
-    out = np.cumsum(weights, axis=-1, dtype=acc)[..., -1] if n else np.zeros(kept, dtype=acc)
-    return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
+def _gathered(x: np.ndarray, view: _View) -> np.ndarray:
+    """Every window's elements: (kept..., n)."""
+    return _rows(x, view.dims, view.windows, view.n)
 
 
-def _hits(saved: Saved, dims: tuple, kept: tuple, n: int) -> tuple:
-    """(hit, count, extremum): which elements of each slice attain its extremum and how many."""
-    v = _rows(saved.x, dims, kept, n)
-    extremum = saved.output.reshape(kept + (1,))
+def _scattered(rows: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _gathered: rows back in the input's layout (no element is in two windows)."""
+    return _unrows(rows, view.input_shape, view.dims)
+
+
+def _at(x: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """Element `index` of each window."""
+    return np.take_along_axis(_gathered(x, view), index[..., None].astype(np.intp), axis=-1)[..., 0]
+
+
+def _routed(grads: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _at: each window's value written at its element `index`, zero elsewhere."""
+    rows = np.zeros(view.windows + (view.n,), dtype=grads.dtype)
+    np.put_along_axis(rows, index[..., None].astype(np.intp), grads.reshape(view.windows + (1,)), axis=-1)
+    return _scattered(rows, view)
+
+
+def _summed(weights: np.ndarray, dtype, view: _View) -> np.ndarray:
+    """Each window's terms added up in row order (cumsum is sequential, as the CUDA kernel), in at
+    least float32."""
+    acc = np.promote_types(dtype, np.float32)
+    return np.cumsum(weights, axis=-1, dtype=acc)[..., -1] if view.n else np.zeros(view.windows, dtype=acc)
+
+
+def _fold_winner(rows):
+    """The element the running max of each row (last axis) returns."""
+    nan = np.isnan(rows)
+    hit = rows == np.max(rows, axis=-1, keepdims=True)
+    last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
+    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
+
+
+def _hits(saved: Saved, view: _View) -> tuple:
+    """(hit, count, extremum): which elements of each window attain its extremum and how many."""
+    v = _gathered(saved.x, view)
+    extremum = saved.output.reshape(view.windows + (1,))
     hit = np.isnan(v) | (v == extremum)
     # counted exactly, held in at least float32: a float16 count would overflow past 65504
     count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(saved.dtype, np.float32))
@@ -288,9 +315,39 @@ def _hits(saved: Saved, dims: tuple, kept: tuple, n: int) -> tuple:
 
 
 def _weight(grad_output, hit, count, extremum):
-    """The gradient an element receives from its slice (linear in grad_output)."""
+    """The gradient an element receives from its window (linear in grad_output)."""
     return _select(hit, (grad_output) / (count))
 
+
+
+def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
+    """Return (output, saved)."""
+    x = _as_input("x", x)
+    view, kept = _view(x)  # kept: what fixes the windows, saved
+    rows = _gathered(x, view)
+    output = np.asarray(np.max(rows, axis=-1)).reshape(view.out_shape)
+    return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
+
+
+def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
+    """Return (grad_x,): each slice's gradient routed to its winners by their weights."""
+    grad_output = _check_backward(grad_output, saved)
+    view = _saved_view(saved)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
+    grad = _scattered(weight.astype(saved.dtype, copy=False), view)
+    return (grad,)
+
+
+def jvp(tangent_x, saved: Saved) -> np.ndarray:
+    """Return the output's tangent for a tangent of x: each slice's weights (backward's, with the tangent of each element in place of grad_output) summed along it (the
+    transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
+    tangent = _as_tangent("tangent_x", tangent_x, saved)
+    view = _saved_view(saved)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        weights = _weight(_gathered(tangent, view), *_hits(saved, view))
+    out = _summed(weights, saved.dtype, view)
+    return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 
 # ----------------------------------------------------------------------------- bfloat16

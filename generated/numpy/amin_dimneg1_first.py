@@ -235,36 +235,90 @@ def _checked_layout(saved: Saved) -> tuple:
     return dims, kept, n, out_shape
 
 
+class _View(NamedTuple):
+    """The windows of an input: each slice along the reduced dims, one row."""
+
+    dims: tuple  # the reduced dims
+    windows: tuple  # the kept dims' sizes: the windows as the rows hold them
+    index_shape: tuple  # ... and as saved.index holds them
+    n: int  # elements per window (the reduced length)
+    input_shape: tuple
+    out_shape: tuple
+
+
+def _view(x: np.ndarray) -> tuple:
+    """(the view of an input, the inputs that fix its windows and Saved keeps: none)."""
+    dims, kept, n, out_shape = _layout(x.shape)
+    return _View(dims, kept, kept, n, x.shape, out_shape), ()
+
+
+def _saved_view(saved: Saved) -> _View:
+    """The view of the input forward saw, once saved's fields are checked against it."""
+    dims, kept, n, out_shape = _checked_layout(saved)
+    return _View(dims, kept, kept, n, saved.input_shape, out_shape)
+
+
+def _gathered(x: np.ndarray, view: _View) -> np.ndarray:
+    """Every window's elements: (kept..., n)."""
+    return _rows(x, view.dims, view.windows, view.n)
+
+
+def _scattered(rows: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _gathered: rows back in the input's layout (no element is in two windows)."""
+    return _unrows(rows, view.input_shape, view.dims)
+
+
+def _at(x: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """Element `index` of each window."""
+    return np.take_along_axis(_gathered(x, view), index[..., None].astype(np.intp), axis=-1)[..., 0]
+
+
+def _routed(grads: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _at: each window's value written at its element `index`, zero elsewhere."""
+    rows = np.zeros(view.windows + (view.n,), dtype=grads.dtype)
+    np.put_along_axis(rows, index[..., None].astype(np.intp), grads.reshape(view.windows + (1,)), axis=-1)
+    return _scattered(rows, view)
+
+
+def _summed(weights: np.ndarray, dtype, view: _View) -> np.ndarray:
+    """Each window's terms added up in row order (cumsum is sequential, as the CUDA kernel), in at
+    least float32."""
+    acc = np.promote_types(dtype, np.float32)
+    return np.cumsum(weights, axis=-1, dtype=acc)[..., -1] if view.n else np.zeros(view.windows, dtype=acc)
+
+
+def _winner(rows):
+    """The element the running scan of each row (last axis) ends on."""
+    return np.argmin(rows, axis=-1)
+
+
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
-    dims, kept, n, out_shape = _layout(x.shape)
-    xr = _rows(x, dims, kept, n)
-    # the scan winner along each slice (NaN wins; ties go to the first element)
-    index = np.asarray(np.argmin(xr, axis=-1)).astype(_index_dtype(n))
-    output = np.take_along_axis(xr, index[..., None].astype(np.intp), axis=-1)[..., 0]
-    return output.reshape(out_shape), Saved(index, x.shape, out_shape, x.dtype)
+    view, kept = _view(x)  # kept: what fixes the windows, saved
+    rows = _gathered(x, view)
+    # the scan winner of each window (NaN by the NaN rule; ties go to the first element)
+    winner = np.asarray(_winner(rows))  # an array even where a full reduction makes it 0-d
+    index = winner.astype(_index_dtype(view.n)).reshape(view.index_shape)
+    output = np.take_along_axis(rows, winner[..., None], axis=-1)[..., 0].reshape(view.out_shape)
+    return output, Saved(index, *kept, x.shape, view.out_shape, x.dtype)
 
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
-    """Return (grad_x,): each slice's gradient routed to its winner(s)."""
+    """Return (grad_x,): each slice's gradient routed to its winner."""
     grad_output = _check_backward(grad_output, saved)
-    dims, kept, n, _ = _checked_layout(saved)
-    grad_output = grad_output.reshape(kept + (1,))
-    grad_rows = np.zeros(kept + (n,), dtype=saved.dtype)
-    np.put_along_axis(grad_rows, saved.index[..., None].astype(np.intp), grad_output, axis=-1)
-    return (_unrows(grad_rows, saved.input_shape, dims),)
+    view = _saved_view(saved)
+    grad = _routed(grad_output, saved.index, view)
+    return (grad,)
 
 
 def jvp(tangent_x, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of x: the tangent of each slice's winner (the
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    dims, kept, n, _ = _checked_layout(saved)
-    rows = _rows(tangent, dims, kept, n)
-    out = np.take_along_axis(rows, saved.index[..., None].astype(np.intp), axis=-1)[..., 0]
+    view = _saved_view(saved)
+    out = _at(tangent, saved.index, view)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
-
 
 
 # ----------------------------------------------------------------------------- bfloat16

@@ -302,10 +302,79 @@ def _windows(batched: tuple, out: tuple, samples: np.ndarray) -> tuple:
                  for d, (n, o, k) in enumerate(zip(batched[2:], out[2:], KERNEL_SIZE)))
 
 
+class _View(NamedTuple):
+    """The windows of an input: per (N, C) plane, WINDOW elements at sampled starts."""
+
+    planes: int  # N * C
+    plane_shape: tuple  # the spatial sizes
+    positions: np.ndarray  # (planes, outputs, WINDOW): each window element's flat position in its plane
+    windows: tuple  # (planes, outputs): the windows as the rows hold them
+    index_shape: tuple  # ... and as saved.index holds them (the output shape)
+    input_shape: tuple
+    out_shape: tuple
+
+
+def _view(x: np.ndarray, random_samples: np.ndarray) -> tuple:
+    """(the view of an input, the inputs that fix its windows and Saved keeps: the samples)."""
+    _check_rank(x)
+    batched, planes, plane_shape, out_batched, out_shape = _layout(x.shape)
+    samples = _as_samples(random_samples, batched, x.dtype)
+    positions = _positions(_windows(batched, out_batched, samples), plane_shape)
+    return _View(planes, plane_shape, positions, positions.shape[:2], out_shape, x.shape, out_shape), (samples,)
+
+
+def _saved_view(saved: Saved) -> _View:
+    """The view of the input forward saw, once saved's fields are checked against it."""
+    batched, planes, plane_shape, out_batched, out_shape = _checked_layout(saved)
+    positions = _positions(_windows(batched, out_batched, saved.samples), plane_shape)
+    return _View(planes, plane_shape, positions, positions.shape[:2], out_shape, saved.input_shape,
+                 out_shape)
+
+
 def _rows(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The elements of every window, (planes, outputs, WINDOW), from x as (planes, elements)."""
     flat = positions.reshape(positions.shape[0], -1)
     return np.take_along_axis(x, flat, axis=1).reshape(positions.shape)
+
+
+def _gathered(x: np.ndarray, view: _View) -> np.ndarray:
+    """Every window's elements: (planes, outputs, WINDOW)."""
+    return _rows(x.reshape(view.planes, -1), view.positions)
+
+
+def _scattered(rows: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _gathered: each input element the sum of its entries in the rows, added in
+    output (row-major) order, as PyTorch's kernel adds overlapping windows."""
+    grad = np.zeros((view.planes, math.prod(view.plane_shape)), dtype=rows.dtype)
+    np.add.at(grad, (np.arange(view.planes)[:, None, None], view.positions), rows)
+    return grad.reshape(view.input_shape)
+
+
+def _winners(index: np.ndarray, view: _View) -> np.ndarray:
+    """The flat position in its plane of element `index` of each window: (planes, outputs)."""
+    index = index.reshape(view.planes, -1, 1).astype(np.intp)
+    return np.take_along_axis(view.positions, index, axis=-1)[..., 0]
+
+
+def _at(x: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """Element `index` of each window."""
+    return np.take_along_axis(x.reshape(view.planes, -1), _winners(index, view), axis=1)
+
+
+def _routed(grads: np.ndarray, index: np.ndarray, view: _View) -> np.ndarray:
+    """The transpose of _at: each window's value added at its element `index`, in output order."""
+    grad = np.zeros((view.planes, math.prod(view.plane_shape)), dtype=grads.dtype)
+    np.add.at(grad, (np.arange(view.planes)[:, None], _winners(index, view)), grads.reshape(view.planes, -1))
+    return grad.reshape(view.input_shape)
+
+
+def _summed(weights: np.ndarray, dtype, view: _View) -> np.ndarray:
+    """Each window's terms added up in row order, from 0, in the working dtype (each term made
+    contiguous first: NumPy's strided add may keep the other operand's NaN where two meet)."""
+    out = np.zeros(view.windows, dtype=dtype)
+    for k in range(weights.shape[-1]):
+        out += np.ascontiguousarray(weights[..., k])
+    return out
 
 
 def _fold_winner(rows):
@@ -318,26 +387,30 @@ def _fold_winner(rows):
     return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
 
 
-def _hit(v, extremum):
-    """An element attains its window's extremum."""
-    return v == extremum
+def _hits(saved: Saved, view: _View) -> tuple:
+    """(hit, count, extremum): which elements of each window attain its extremum and how many."""
+    v = _gathered(saved.x, view)
+    extremum = saved.output.reshape(view.windows + (1,))
+    hit = v == extremum
+    # counted exactly, held in at least float32: a float16 count would overflow past 65504
+    count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(np.promote_types(saved.dtype, np.float32))
+    return hit, count, extremum
 
 
 def _weight(grad_output, hit, count, extremum):
-    """The gradient an element receives from one window holding it (linear in grad_output)."""
+    """The gradient an element receives from its window (linear in grad_output)."""
     return hit*(grad_output) / (count)
+
 
 
 def forward(x: np.ndarray, random_samples: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved): each window's elements gathered, the window scanned in row-major
     order."""
     x = _as_input("x", x)
-    _check_rank(x)
-    batched, planes, plane_shape, out_batched, out_shape = _layout(x.shape)
-    samples = _as_samples(random_samples, batched, x.dtype)
-    rows = _rows(x.reshape(planes, -1), _positions(_windows(batched, out_batched, samples), plane_shape))
-    output = np.take_along_axis(rows, _fold_winner(rows)[..., None], axis=-1).reshape(out_shape)
-    return output, Saved(x, output, samples, x.shape, out_shape, x.dtype)
+    view, kept = _view(x, random_samples)  # kept: what fixes the windows, saved
+    rows = _gathered(x, view)
+    output = np.asarray(np.take_along_axis(rows, _fold_winner(rows)[..., None], axis=-1)[..., 0]).reshape(view.out_shape)
+    return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
 
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, None]:
@@ -345,20 +418,11 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, None]:
     output (row-major) order, as PyTorch's kernel adds overlapping windows; random_samples get
     None (the windows are integers)."""
     grad_output = _check_backward(grad_output, saved)
-    batched, planes, plane_shape, out_batched, _ = _checked_layout(saved)
-    positions = _positions(_windows(batched, out_batched, saved.samples), plane_shape)
-    grads = grad_output.reshape(planes, -1)
-    grad = np.zeros((planes, math.prod(plane_shape)), dtype=saved.dtype)
-    every = np.arange(planes)[:, None]
-    rows = _rows(saved.x.reshape(planes, -1), positions)
-    extremum = saved.output.reshape(planes, -1, 1)
-    hit = _hit(rows, extremum)
-    count_type = np.promote_types(saved.dtype, np.float32)  # counted exactly, held in >= float32
-    count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(count_type)
+    view = _saved_view(saved)
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        weight = _weight(grads[..., None], hit, count, extremum)
-    np.add.at(grad, (every[..., None], positions), weight.astype(saved.dtype, copy=False))
-    return (grad.reshape(saved.input_shape), None)
+        weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
+    grad = _scattered(weight.astype(saved.dtype, copy=False), view)
+    return (grad, None)
 
 
 def jvp(tangent_x, tangent_random_samples, saved: Saved) -> np.ndarray:
@@ -368,19 +432,11 @@ def jvp(tangent_x, tangent_random_samples, saved: Saved) -> np.ndarray:
     if tangent_random_samples is not None:
         raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")
     tangent = _as_tangent("tangent_x", tangent_x, saved)
-    batched, planes, plane_shape, out_batched, _ = _checked_layout(saved)
-    positions = _positions(_windows(batched, out_batched, saved.samples), plane_shape)
-    rows = _rows(saved.x.reshape(planes, -1), positions)
-    tangents = _rows(tangent.reshape(planes, -1), positions)
-    extremum = saved.output.reshape(planes, -1)
-    hit = _hit(rows, extremum[..., None])
-    count_type = np.promote_types(saved.dtype, np.float32)
-    count = np.sum(hit, axis=-1, dtype=np.intp).astype(count_type)
-    out = np.zeros(extremum.shape, dtype=saved.dtype)
+    view = _saved_view(saved)
     with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        for k in range(WINDOW):
-            out += _weight(tangents[..., k], hit[..., k], count, extremum)
-    return out.reshape(saved.output_shape)
+        weights = _weight(_gathered(tangent, view), *_hits(saved, view))
+    out = _summed(weights, saved.dtype, view)
+    return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 
 # ----------------------------------------------------------------------------- bfloat16

@@ -1,5 +1,8 @@
 """The NumPy backend: each op's kernel printed by ``printer.NumpyPrinter`` into the context of its
-template (``templates/``: vectorized NumPy; the module needs nothing else)."""
+template (``templates/``: vectorized NumPy; the module needs nothing else).  The window kinds share
+skeletons, each kind a geometry partial ``_geometry_<geometry>``: ``window.py.jinja`` (pooling,
+maxout: phase planes), ``gather.py.jinja`` (fractional pooling, reductions: each window's elements
+gathered as one row); adaptive pooling has ``adaptive.py.jinja``."""
 
 from __future__ import annotations
 
@@ -150,10 +153,13 @@ def context(art: Artifacts) -> dict:
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
-    # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask)
+    # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
+    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from _<geometry>_scan/_mask)
     ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
+    ctx["saved_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
     ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
-    ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"  # window.py.jinja's plan
+    # window.py.jinja's plan, gather.py.jinja's view
+    ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
     ctx.update(numpy_partials(kernel))
@@ -162,7 +168,11 @@ def context(art: Artifacts) -> dict:
     ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
-    if op.spec.strategy.runtime_windows:  # whole-row calls over each window's elements (gathered)
+    if kernel.geometry in _GATHER:
+        ctx["gather"] = _GATHER[kernel.geometry] | {
+            "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
+            if kernel.geometry == "reduction" else _FOLD_WINNER_OUTPUT}
+    if op.spec.strategy.runtime_windows or kernel.geometry in _GATHER:  # whole-row calls (gathered)
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
@@ -254,14 +264,17 @@ _FORM_DOCS = {
         "mask": "each window's weights (backward's, with the tangent of each element in place of "
                 "grad_output) summed over the window box in row-major order"}},
     "fractional": {
-        "backward": {"scan": "its winner", "mask": "its elements by their weights"},
+        "backward": {"scan": "each window's gradient added to its winner",
+                     "mask": "each window's gradient added to its elements by their weights"},
         "jvp": {"scan": "the tangent of each window's winner",
                 "mask": "each window's weights (backward's, with the tangent of each element in place "
                         "of grad_output) summed over its elements in row-major order"}},
-    "reduction": {"jvp": {
-        "scan": "the tangent of each slice's winner",
-        "mask": "each slice's weights (backward's, with the tangent of each element in place of "
-                "grad_output) summed along it"}},
+    "reduction": {
+        "backward": {"scan": "each slice's gradient routed to its winner",
+                     "mask": "each slice's gradient routed to its winners by their weights"},
+        "jvp": {"scan": "the tangent of each slice's winner",
+                "mask": "each slice's weights (backward's, with the tangent of each element in place of "
+                        "grad_output) summed along it"}},
 }
 
 
@@ -291,8 +304,34 @@ def _scan_output(output_is_fold: bool, fold_out: str) -> dict:
             "result": "out"}
 
 
-# geometries with a NumPy template of their own (the others use window.py.jinja)
-_NUMPY_TEMPLATES = {"reduction": "reduction", "adaptive": "adaptive", "fractional": "fractional"}
+# geometries with a NumPy template other than window.py.jinja (phase planes): gather.py.jinja (each
+# window's elements gathered as one row) and adaptive.py.jinja
+_NUMPY_TEMPLATES = {"reduction": "gather", "adaptive": "adaptive", "fractional": "gather"}
+
+# gather.py.jinja's words and signatures by geometry (the geometry partial gives the view itself):
+# the inputs forward takes besides x and what jvp takes for them, backward's results, the dtype of
+# saved.index
+_GATHER = {
+    "reduction": {
+        "forward_params": "x: np.ndarray", "forward_args": "x", "forward_doc": "",
+        "grads": "grad_x,", "grads_type": "np.ndarray", "returns": "grad,", "backward_doc": "",
+        "jvp_params": "tangent_x, saved: Saved", "jvp_doc": "", "jvp_checks": [],
+        "index_type": "_index_dtype(view.n)"},
+    "fractional": {
+        "forward_params": "x: np.ndarray, random_samples: np.ndarray",
+        "forward_args": "x, random_samples",
+        "forward_doc": ": each window's elements gathered, the window scanned in row-major\n    order",
+        "grads": "grad_x, None", "grads_type": "np.ndarray, None", "returns": "grad, None",
+        "backward_doc": ", in\n    output (row-major) order, as PyTorch's kernel adds overlapping windows; "
+                        "random_samples get\n    None (the windows are integers)",
+        "jvp_params": "tangent_x, tangent_random_samples, saved: Saved",
+        "jvp_doc": " (tangent_random_samples must be None: the\n    windows are integers)",
+        "jvp_checks": ["if tangent_random_samples is not None:",
+                       '    raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")'],
+        "index_type": "INDEX_DTYPE"},
+}
+# the mask form's output of fractional pooling: the element that the running fold returns
+_FOLD_WINNER_OUTPUT = "np.take_along_axis(rows, _fold_winner(rows)[..., None], axis=-1)[..., 0]"
 
 def _expression_context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
