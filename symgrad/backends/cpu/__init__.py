@@ -358,6 +358,7 @@ def _pool_context(art: Artifacts) -> dict:
         "window_indents": ["  " * (a + spatial) for a in range(spatial)],
         # scatter-form backward's table of the window's elements: spatial coordinates and an offset
         "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
+        "table_last": (spatial + 1) * (kernel.window - 1),  # the last element's entry
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
