@@ -359,6 +359,10 @@ def _pool_context(art: Artifacts) -> dict:
         # scatter-form backward's table of the window's elements: spatial coordinates and an offset
         "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
         "table_last": (spatial + 1) * (kernel.window - 1),  # the last element's entry
+        # scatter-form backward's windows wholly inside: along dim 0 the band's rows [r0, r1), along
+        # the others the input [0, l); and the flag of the dims before (a window inside along all)
+        "scatter_inside": [{"start": "r0" if a == 0 else "0", "end": "r1" if a == 0 else f"l{a}",
+                            "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
