@@ -424,3 +424,82 @@ def test_bfloat16_is_computed_as_the_numpy_module_computes_it(op, params, shapes
     for got, want in pairs:
         assert got.dtype == want.dtype == bf16
         assert not mismatch(got.astype(np.float32), want.astype(np.float32))
+
+
+# ----------------------------------------------------------------------------- logsumexp
+
+# (params, input shape): the last dim (rows longer than NumPy's pairwise block of 128, and 20000
+# values where NumPy's SIMD exp and the C library's differ on thousands), a temperature, a first
+# dim (the rows strided: the NumPy module's own expressions), several dims kept, every dim (the
+# default), empty slices
+LOGSUMEXP_CASES = [({"dim": -1}, (4, 5000)), ({"dim": -1, "temperature": 0.1}, (3, 7, 300)), ({"dim": 0}, (6, 5, 3)),
+                   ({"dim": (0, 2), "keepdim": True}, (3, 4, 5)), ({}, (2, 3, 4)), ({"dim": -1}, (2, 3, 0))]
+
+
+def _logsumexp_inputs(rng, shape, dtype):
+    """Values over exp's range with ties, +-0, NaN and +-inf spread over the rows, and a last
+    slice (along dim 0) of -inf only; as given, Fortran-ordered and reversed."""
+    x = (rng.standard_normal(shape) * 30).astype(dtype)
+    if x.size:
+        specials = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1.0, 1.0, -np.inf], dtype)
+        step = max(1, x.size // len(specials))
+        x.reshape(-1)[::step][:len(specials)] = specials[:len(x.reshape(-1)[::step])]
+        x[-1] = -np.inf
+    return [x, np.asfortranarray(x), x[..., ::-1]]
+
+
+@pytest.mark.parametrize("params,shape", LOGSUMEXP_CASES, ids=[f"{case_id('logsumexp', p)}-{s}" for p, s in LOGSUMEXP_CASES])
+def test_logsumexp_equals_numpy_bit_for_bit(params, shape):
+    """forward, backward and jvp equal the NumPy module's bytes (exp, log and the sum are NumPy's,
+    the max, shift and arguments of exp the kernels'), float16/32/64, three memory orders, 1 and 2
+    threads and OpenMP's default."""
+    module = symgrad.load("logsumexp", backend="cpu", **params)
+    reference = symgrad.load("logsumexp", **params)
+    rng = np.random.default_rng(23)
+    problems = []
+    for dtype in DTYPES:
+        for k, x in enumerate(_logsumexp_inputs(rng, shape, dtype)):
+            with np.errstate(all="ignore"):
+                y_ref, saved_ref = reference.forward(x)
+                g = rng.standard_normal(y_ref.shape).astype(dtype)
+                t = rng.standard_normal(shape).astype(dtype)
+                (gx_ref,), jvp_ref = reference.backward(g, saved_ref), reference.jvp(t, saved_ref)
+                for threads in (1, 2, None):
+                    y, saved = module.forward(x, threads=threads)
+                    (gx,) = module.backward(g, saved, threads=threads)
+                    for what, got, want in (("forward", y, y_ref), ("backward", gx, gx_ref),
+                                            ("jvp", module.jvp(t, saved, threads=threads), jvp_ref)):
+                        if got.shape != want.shape or np.ascontiguousarray(got).tobytes() != np.ascontiguousarray(want).tobytes():
+                            problems.append(f"{np.dtype(dtype).name} input {k} threads={threads} {what}: "
+                                            f"{mismatch(np.ascontiguousarray(got), np.ascontiguousarray(want))}")
+    assert not problems, "\n".join(problems[:10])
+
+
+def test_logsumexp_forged_saved_is_refused_as_numpy_refuses_it():
+    module = symgrad.load("logsumexp", backend="cpu", dim=1)
+    reference = symgrad.load("logsumexp", dim=1)
+    x = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    _, saved = module.forward(x)
+    forged = [saved._replace(x=x.astype(np.float64)), saved._replace(x=x[:, :2]),
+              saved._replace(output=saved.output[:2]), saved._replace(input_shape=(3, 5)),
+              saved._replace(dtype=np.dtype(np.int64)), saved._replace(x=list(x))]
+    for bad in forged:
+        for call in (lambda m, s: m.backward(np.ones(3, np.float32), s),
+                     lambda m, s: m.jvp(np.ones((3, 4), np.float32), s)):
+            with pytest.raises((TypeError, ValueError)) as want:
+                call(reference, reference.Saved(*bad))
+            with pytest.raises(type(want.value)) as got:
+                call(module, bad)
+            assert str(got.value) == str(want.value)
+
+
+def test_logsumexp_bfloat16_goes_through_the_numpy_modules_wrappers():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    module = symgrad.load("logsumexp", backend="cpu", dim=-1)
+    reference = symgrad.load("logsumexp", dim=-1)
+    x = np.random.default_rng(5).standard_normal((3, 50)).astype(ml_dtypes.bfloat16)
+    (y, saved), (y_ref, saved_ref) = module.forward(x, threads=2), reference.forward(x)
+    g = np.ones(3, ml_dtypes.bfloat16)
+    assert y.tobytes() == y_ref.tobytes() and y.dtype == y_ref.dtype
+    assert module.backward(g, saved)[0].tobytes() == reference.backward(g, saved_ref)[0].tobytes()
+    assert module.jvp(x, saved).tobytes() == reference.jvp(x, saved_ref).tobytes()

@@ -358,6 +358,11 @@ def _pool_context(art: Artifacts) -> dict:
         "window_indents": ["  " * (a + spatial) for a in range(spatial)],
         # scatter-form backward's table of the window's elements: spatial coordinates and an offset
         "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
+        "table_last": (spatial + 1) * (kernel.window - 1),  # the last element's entry
+        # scatter-form backward's windows wholly inside: along dim 0 the band's rows [r0, r1), along
+        # the others the input [0, l); and the flag of the dims before (a window inside along all)
+        "scatter_inside": [{"start": "r0" if a == 0 else "0", "end": "r1" if a == 0 else f"l{a}",
+                            "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
@@ -671,9 +676,48 @@ _FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s
 
 
 # the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
+def _logsumexp_context(art: Artifacts) -> dict:
+    """logsumexp: where NumPy decides the bits, the loader runs the NumPy module's arithmetic
+    (np.exp, np.log and np.sum's pairwise order, which the system's libm and a loop in C do not
+    equal bit for bit); the C kernels compute the rest, in the NumPy module's order: each slice's
+    max and shift and the argument of exp, forward's (v - shift) / t and backward's (v - y) / t,
+    one thread a row.  float16 computes in float32, as the NumPy module (its rows are float32)."""
+    from ...lower import LogSumExpKernel
+    from ..numpy.printer import numpy_code
+    kernel, t = art.kernel, art.op.params["temperature"]
+    assert isinstance(kernel, LogSumExpKernel)
+    arg = sp.Symbol("arg", real=True)
+    (forward_exp,) = kernel.term.atoms(sp.exp)  # exp(the forward's argument)
+    (backward_exp,) = kernel.weight.atoms(sp.exp)  # exp(backward's argument)
+    real_types = [{"name": {"float": "f32", "double": "f64"}[rt], "type": rt,
+                   "shift": c_code(kernel.shift, rt),
+                   "forward_arg": c_code(forward_exp.args[0], rt),
+                   "backward_arg": c_code(backward_exp.args[0], rt)} for rt in C_REAL_TYPES]
+    return _base_context(art) | {
+        "template": "cpu/logsumexp.c.jinja", "loader_template": "cpu/loader_logsumexp.py.jinja",
+        "empty_slices": True,  # an empty slice is -inf, as torch.logsumexp (the NumPy module's layout)
+        "real_types": real_types,
+        # the NumPy module's expressions: in full (a layout the kernels do not take), and with the
+        # argument of exp computed by the kernels (arg)
+        "shift": numpy_code(kernel.shift), "forward_arg": numpy_code(forward_exp.args[0]),
+        "backward_arg": numpy_code(backward_exp.args[0]),
+        "term_of_arg": numpy_code(kernel.term.xreplace({forward_exp.args[0]: arg})),
+        "output": numpy_code(kernel.output),
+        "weight_of_arg": numpy_code(kernel.weight.xreplace({backward_exp.args[0]: arg})),
+        "formula": (f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))"),
+        "weight_text": f"exp((x - y) / {t!r})" if t != 1 else "exp(x - y)",
+        "loader_note": _loader_note(op=art.op, layout="", over="the reduced slices", extra=(
+            "  np.exp, np.log and np.sum are NumPy's (the loader runs the NumPy module's "
+            "arithmetic where NumPy decides the bits: its SIMD exp and log differ from the C "
+            "library's, its sum is pairwise); the kernels compute each slice's max and shift and "
+            "the arguments of exp.")),
+    }
+
+
 _CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
              "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context,
-             "adaptive": _adaptive_context, "fractional": _fractional_context}
+             "adaptive": _adaptive_context, "fractional": _fractional_context,
+             "logsumexp": _logsumexp_context}
 KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
 
 
