@@ -294,7 +294,8 @@ def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
     saves them, read), over the kind's own finished strings (ctx)."""
     sel = kernel.selection
     saved_counts = sel.counts and "count" in ctx["saved"].get("fields", ())
-    return {"template": "cpu/select.c.jinja",
+    return {"template": "cpu/select.c.jinja", "loader_template": "cpu/loader_select.py.jinja",
+            "param_comment": "",
             "geometry_partial": f"cpu/_select_{geometry_name}.c.jinja",
             "selection_partial": f"cpu/_select_{sel.form}.c.jinja",
             "geometry_params": "", **ctx,
@@ -482,7 +483,7 @@ def _reduction_context(art: Artifacts) -> dict:
                       + (", and counts them." if sel.counts else "."))
     arrays = [("index", "int64_t")] if scan else [("x", "T"), ("output", "T")]
     return _base_context(art) | _select_parts(kernel, "reduction", {
-        "loader_template": "cpu/loader_reduction.py.jinja",
+        "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
         "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
         **numpy_partials(kernel),
         **_selection_parts(kernel, "the tangent of each slice's winner",
@@ -540,7 +541,7 @@ def _maxout_context(art: Artifacts) -> dict:
     saved = _saved(kernel, index_ctype, count_ctype)
     out_shape = "(n, c // PIECES, s)" if sel.form == "scan" else "output_shape"  # a saved output-shaped array's
     return _base_context(art) | _select_parts(kernel, "maxout", {
-        "loader_template": "cpu/loader_maxout.py.jinja",
+        "loader_geometry_partial": "cpu/_loader_maxout.py.jinja",
         "layouts": _layouts(),
         "sizes": "const I n, const I c, const I s, const int threads",
         "sizes_doc": "int64 n, int64 c, int64 s, int threads",
@@ -627,7 +628,7 @@ def _adaptive_context(art: Artifacts) -> dict:
     arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
     axes = range(spatial)
     return _base_context(art) | _select_parts(kernel, "adaptive", {
-        "loader_template": "cpu/loader_adaptive.py.jinja",
+        "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
         **numpy_partials(kernel),
         "layouts": _layouts(),
@@ -635,6 +636,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights applied to the tangent, summed in row-major order"),
         "spatial": spatial, "axes": list(axes),
+        "param_comment": "  # None: that output size is the input's",  # the output_size parameter
         "sizes": _params("I", "n", "c", *(f"{v}{a}" for v in "lok" for a in axes)) + ", const int threads",
         "sizes_doc": ", ".join(["int64 n", "int64 c", *(f"int64 {v}{a}" for v in "lok" for a in axes), "int threads"]),
         "outputs": " * ".join(["n", "c", *(f"o{a}" for a in axes)]),
@@ -700,7 +702,7 @@ def _fractional_context(art: Artifacts) -> dict:
     for a in range(1, spatial):
         local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
     return _base_context(art) | _select_parts(kernel, "fractional", {
-        "loader_template": "cpu/loader_fractional.py.jinja",
+        "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
         "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
         **numpy_partials(kernel),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
@@ -712,11 +714,11 @@ def _fractional_context(art: Artifacts) -> dict:
         "plane_size": " * ".join(f"l{a}" for a in axes), "out_size": " * ".join(f"o{a}" for a in axes),
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         # an element's position in its plane, and a holder's in the output's plane
-        "plane_at": rowmajor("j", "l"), "holder_q": rowmajor("w", "o"),
-        "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
+        "plane_at": rowmajor("j", "l"), "plane_i": rowmajor("i", "l"), "holder_q": rowmajor("w", "o"),
+        "wi": "    " + "  " * spatial, "ei": "    " + "  " * spatial, "hi": "    " + "  " * (2 * spatial),
         "local": local, "holder_local": local.replace("j", "i"), "index_cast": "(index_t)",
         "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
-        "window_order": "row-major order", "threads_over": "the elements",
+        "window_order": "row-major order", "threads_over": "the outputs (forward, jvp) and the planes (backward)",
         "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
         "selection_doc": selection_doc, "real_types": real_types,
