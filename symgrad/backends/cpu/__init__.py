@@ -5,9 +5,13 @@ first use, keeps the shared library beside the cached module (named by its sourc
 calls it through ctypes on NumPy arrays.
 
 One context function per kind (``_CONTEXTS``, keyed by ``op.spec.kind``), each naming its two
-templates; what every kind shares is in the partials (``_head``, ``_includes``, ``_scalar``,
-``_loader_preamble``, ``_library``).  Kinds not built yet are refused with a ValueError naming the
-ones there are."""
+templates.  The window kinds but pooling (reductions, maxout, adaptive and fractional pooling) share
+one select-and-gather skeleton, ``select.c.jinja``, and one loader skeleton, ``loader_select.py.jinja``
+(``_select_parts``): each names only its geometry partials (``_select_<geometry>.c.jinja``,
+``_loader_<geometry>.py.jinja``) and finished strings, the scan or mask and the counting of hits
+being partials chosen from the lowered Selection.  What every kind shares is in the partials
+(``_head``, ``_includes``, ``_scalar``, ``_loader_preamble``, ``_library``).  Kinds not built yet are
+refused with a ValueError naming the ones there are."""
 
 from __future__ import annotations
 
@@ -298,7 +302,7 @@ def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
             "param_comment": "",
             "geometry_partial": f"cpu/_select_{geometry_name}.c.jinja",
             "selection_partial": f"cpu/_select_{sel.form}.c.jinja",
-            "geometry_params": "", **ctx,
+            "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja", **ctx,
             "c_count_partial": ("cpu/_count_saved.c.jinja" if saved_counts else
                                 "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja")}
 
@@ -493,8 +497,10 @@ def _reduction_context(art: Artifacts) -> dict:
         "outputs": "rows",
         "wi": "      ", "ei": "      ", "hi": "        ",
         "local": "k", "holder_local": "k", "index_cast": "",
-        # an element's gradient is its row's one term, written (not added to a zero)
+        # an element's gradient is its row's one term, written (not added to a zero); a scan's
+        # winner gets grad_output as it is (the NumPy module's put_along_axis)
         "grad_start": "0", "grad_start_comment": "its row's term is written", "gather": "=",
+        "accumulate_partial": f"cpu/_gather_{'written' if scan else 'sum'}.c.jinja",
         # jvp's sum starts from its first term, as NumPy's cumsum (a -0 first term stays -0)
         "jvp_sum": "k ? sum + w : w", "jvp_sum_doc": "from the first term, as NumPy's cumsum (a -0 first term stays -0)",
         "window_order": "row order", "threads_over": "the reduced slices (the rows)",
