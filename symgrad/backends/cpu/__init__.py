@@ -286,6 +286,22 @@ def _typedefs(index_ctype: str, count_ctype: str) -> list[str]:
         if count_ctype else [])
 
 
+# the select skeleton's backward forms: the partial, the .c header's words and the kernel's comment
+_SELECT_BACKWARD = {
+    "gather": {"backward_partial": "cpu/_backward_gather.c.jinja",
+               "backward_form_doc": wrap("backward is in gather form: each input element visits the windows "
+                                    "holding it in output (row-major) order (no atomic operation, no "
+                                    "zeroing pass).", 92, ""),
+               "backward_comment": "Gather form: one input element a step visits the windows holding it, in output order."},
+    "scatter": {"backward_partial": "cpu/_backward_scatter.c.jinja",
+                "backward_form_doc": wrap("backward is in scatter form: one thread a plane, each window adding "
+                                     "its terms to the plane's gradient (a buffer of the compute type) in "
+                                     "output (row-major) order, the order of the NumPy module's np.add.at "
+                                     "(no atomic operation).", 92, ""),
+                "backward_comment": "Scatter form: one plane a step, its windows adding their terms in output order."},
+}
+
+
 def _layouts() -> list[dict]:
     """The memory layouts a window kind's kernels are built for, with their names' suffixes."""
     return [{"name": n, "cl": cl, "suffix": f"_{n}"} for n, cl in C_LAYOUTS]
@@ -302,7 +318,8 @@ def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
             "param_comment": "",
             "geometry_partial": f"cpu/_select_{geometry_name}.c.jinja",
             "selection_partial": f"cpu/_select_{sel.form}.c.jinja",
-            "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja", **ctx,
+            "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja",
+            **_SELECT_BACKWARD["gather"], **ctx,
             "c_count_partial": ("cpu/_count_saved.c.jinja" if saved_counts else
                                 "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja")}
 
@@ -495,7 +512,7 @@ def _reduction_context(art: Artifacts) -> dict:
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # rows, made contiguous by the loader
         "sizes": "const I rows, const I n, const int threads", "sizes_doc": "int64 rows, int64 n, int threads",
         "outputs": "rows",
-        "wi": "      ", "ei": "      ", "hi": "        ",
+        "oi": "    ", "wi": "      ", "ei": "      ", "hi": "        ",
         "local": "k", "holder_local": "k", "index_cast": "",
         # an element's gradient is its row's one term, written (not added to a zero); a scan's
         # winner gets grad_output as it is (the NumPy module's put_along_axis)
@@ -553,7 +570,7 @@ def _maxout_context(art: Artifacts) -> dict:
         "sizes_doc": "int64 n, int64 c, int64 s, int threads",
         "outputs": "n * groups * s",
         # the loops' bodies: the window's channels, the element's one window
-        "wi": "      ", "ei": "    ", "hi": "      ",
+        "oi": "    ", "wi": "      ", "ei": "    ", "hi": "      ",
         "local": "k", "holder_local": c_integer_code(g.element, names), "index_cast": "(index_t)",
         "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in channel order",
         "window_order": "channel order", "threads_over": "the elements",
@@ -650,7 +667,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         "box_sizes": ", ".join(f"k{a}" for a in axes),
         # the window's and the holders' loop bodies are indented by one level an axis
-        "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
+        "oi": "    ", "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
         # an element's window-local index: its row-major index in its window's box (the element
         # i<a> in the window starting at s<a>, in the window loop and in a holder alike)
         "local": box_index, "holder_local": box_index, "index_cast": "",
@@ -720,11 +737,16 @@ def _fractional_context(art: Artifacts) -> dict:
         "plane_size": " * ".join(f"l{a}" for a in axes), "out_size": " * ".join(f"o{a}" for a in axes),
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         # an element's position in its plane, and a holder's in the output's plane
-        "plane_at": rowmajor("j", "l"), "plane_i": rowmajor("i", "l"), "holder_q": rowmajor("w", "o"),
-        "wi": "    " + "  " * spatial, "ei": "    " + "  " * spatial, "hi": "    " + "  " * (2 * spatial),
-        "local": local, "holder_local": local.replace("j", "i"), "index_cast": "(index_t)",
+        "plane_at": rowmajor("j", "l"), "plane_q": rowmajor("q", "o"),
+        # the loops' bodies: an output's below its axes' loops, a window's element below those
+        "oi": "    " + "  " * spatial, "wi": "    " + "  " * (2 * spatial),
+        "local": local, "index_cast": "(index_t)",
         "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
-        "window_order": "row-major order", "threads_over": "the outputs (forward, jvp) and the planes (backward)",
+        "window_order": "row-major order", "threads_over": "the planes",
+        # backward scatters: a plane's windows overlap and a scan's gradient goes to one element of
+        # each, O(outputs) work (the gather form, every element visiting its holders, measured 8x
+        # slower on 48x48 planes, kernel 3, 20x20 outputs)
+        **_SELECT_BACKWARD["scatter"],
         "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
         "selection_doc": selection_doc, "real_types": real_types,
@@ -747,7 +769,7 @@ def _fractional_context(art: Artifacts) -> dict:
         "fractional": {f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
                        for f in ("alpha", "start", "last_start")},
         "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
-        "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the elements"),
+        "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
     })
 
