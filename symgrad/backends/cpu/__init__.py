@@ -576,9 +576,8 @@ def _maxout_context(art: Artifacts) -> dict:
         "sizes": "const I n, const I c, const I s, const int threads",
         "sizes_doc": "int64 n, int64 c, int64 s, int threads",
         "outputs": "n * groups * s",
-        # the loops' bodies: the window's channels, the element's one window
-        "oi": "    ", "wi": "      ", "ei": "    ", "hi": "      ",
-        "local": "k", "holder_local": c_integer_code(g.element, names), "index_cast": "(index_t)",
+        "oi": "    ", "wi": "      ",  # the loops' bodies: an output's, its window's channels
+        "local": "k", "index_cast": "(index_t)",
         "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in channel order",
         "window_order": "channel order", "threads_over": "the elements",
         "selection_doc": selection_doc, "real_types": real_types,
@@ -589,6 +588,8 @@ def _maxout_context(art: Artifacts) -> dict:
         # added, or (one winner, disjoint windows: grad_start "written") written
         "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
         "gather": "=" if kernel.grad_start == "written" else "+=",
+        # every element is in one window (its channel group): each window writes its channels
+        **_SELECT_BACKWARD["write"],
         "grad_start_comment": grad_start_comment(kernel.grad_start),
         "typedefs": _typedefs(index_ctype, count_ctype),
         "dtype_constants": (
@@ -603,9 +604,7 @@ def _maxout_context(art: Artifacts) -> dict:
         "saved_shapes_doc": ("the index is (N, C / PIECES, S) as the NumPy module's, S the product of the "
                              "dims after C" if sel.form == "scan" else "x and the output have their own shapes"),
         "saved_doc": wrap(saved_text, 96, "  "),
-        "maxout": {"groups": c_integer_code(g.output_size, names),
-                   "start": c_integer_code(g.start, names),
-                   "holder": c_integer_code(g.holder, names)},
+        "maxout": {"groups": c_integer_code(g.output_size, names), "start": c_integer_code(g.start, names)},
         "loader_note": _loader_note(op, "; NC... or channels-last, other strides are copied", "the elements"),
     })
 
