@@ -5,9 +5,13 @@ first use, keeps the shared library beside the cached module (named by its sourc
 calls it through ctypes on NumPy arrays.
 
 One context function per kind (``_CONTEXTS``, keyed by ``op.spec.kind``), each naming its two
-templates; what every kind shares is in the partials (``_head``, ``_includes``, ``_scalar``,
-``_loader_preamble``, ``_library``).  Kinds not built yet are refused with a ValueError naming the
-ones there are."""
+templates.  The window kinds but pooling (reductions, maxout, adaptive and fractional pooling) share
+one select-and-gather skeleton, ``select.c.jinja``, and one loader skeleton, ``loader_select.py.jinja``
+(``_select_parts``): each names only its geometry partials (``_select_<geometry>.c.jinja``,
+``_loader_<geometry>.py.jinja``) and finished strings, the scan or mask and the counting of hits
+being partials chosen from the lowered Selection.  What every kind shares is in the partials
+(``_head``, ``_includes``, ``_scalar``, ``_loader_preamble``, ``_library``).  Kinds not built yet are
+refused with a ValueError naming the ones there are."""
 
 from __future__ import annotations
 
@@ -282,6 +286,49 @@ def _typedefs(index_ctype: str, count_ctype: str) -> list[str]:
         if count_ctype else [])
 
 
+# the select skeleton's backward forms: the partial, the .c header's words and the kernel's comment
+_SELECT_BACKWARD = {
+    "gather": {"backward_partial": "cpu/_backward_gather.c.jinja",
+               "backward_form_doc": wrap("backward is in gather form: each input element visits the windows "
+                                    "holding it in output (row-major) order (no atomic operation, no "
+                                    "zeroing pass).", 92, ""),
+               "backward_comment": "Gather form: one input element a step visits the windows holding it, in output order."},
+    "write": {"backward_partial": "cpu/_backward_write.c.jinja",
+              "backward_form_doc": wrap("backward is in write form: every element is in one window, and "
+                                        "each window writes its elements' gradients (no atomic operation, "
+                                        "no zeroing pass).", 92, ""),
+              "backward_comment": "Write form: one window a step writes the gradients of its elements."},
+    "scatter": {"backward_partial": "cpu/_backward_scatter.c.jinja",
+                "backward_form_doc": wrap("backward is in scatter form: one thread a plane, each window adding "
+                                     "its terms to the plane's gradient (a buffer of the compute type) in "
+                                     "output (row-major) order, the order of the NumPy module's np.add.at "
+                                     "(no atomic operation).", 92, ""),
+                "backward_comment": "Scatter form: one plane a step, its windows adding their terms in output order."},
+}
+
+
+def _layouts() -> list[dict]:
+    """The memory layouts a window kind's kernels are built for, with their names' suffixes."""
+    return [{"name": n, "cl": cl, "suffix": f"_{n}"} for n, cl in C_LAYOUTS]
+
+
+def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
+    """The context of a window kind on the one select-and-gather skeleton (templates/select.c.jinja):
+    its geometry partial (_select_<geometry>), the selection partial of the lowered Selection's form
+    and the counting partial (hits counted again by backward and jvp; or, where the kind's forward
+    saves them, read), over the kind's own finished strings (ctx)."""
+    sel = kernel.selection
+    saved_counts = sel.counts and "count" in ctx["saved"].get("fields", ())
+    return {"template": "cpu/select.c.jinja", "loader_template": "cpu/loader_select.py.jinja",
+            "param_comment": "",
+            "geometry_partial": f"cpu/_select_{geometry_name}.c.jinja",
+            "selection_partial": f"cpu/_select_{sel.form}.c.jinja",
+            "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja",
+            **_SELECT_BACKWARD["gather"], **ctx,
+            "c_count_partial": ("cpu/_count_saved.c.jinja" if saved_counts else
+                                "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja")}
+
+
 def _base_context(art: Artifacts) -> dict:
     """What every kind's .c source and loader get: provenance, docstring, the op's names and
     parameters, the compiler's flags and the data types."""
@@ -465,20 +512,41 @@ def _reduction_context(art: Artifacts) -> dict:
         saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
                       "which elements attain each row's extremum"
                       + (", and counts them." if sel.counts else "."))
-    return _base_context(art) | {
-        "template": "cpu/reduction.c.jinja", "loader_template": "cpu/loader_reduction.py.jinja",
-        "selection_partial": f"cpu/_reduction_{sel.form}.c.jinja",
+    arrays = [("index", "int64_t")] if scan else [("x", "T"), ("output", "T")]
+    return _base_context(art) | _select_parts(kernel, "reduction", {
+        "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
         "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
         **numpy_partials(kernel),
         **_selection_parts(kernel, "the tangent of each slice's winner",
                            "each slice's weights applied to the tangent, summed in row order"),
+        "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # rows, made contiguous by the loader
+        "sizes": "const I rows, const I n, const int threads", "sizes_doc": "int64 rows, int64 n, int threads",
+        "outputs": "rows",
+        "oi": "    ", "wi": "      ", "local": "k", "index_cast": "",
+        # an element's gradient is its row's one term, written (not added to a zero); a scan's
+        # winner gets grad_output as it is (the NumPy module's put_along_axis)
+        "grad_start": "0", "grad_start_comment": "its row's term is written", "gather": "=",
+        "accumulate_partial": f"cpu/_gather_{'written' if scan else 'sum'}.c.jinja",
+        # every element is in one row: each row writes its elements (its grad_output, extremum and
+        # hits read once; the gather form, one element a step, measured 30% slower in float16)
+        **_SELECT_BACKWARD["write"],
+        # jvp's sum starts from its first term, as NumPy's cumsum (a -0 first term stays -0)
+        "jvp_sum": "k ? sum + w : w", "jvp_sum_doc": "from the first term, as NumPy's cumsum (a -0 first term stays -0)",
+        "window_order": "row order", "threads_over": "the reduced slices (the rows)",
+        "typedefs": [],
+        "saved": {
+            "writes_doc": "int64* index, " if scan else "",
+            "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
+            "writes": {dt: ("int64_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
+            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+                      for dt, ct, *_ in C_DTYPES}},
         "selection_doc": selection_doc, "real_types": real_types,
         "saved_doc": wrap(saved_text, 96, "  "),
         # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
         "reads": ("np.ascontiguousarray(saved.index.reshape(rows), dtype=np.int64)" if scan else
                   "_rows(saved.x, dims, kept, n), np.ascontiguousarray(saved.output).reshape(rows)"),
         "loader_note": _loader_note(op, "", "the reduced slices"),
-    }
+    })
 
 
 def _maxout_context(art: Artifacts) -> dict:
@@ -507,10 +575,16 @@ def _maxout_context(art: Artifacts) -> dict:
     g = kernel.axes
     saved = _saved(kernel, index_ctype, count_ctype)
     out_shape = "(n, c // PIECES, s)" if sel.form == "scan" else "output_shape"  # a saved output-shaped array's
-    return _base_context(art) | {
-        "template": "cpu/maxout.c.jinja", "loader_template": "cpu/loader_maxout.py.jinja",
-        "selection_partial": f"cpu/_maxout_{sel.form}.c.jinja",
-        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+    return _base_context(art) | _select_parts(kernel, "maxout", {
+        "loader_geometry_partial": "cpu/_loader_maxout.py.jinja",
+        "layouts": _layouts(),
+        "sizes": "const I n, const I c, const I s, const int threads",
+        "sizes_doc": "int64 n, int64 c, int64 s, int threads",
+        "outputs": "n * groups * s",
+        "oi": "    ", "wi": "      ",  # the loops' bodies: an output's, its window's channels
+        "local": "k", "index_cast": "(index_t)",
+        "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in channel order",
+        "window_order": "channel order", "threads_over": "the elements",
         "selection_doc": selection_doc, "real_types": real_types,
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights applied to the tangent"),
@@ -519,6 +593,8 @@ def _maxout_context(art: Artifacts) -> dict:
         # added, or (one winner, disjoint windows: grad_start "written") written
         "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
         "gather": "=" if kernel.grad_start == "written" else "+=",
+        # every element is in one window (its channel group): each window writes its channels
+        **_SELECT_BACKWARD["write"],
         "grad_start_comment": grad_start_comment(kernel.grad_start),
         "typedefs": _typedefs(index_ctype, count_ctype),
         "dtype_constants": (
@@ -533,14 +609,9 @@ def _maxout_context(art: Artifacts) -> dict:
         "saved_shapes_doc": ("the index is (N, C / PIECES, S) as the NumPy module's, S the product of the "
                              "dims after C" if sel.form == "scan" else "x and the output have their own shapes"),
         "saved_doc": wrap(saved_text, 96, "  "),
-        "maxout": {"groups": c_integer_code(g.output_size, names),
-                   "start": c_integer_code(g.start, names),
-                   "coordinate": c_integer_code(g.coordinate, names),
-                   "winner": c_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
-                   "holder": c_integer_code(g.holder, names),
-                   "element": c_integer_code(g.element, names)},
+        "maxout": {"groups": c_integer_code(g.output_size, names), "start": c_integer_code(g.start, names)},
         "loader_note": _loader_note(op, "; NC... or channels-last, other strides are copied", "the elements"),
-    }
+    })
 
 
 def _unpool_context(art: Artifacts) -> dict:
@@ -589,19 +660,34 @@ def _adaptive_context(art: Artifacts) -> dict:
     else:
         grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
     arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
-    return _base_context(art) | {
-        "template": "cpu/adaptive.c.jinja", "loader_template": "cpu/loader_adaptive.py.jinja",
-        "selection_partial": f"cpu/_adaptive_{sel.form}.c.jinja",
+    axes = range(spatial)
+    return _base_context(art) | _select_parts(kernel, "adaptive", {
+        "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
         **numpy_partials(kernel),
-        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        "layouts": _layouts(),
         "selection_doc": selection_doc, "real_types": real_types,
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights applied to the tangent, summed in row-major order"),
-        "spatial": spatial, "axes": list(range(spatial)),
-        "box_index": box_index,
+        "spatial": spatial, "axes": list(axes),
+        "param_comment": "  # None: that output size is the input's",  # the output_size parameter
+        "sizes": _params("I", "n", "c", *(f"{v}{a}" for v in "lok" for a in axes)) + ", const int threads",
+        "sizes_doc": ", ".join(["int64 n", "int64 c", *(f"int64 {v}{a}" for v in "lok" for a in axes), "int threads"]),
+        "outputs": " * ".join(["n", "c", *(f"o{a}" for a in axes)]),
+        "lengths": "".join(f", l{a}" for a in axes), "outs": "".join(f", o{a}" for a in axes),
+        "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
+        "box_sizes": ", ".join(f"k{a}" for a in axes),
+        # the window's and the holders' loop bodies are indented by one level an axis
+        "oi": "    ", "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
+        # an element's window-local index: its row-major index in its window's box (the element
+        # i<a> in the window starting at s<a>, in the window loop and in a holder alike)
+        "local": box_index, "holder_local": box_index, "index_cast": "",
+        "gather": "+=", "jvp_sum": "sum + w",
+        "jvp_sum_doc": "from +0, in the window's row-major order, as the NumPy module adds them",
+        "window_order": "row-major order", "threads_over": "the elements",
         "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
         "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "typedefs": [],
         "saved": {
             "writes_doc": "int64* index, " if scan else "",
             "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
@@ -618,7 +704,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         "windows_doc": wrap(f'"""Along an axis of length `length` with `out` outputs (as '
                             f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""),
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the elements"),
-    }
+    })
 
 
 def _fractional_context(art: Artifacts) -> dict:
@@ -641,11 +727,39 @@ def _fractional_context(art: Artifacts) -> dict:
                       "which elements attain each window's extremum" + (" and counts them" if sel.counts
                                                                          else "") + "; and the samples.")
     arrays = [("index", "index_t")] if scan else [("x", "T"), ("output", "T")]
-    return _base_context(art) | {
-        "template": "cpu/fractional.c.jinja", "loader_template": "cpu/loader_fractional.py.jinja",
-        "selection_partial": f"cpu/_fractional_{sel.form}.c.jinja",
+    axes = range(spatial)
+
+    def rowmajor(names: str, sizes: str) -> str:  # a flat row-major position from coordinates
+        return " + ".join(f"{names}{a}" + "".join(f" * {sizes}{b}" for b in axes if b > a) for a in axes)
+
+    local = f"(j0 - s0)"  # an element's row-major index in its window (j<a> in the window from s<a>)
+    for a in range(1, spatial):
+        local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
+    return _base_context(art) | _select_parts(kernel, "fractional", {
+        "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
         "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
         **numpy_partials(kernel),
+        "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
+        "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
+        "starts_doc": "".join(f"const int64* starts{a}, " for a in axes),
+        "sizes": _params("I", "planes", *(f"{v}{a}" for v in "lo" for a in axes)) + ", const int threads",
+        "sizes_doc": ", ".join(["int64 planes", *(f"int64 {v}{a}" for v in "lo" for a in axes), "int threads"]),
+        "outputs": "planes * out_size",
+        "plane_size": " * ".join(f"l{a}" for a in axes), "out_size": " * ".join(f"o{a}" for a in axes),
+        "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
+        # an element's position in its plane, and a holder's in the output's plane
+        "plane_at": rowmajor("j", "l"), "plane_q": rowmajor("q", "o"),
+        # the loops' bodies: an output's below its axes' loops, a window's element below those
+        "oi": "    " + "  " * spatial, "wi": "    " + "  " * (2 * spatial),
+        "local": local, "index_cast": "(index_t)",
+        "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
+        "window_order": "row-major order", "threads_over": "the planes",
+        # backward scatters: a plane's windows overlap and a scan's gradient goes to one element of
+        # each, O(outputs) work (the gather form, every element visiting its holders, measured 8x
+        # slower on 48x48 planes, kernel 3, 20x20 outputs)
+        **_SELECT_BACKWARD["scatter"],
+        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
         "selection_doc": selection_doc, "real_types": real_types,
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights summed over its elements in row-major order"),
@@ -668,7 +782,7 @@ def _fractional_context(art: Artifacts) -> dict:
         "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
         "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
-    }
+    })
 
 
 # the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
