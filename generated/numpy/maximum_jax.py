@@ -199,6 +199,11 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
+    return _forward(_output, a, b)
+
+
+def _forward(output_of, a, b) -> tuple[np.ndarray, Saved]:
+    """forward, the output computed by output_of (one of the _output functions below)."""
     a = _as_input("a", a)
     b = _as_input("b", b)
     dtype = np.result_type(a, b)
@@ -207,8 +212,18 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     except ValueError:
         raise ValueError(f"{OP}: inputs a and b must broadcast together, got shapes "
                          f"{a.shape} and {b.shape}") from None
-    output = np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
+    output = output_of(a, b, dtype)
     return output, Saved(a, b, output.shape, dtype)
+
+
+def _output(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+    """forward's output in dtype."""
+    return np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
+
+
+def _output_bf16(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+    """forward's output computed in bfloat16 (float32 arrays holding bfloat16 values)."""
+    return np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
 
 
 def _saved_inputs(saved: Saved) -> tuple:
@@ -243,12 +258,24 @@ def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> 
     return (grad_a, grad_b)
 
 
-def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
-    """_gradients over flat chunks of BLOCK elements (inputs of the output's shape)."""
+def _gradients_bf16(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
+    """_gradients computed in bfloat16 (float32 arrays holding bfloat16 values)."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
+        cmp0 = a >= b
+        cmp1 = b >= a
+        t0 = _bf16((1) / (np.add(cmp0, cmp1, dtype=dtype)))
+        grad_a = _bf16(grad_output*_select(cmp0, t0))
+        grad_b = _bf16(grad_output*_select(cmp1, t0))
+    return (grad_a, grad_b)
+
+
+def _chunked(gradients, grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
+    """gradients (one of the _gradients functions) over flat chunks of BLOCK elements (inputs of the
+    output's shape)."""
     g, flat = grad_output.reshape(-1), [x.reshape(-1) for x in inputs]
     grads = [np.empty(g.size, dtype=x.dtype) for x in returned]
     for i in range(0, g.size, BLOCK):
-        chunk = _gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
+        chunk = gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
         for out, grad in zip(grads, chunk):
             out[i:i + BLOCK] = grad
     return tuple(grad.reshape(x.shape) for grad, x in zip(grads, returned))
@@ -272,15 +299,15 @@ def _blocks(shape: tuple):
             yield tuple(slice(i, i + 1) for i in head) + (slice(start, start + step),) + rest
 
 
-def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
-    """The gradients backward returns: for an output of more than 4 * BLOCK elements block by block
+def _broadcast_chunked(gradients, grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
+    """The gradients (by gradients) backward returns: for an output of more than 4 * BLOCK elements block by block
     (_blocks), each block's gradients summed to its inputs' blocks at once, so that no temporary
     is larger than a block whatever the broadcast (an input broadcast along a cut axis adds its
     blocks up in row-major order)."""
     shape = grad_output.shape
     returned = (0, 1)  # the inputs whose gradients backward returns
     if grad_output.size <= 4 * BLOCK:  # one block: the gradients, then their sums (the fastest)
-        chunk = _gradients(grad_output, *inputs, dtype)
+        chunk = gradients(grad_output, *inputs, dtype)
         return tuple(np.array(_sum_to_shape(np.broadcast_to(grad, shape), inputs[k].shape), dtype=inputs[k].dtype)
                      for grad, k in zip(chunk, returned))
     grads = [(np.empty if 0 not in shape else np.zeros)(inputs[k].shape, dtype=dtype) for k in returned]
@@ -295,7 +322,7 @@ def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
             index = tuple(slice(None) if wide else cut for (has, wide), cut in zip(flags, block) if has)
             first = all(cut == slice(None) or cut.start == 0 for (_, wide), cut in zip(flags, block) if wide)
             at.append((index, first))
-        chunk = _gradients(sub, *[x[index] for x, (index, _) in zip(inputs, at)], dtype)
+        chunk = gradients(sub, *[x[index] for x, (index, _) in zip(inputs, at)], dtype)
         for out, grad, k in zip(grads, chunk, returned):
             index, first = at[k]
             part = _sum_to_shape(np.broadcast_to(grad, sub.shape), inputs[k][index].shape)
@@ -308,13 +335,18 @@ def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
+    return _backward(_gradients, grad_output, saved)
+
+
+def _backward(gradients, grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
+    """backward, the gradients computed by gradients (one of the _gradients functions)."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
     returned = inputs  # the gradient of every input is returned
     if any(x.shape != saved.output_shape for x in inputs):
-        grads = _broadcast_chunked(grad_output, inputs, saved.dtype)
+        grads = _broadcast_chunked(gradients, grad_output, inputs, saved.dtype)
     else:
-        grads = _chunked(grad_output, inputs, returned, saved.dtype)
+        grads = _chunked(gradients, grad_output, inputs, returned, saved.dtype)
     return grads
 
 
@@ -322,8 +354,12 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of every input (None: a zero tangent): the sum over inputs of dy/d<input> * tangent, each
     product computed as backward computes dy/d<input> * grad_output.  jvp is the transpose of
     backward: <jvp(t), g> == <t, backward(g)>."""
+    return _jvp(_gradients, (tangent_a, tangent_b), saved)
+
+
+def _jvp(gradients, tangents: tuple, saved: Saved) -> np.ndarray:
+    """jvp, each term computed by gradients (one of the _gradients functions)."""
     _check_saved(saved)
-    tangents = (tangent_a, tangent_b)
     inputs = _saved_inputs(saved)
     returned = (True, True)
     total, k = None, 0
@@ -336,12 +372,35 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
                              f"only {', '.join(n for n, r in zip(INPUTS, returned) if r)}")
         tangent = _as_tangent(f"tangent_{name}", tangent, saved, x.shape)
         with np.errstate(invalid="ignore", over="ignore"):
-            term = _gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
+            term = gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
             total = term if total is None else total + term
         k += 1
     if total is None:
         return np.zeros(saved.output_shape, dtype=saved.dtype)
     return np.array(np.broadcast_to(total, saved.output_shape), dtype=saved.dtype)
+
+
+def _bf16(v) -> np.ndarray:
+    """float32 values rounded to bfloat16 (to nearest, ties to even) and back: one bfloat16
+    operation's result, exact in float32 (ml_dtypes is imported once a bfloat16 array arrived)."""
+    import ml_dtypes
+    with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+        return np.asarray(v, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def _forward_bf16(*inputs):
+    """forward of float32 arrays holding bfloat16 values, computed in bfloat16 (_output_bf16)."""
+    return _forward(_output_bf16, *inputs)
+
+
+def _backward_bf16(grad_output, saved):
+    """backward of float32 arrays holding bfloat16 values, computed in bfloat16 (_gradients_bf16)."""
+    return _backward(_gradients_bf16, grad_output, saved)
+
+
+def _jvp_bf16(*args):
+    """jvp of float32 arrays holding bfloat16 values, computed in bfloat16 (_gradients_bf16)."""
+    return _jvp(_gradients_bf16, args[:-1], args[-1])
 
 
 # ----------------------------------------------------------------------------- bfloat16
@@ -350,6 +409,9 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
 # code above, and each result rounded once to bfloat16 (to nearest, ties to even).  saved keeps
 # bfloat16 arrays and dtype.  Where bfloat16 meets float32 or float64 (elementwise inputs) the
 # result is the wider type, and a bfloat16 input still gets a bfloat16 gradient.
+# Under this preset a bfloat16 op is computed in bfloat16 instead, as the framework does:
+# _forward_bf16, _backward_bf16 and _jvp_bf16 (above), whose numbers are rounded to
+# bfloat16 and whose products, sums and quotients are each rounded to bfloat16.
 DTYPE_INPUTS = ('a', 'b')  # the inputs whose dtype is the output's
 _float_forward, _float_backward, _float_jvp = forward, backward, jvp
 
@@ -388,7 +450,8 @@ def _through(name: str, value, bf16: np.dtype):
 def _rounded(value, bf16: np.dtype):
     """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
-        return value.astype(bf16)
+        with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+            return value.astype(bf16)
     return value
 
 
@@ -419,7 +482,7 @@ def forward(a, b):
     # under a bfloat16 op the other float inputs (random samples) are read in bfloat16, as PyTorch
     wide = [_widened(name, v) if name in DTYPE_INPUTS or not whole else _through(name, v, bf16)
             for name, v in zip(INPUTS, inputs)]
-    output, saved = _float_forward(*wide)
+    output, saved = (_forward_bf16 if whole else _float_forward)(*wide)
     if whole:
         output = (_rounded(output[0], bf16),) + output[1:] if isinstance(output, tuple) else \
             _rounded(output, bf16)
@@ -434,8 +497,10 @@ def backward(grad_output, saved):
     wide, bf16, whole, fields = _widened_saved(saved)
     if bf16 is None:
         return _float_backward(_widened("grad_output", grad_output), saved)
-    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
-                            _widened("grad_output", grad_output), wide)
+    if whole:
+        grads = _backward_bf16(_through("grad_output", grad_output, bf16), wide)
+    else:
+        grads = _float_backward(_widened("grad_output", grad_output), wide)
     return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
 
 
@@ -445,7 +510,7 @@ def jvp(tangent_a, tangent_b, saved):
     names = [f"tangent_{name}" for name in INPUTS]
     if bf16 is None or not whole:
         return _float_jvp(*[_widened(n, t) for n, t in zip(names, tangents)], wide)
-    return _rounded(_float_jvp(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
+    return _rounded(_jvp_bf16(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
 
 
 forward.__doc__, backward.__doc__, jvp.__doc__ = (_float_forward.__doc__, _float_backward.__doc__,

@@ -34,7 +34,7 @@ def file_names(op: Op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
-    ctx = context(art) | _bfloat16_context(art)
+    ctx = _bfloat16_context(art) | context(art)
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
 
@@ -45,7 +45,16 @@ def _bfloat16_context(art: Artifacts) -> dict:
     names = list(art.kernel.inputs if op.spec.strategy.expression else op.spec.inputs)
     integer = ("indices",) if op.spec.strategy.scatter else ()  # unpooling's integer indices
     return {"input_names": names, "dtype_inputs": repr(tuple(
-        n for n in names if n not in op.spec.constant_inputs and n not in integer))}
+        n for n in names if n not in op.spec.constant_inputs and n not in integer)),
+            # the functions computing a whole-bfloat16 op in bfloat16 (None: its float32 ones), and
+            # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
+            "bfloat16_kernels": None, "bfloat16_note": []}
+
+
+def computes_bfloat16(art: Artifacts) -> bool:
+    """Whether the NumPy module computes a whole-bfloat16 op in bfloat16 (_elementwise_bfloat16:
+    an elementwise op under a preset whose half is "half"), not as its float32 code rounded once."""
+    return bool(context(art).get("bfloat16_kernels"))
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
@@ -67,6 +76,49 @@ def _forward_quiet(kernel: ElementwiseKernel) -> str:
 def _widened(name: str) -> str:
     """An array as float32 where it is float16 (else itself): float16 computed in float32."""
     return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
+
+
+_GRADIENTS_DOC = "The gradient of every input that backward returns, in grad_output's shape (or a scalar)."
+
+
+def _output_kernel(name: str, doc: str, intermediates: list, output: str) -> dict:
+    """One function computing forward's output (elementwise.py.jinja): its name, docstring,
+    temporaries [(name, code)] and output."""
+    return {"name": name, "doc": doc, "intermediates": intermediates, "output": output}
+
+
+def _gradient_kernel(name: str, doc: str, backward_intermediates: list, grads: list) -> dict:
+    """One function computing the gradients (elementwise.py.jinja): its name, docstring,
+    temporaries before the errstate block and the gradients' lines [(name, code)]."""
+    return {"name": name, "doc": doc, "backward_intermediates": backward_intermediates, "grads": grads}
+
+
+def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grads) -> dict:
+    """An elementwise op under a preset that computes float16 in float16 (Preset.half "half": JAX,
+    and NumPy's float16) computes bfloat16 in bfloat16 too: functions of its own on float32 arrays
+    holding bfloat16 values, each number rounded to bfloat16 and each product, sum and quotient
+    rounded to bfloat16 (_bf16), as XLA and PyTorch's clamp compute bfloat16; none where that is
+    the float32 code rounded once (no arithmetic, every number a bfloat16)."""
+    def bf16(expr, select=True):
+        return numpy_code(expr, select=select, bfloat16=True)
+    output = _output_kernel("_output_bf16", "forward's output computed in bfloat16 (float32 arrays holding "
+                            "bfloat16 values).", [(a.name, bf16(a.expr)) for a in kernel.intermediates],
+                            bf16(kernel.output))
+    gradients = _gradient_kernel("_gradients_bf16", "_gradients computed in bfloat16 (float32 arrays holding "
+                                 "bfloat16 values).", [(a.name, bf16(a.expr, False)) for a in back_inter],
+                                 [(a.name, bf16(a.expr)) for a in grads])
+    float_output, float_gradients = ctx["output_kernels"][0], ctx["gradient_kernels"][0]
+    same = all(output[k] == float_output[k] for k in ("intermediates", "output")) and all(
+        gradients[k] == float_gradients[k] for k in ("backward_intermediates", "grads"))
+    if same:
+        return {}
+    return {"output_kernels": ctx["output_kernels"] + [output],
+            "gradient_kernels": ctx["gradient_kernels"] + [gradients],
+            "bfloat16_kernels": {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"},
+            "bfloat16_note": [
+                "Under this preset a bfloat16 op is computed in bfloat16 instead, as the framework does:",
+                "_forward_bf16, _backward_bf16 and _jvp_bf16 (above), whose numbers are rounded to",
+                "bfloat16 and whose products, sums and quotients are each rounded to bfloat16."]}
 
 
 def numpy_partials(kernel) -> dict:
@@ -101,16 +153,21 @@ def context(art: Artifacts) -> dict:
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
-            intermediates=forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
-                                          for a in kernel.intermediates],
-            output=numpy_code(kernel.output.xreplace(sub), select=True),
-            grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
+            output_kernels=[_output_kernel(
+                "_output", "forward's output in dtype.",
+                forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
+                                for a in kernel.intermediates],
+                numpy_code(kernel.output.xreplace(sub), select=True))],
+            gradient_kernels=[_gradient_kernel(
+                "_gradients", _GRADIENTS_DOC,
+                (backward_wide if wide else []) + [(a.name, numpy_code(a.expr)) for a in back_inter],
+                [(a.name, numpy_code(a.expr, select=True)) for a in shared + grads])],
             broadcast=kernel.broadcast,
             forward_quiet=_forward_quiet(kernel),
-            backward_intermediates=(backward_wide if wide else [])
-            + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
+        if op.convention and not op.half_in_float:
+            ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
@@ -302,10 +359,12 @@ def _expression_context(art: Artifacts) -> dict:
         "template": "numpy/elementwise.py.jinja",
         "inputs": list(kernel.inputs),
         "inputs_tuple": repr(tuple(kernel.inputs)),
-        "intermediates": [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
-        "backward_intermediates": [(a.name, numpy_code(a.expr)) for a in back_inter],
-        "output": numpy_code(kernel.output),
-        "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
+        "output_kernels": [_output_kernel("_output", "forward's output in dtype.",
+                                          [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+                                          numpy_code(kernel.output))],
+        "gradient_kernels": [_gradient_kernel("_gradients", _GRADIENTS_DOC,
+                                              [(a.name, numpy_code(a.expr)) for a in back_inter],
+                                              [(a.name, numpy_code(a.expr)) for a in adjoints + grads])],
         "broadcast": kernel.broadcast,
         "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],
