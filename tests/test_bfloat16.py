@@ -516,3 +516,25 @@ def test_generator_rounds_numbers_to_bfloat16_as_ml_dtypes():
             want = float(np.float64(v).astype(BF16).astype(np.float64))
         got = bfloat16_value(float(v))
         assert np.float64(got).tobytes() == np.float64(want).tobytes(), (v, got, want)
+
+
+@pytest.mark.parametrize("name,params,convention", [("leaky_relu", {"negative_slope": 0.3}, "jax"),
+                                                    ("clamp", {"min": -0.1, "max": 0.3}, "torch")])
+def test_cpu_backend_refuses_what_the_numpy_module_computes_in_bfloat16(name, params, convention):
+    """The compiled kernels compute float32 and round once; where the NumPy module computes a
+    bfloat16 op in bfloat16 (constants and products rounded), the cpu backend refuses bfloat16 with
+    one TypeError instead of silently differing; elsewhere it equals the NumPy module."""
+    import shutil
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler: the cpu backend needs one")
+    x = np.array([-1.0, -0.1, 0.0, 2.0], BF16)
+    m = symgrad.load(name, backend="cpu", convention=convention, **params)
+    with pytest.raises(TypeError, match=r"bfloat16 .* NumPy backend only.*backend='numpy'"):
+        m.forward(x)
+    y, saved = m.forward(x.astype(np.float32))  # float32 stays the compiled kernels'
+    assert y.dtype == np.float32
+    same = symgrad.load(name, backend="cpu", convention="torch" if convention == "jax" else "jax",
+                        **({"negative_slope": 0.25} if name == "leaky_relu" else {"min": -1.0, "max": 0.5}))
+    ref = symgrad.load(name, convention="torch" if convention == "jax" else "jax",
+                       **({"negative_slope": 0.25} if name == "leaky_relu" else {"min": -1.0, "max": 0.5}))
+    assert _bits(same.forward(x)[0]) == _bits(ref.forward(x)[0])

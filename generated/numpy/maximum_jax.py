@@ -221,11 +221,6 @@ def _output(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
     return np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
 
 
-def _output_bf16(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
-    """forward's output computed in bfloat16 (float32 arrays holding bfloat16 values)."""
-    return np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
-
-
 def _saved_inputs(saved: Saved) -> tuple:
     """The inputs forward kept, checked against saved: floating arrays whose shapes broadcast to
     saved.output_shape and whose dtypes give saved.dtype."""
@@ -255,17 +250,6 @@ def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> 
         t0 = (1) / (np.add(cmp0, cmp1, dtype=dtype))
         grad_a = grad_output*_select(cmp0, t0)
         grad_b = grad_output*_select(cmp1, t0)
-    return (grad_a, grad_b)
-
-
-def _gradients_bf16(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> tuple:
-    """_gradients computed in bfloat16 (float32 arrays holding bfloat16 values)."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
-        cmp0 = a >= b
-        cmp1 = b >= a
-        t0 = _bf16((1) / (np.add(cmp0, cmp1, dtype=dtype)))
-        grad_a = _bf16(grad_output*_select(cmp0, t0))
-        grad_b = _bf16(grad_output*_select(cmp1, t0))
     return (grad_a, grad_b)
 
 
@@ -380,38 +364,12 @@ def _jvp(gradients, tangents: tuple, saved: Saved) -> np.ndarray:
     return np.array(np.broadcast_to(total, saved.output_shape), dtype=saved.dtype)
 
 
-def _bf16(v) -> np.ndarray:
-    """float32 values rounded to bfloat16 (to nearest, ties to even) and back: one bfloat16
-    operation's result, exact in float32 (ml_dtypes is imported once a bfloat16 array arrived)."""
-    import ml_dtypes
-    with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
-        return np.asarray(v, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
-
-
-def _forward_bf16(*inputs):
-    """forward of float32 arrays holding bfloat16 values, computed in bfloat16 (_output_bf16)."""
-    return _forward(_output_bf16, *inputs)
-
-
-def _backward_bf16(grad_output, saved):
-    """backward of float32 arrays holding bfloat16 values, computed in bfloat16 (_gradients_bf16)."""
-    return _backward(_gradients_bf16, grad_output, saved)
-
-
-def _jvp_bf16(*args):
-    """jvp of float32 arrays holding bfloat16 values, computed in bfloat16 (_gradients_bf16)."""
-    return _jvp(_gradients_bf16, args[:-1], args[-1])
-
-
 # ----------------------------------------------------------------------------- bfloat16
 # bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
 # kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32
 # code above, and each result rounded once to bfloat16 (to nearest, ties to even).  saved keeps
 # bfloat16 arrays and dtype.  Where bfloat16 meets float32 or float64 (elementwise inputs) the
 # result is the wider type, and a bfloat16 input still gets a bfloat16 gradient.
-# Under this preset a bfloat16 op is computed in bfloat16 instead, as the framework does:
-# _forward_bf16, _backward_bf16 and _jvp_bf16 (above), whose numbers are rounded to
-# bfloat16 and whose products, sums and quotients are each rounded to bfloat16.
 DTYPE_INPUTS = ('a', 'b')  # the inputs whose dtype is the output's
 _float_forward, _float_backward, _float_jvp = forward, backward, jvp
 
@@ -482,7 +440,7 @@ def forward(a, b):
     # under a bfloat16 op the other float inputs (random samples) are read in bfloat16, as PyTorch
     wide = [_widened(name, v) if name in DTYPE_INPUTS or not whole else _through(name, v, bf16)
             for name, v in zip(INPUTS, inputs)]
-    output, saved = (_forward_bf16 if whole else _float_forward)(*wide)
+    output, saved = _float_forward(*wide)
     if whole:
         output = (_rounded(output[0], bf16),) + output[1:] if isinstance(output, tuple) else \
             _rounded(output, bf16)
@@ -497,10 +455,8 @@ def backward(grad_output, saved):
     wide, bf16, whole, fields = _widened_saved(saved)
     if bf16 is None:
         return _float_backward(_widened("grad_output", grad_output), saved)
-    if whole:
-        grads = _backward_bf16(_through("grad_output", grad_output, bf16), wide)
-    else:
-        grads = _float_backward(_widened("grad_output", grad_output), wide)
+    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
+                            _widened("grad_output", grad_output), wide)
     return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
 
 
@@ -510,7 +466,7 @@ def jvp(tangent_a, tangent_b, saved):
     names = [f"tangent_{name}" for name in INPUTS]
     if bf16 is None or not whole:
         return _float_jvp(*[_widened(n, t) for n, t in zip(names, tangents)], wide)
-    return _rounded(_jvp_bf16(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
+    return _rounded(_float_jvp(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
 
 
 forward.__doc__, backward.__doc__, jvp.__doc__ = (_float_forward.__doc__, _float_backward.__doc__,

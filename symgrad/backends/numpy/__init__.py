@@ -93,6 +93,61 @@ def _gradient_kernel(name: str, doc: str, backward_intermediates: list, grads: l
     return {"name": name, "doc": doc, "backward_intermediates": backward_intermediates, "grads": grads}
 
 
+def _rounds_apart(assigns: list, outputs: list) -> bool:
+    """Whether computing in bfloat16 (each number rounded to bfloat16, each product, sum and
+    quotient rounded) can differ from the float32 code rounded once: a number bfloat16 cannot hold,
+    or a rounded operation inside another one (directly or through a temporary).  Not counted as
+    rounded, being exact: a negation, and the small weights (a multiple of 1/4 up to 4 in size:
+    such numbers, 1 / a count of at most two conditions or / a product of two such counts, their
+    selects and sums; inf where 1 / 0 is selected away).  assigns: [(name, expr)] in order."""
+    from ...indicators import Literal
+    from ...lower import Count, Quotient, Select
+    from .printer import bfloat16_value
+
+    counts, smalls, rounded = set(), set(), set()  # temporaries: counts, small weights, rounded
+
+    def is_count(e) -> bool:
+        return (isinstance(e, Count) and len(e.args) <= 2) or (isinstance(e, sp.Symbol) and e.name in counts)
+
+    def small(e) -> bool:  # a weight that every dtype holds exactly
+        if isinstance(e, sp.Symbol):
+            return e.name in smalls
+        if e.is_Number:
+            return abs(e) <= 4 and (4 * e).is_integer
+        if isinstance(e, Quotient):
+            den = e.args[1].args if isinstance(e.args[1], sp.Mul) else (e.args[1],)
+            return e.args[0] in (1, -1) and len(den) <= 2 and all(is_count(d) for d in den)
+        if isinstance(e, Select):
+            return small(e.args[1]) and small(e.args[2])
+        if isinstance(e, sp.Add):
+            return len(e.args) <= 2 and all(small(a) for a in e.args)
+        return False
+
+    def rounds(e) -> bool:  # whether e's value comes out of a rounded operation
+        if isinstance(e, sp.Symbol):
+            return e.name in rounded
+        if small(e):
+            return False
+        if isinstance(e, sp.Mul) and len(e.args) == 2 and -1 in e.args:
+            return rounds(e.args[1] if e.args[0] == -1 else e.args[0])
+        if isinstance(e, (sp.Mul, sp.Add, Quotient)):
+            return True
+        return any(rounds(a) for a in e.args)
+
+    def nested(e) -> bool:  # a rounded operation with a rounded operand
+        if isinstance(e, (sp.Mul, sp.Add, Quotient)) and rounds(e) and any(rounds(a) for a in e.args):
+            return True
+        return any(nested(a) for a in e.args)
+
+    for name, e in [*assigns, *((None, e) for e in outputs)]:
+        numbers = [float(n) for n in e.atoms(sp.Number)] + [lit.value for lit in e.atoms(Literal)]
+        if any(bfloat16_value(v) != v for v in numbers if v == v) or nested(e):
+            return True
+        if name is not None:
+            (counts if is_count(e) else smalls if small(e) else rounded if rounds(e) else set()).add(name)
+    return False
+
+
 def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grads) -> dict:
     """An elementwise op under a preset that computes float16 in float16 (Preset.half "half": JAX,
     and NumPy's float16) computes bfloat16 in bfloat16 too: functions of its own on float32 arrays
@@ -107,10 +162,9 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
     gradients = _gradient_kernel("_gradients_bf16", "_gradients computed in bfloat16 (float32 arrays holding "
                                  "bfloat16 values).", [(a.name, bf16(a.expr, False)) for a in back_inter],
                                  [(a.name, bf16(a.expr)) for a in grads])
-    float_output, float_gradients = ctx["output_kernels"][0], ctx["gradient_kernels"][0]
-    same = all(output[k] == float_output[k] for k in ("intermediates", "output")) and all(
-        gradients[k] == float_gradients[k] for k in ("backward_intermediates", "grads"))
-    if same:
+    forward_apart = _rounds_apart([(a.name, a.expr) for a in kernel.intermediates], [kernel.output])
+    backward_apart = _rounds_apart([(a.name, a.expr) for a in [*back_inter, *grads]], [])
+    if not (forward_apart or backward_apart):
         return {}
     return {"output_kernels": ctx["output_kernels"] + [output],
             "gradient_kernels": ctx["gradient_kernels"] + [gradients],
