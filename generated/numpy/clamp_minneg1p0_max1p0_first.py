@@ -216,8 +216,8 @@ def _saved_inputs(saved: Saved) -> tuple:
 
 def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
-    u0 = np.maximum(x, -1.0)
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
+        u0 = np.maximum(x, -1.0)
         grad_x = _select((np.isnan(u0) | (u0 <= 1.0)) & (np.isnan(x) | (x >= -1.0)), grad_output)
     return (grad_x,)
 
