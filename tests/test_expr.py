@@ -458,7 +458,6 @@ def test_hostile_strings_are_refused_by_the_cli(tmp_path):
              ["derive", "relu", "--expr", "x"],
              ["derive", "--expr", "x*y", "--kernel-size", "2"],
              ["derive", "--expr", "x*y", "--wrt", "q"],
-             ["derive", "--expr", "x*y", "--format", "markdown"],
              ["derive", "relu", "--wrt", "x"]]
     dirs = []
     for k in range(len(runs)):
