@@ -346,9 +346,11 @@ def _steps_and_checks(d, full: bool) -> list[str]:
 
 def cmd_derive_expr(ns, argv: list[str], out) -> int:
     op = _expr_op(ns, argv)
-    if ns.format != "text":
-        raise ValueError(f"--format {ns.format} is available for catalog ops; an expression's "
-                         f"derivation prints as text")
+    if ns.format != "text":  # the expression's page (pages.page: docs_special.expression_page)
+        from . import pages
+        with derivations.announcing(_progress()):
+            print(pages.render(op, ns.format), end="", file=out)
+        return 0
     with derivations.announcing(_progress()):
         d = api._derive(op)
     lines = [f"expression: {op.params['expr']}", f"inputs: {', '.join(op.params['inputs'])}; "

@@ -233,8 +233,9 @@ PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "
 
 def backward_source(source: str, never: frozenset = frozenset()) -> str:
     """The `backward` function of a generated module as emitted, with the module's own functions
-    that it calls to compute the gradient, directly or through one another (argument checks,
-    layout plumbing and the functions in `never` left out), in the order of the module."""
+    that it calls or passes on to compute the gradient (an elementwise backward hands its
+    `_gradients` to `_backward`), directly or through one another (argument checks, layout
+    plumbing and the functions in `never` left out), in the order of the module."""
     import ast
     tree = ast.parse(source)
     defs = {}  # the first definition of each name: the float code, not its bfloat16 wrapper
@@ -244,10 +245,10 @@ def backward_source(source: str, never: frozenset = frozenset()) -> str:
     wanted, todo = {"backward"}, ["backward"]
     while todo:
         for c in ast.walk(defs[todo.pop()]):
-            if (isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in defs
-                    and c.func.id not in wanted | PLUMBING | never):
-                wanted.add(c.func.id)
-                todo.append(c.func.id)
+            if (isinstance(c, ast.Name) and isinstance(c.ctx, ast.Load) and c.id in defs
+                    and c.id not in wanted | PLUMBING | never):
+                wanted.add(c.id)
+                todo.append(c.id)
     lines = source.splitlines()
     parts = []
     for n in tree.body:

@@ -7,6 +7,7 @@ the worked examples comes from running the generated module.
 from __future__ import annotations
 
 import numpy as np
+import sympy as sp
 
 from . import policy as _policy
 from .derive import derive
@@ -249,3 +250,56 @@ def special_page(op: Op) -> Page:
 
 
 __all__ = ["special_page", "unpool_example"]
+
+
+# ------------------------------------------------------------------------------ expressions
+
+def _expr_command(op: Op, verb: str, tail: str) -> str:
+    """The CLI command of an expression op: `symgrad <verb> --expr '...' ... <tail>`."""
+    expr, inputs, wrt = op.params["expr"], op.params["inputs"], op.params["wrt"]
+    args = [f"--expr '{expr}'", f"--inputs {','.join(inputs)}"]
+    if tuple(wrt) != tuple(inputs):
+        args.append(f"--wrt {','.join(wrt)}")
+    args.append(cli_arguments(op))
+    return " ".join(["symgrad", verb] + [a for a in args if a] + [tail]).rstrip()
+
+
+def _words_or_formula(expr):
+    """A step's item: words where the derivation names what a node becomes (a Symbol holding a
+    sentence, as `symgrad derive --expr` prints it), else the formula."""
+    if isinstance(expr, str) or (isinstance(expr, sp.Symbol) and " " in expr.name):
+        return str(expr)
+    return M(latex(expr))
+
+
+def expression_page(op: Op) -> Page:
+    """The page of a user's expression (`symgrad derive --expr ... --format markdown|latex`): the
+    steps `symgrad derive --expr` prints, each formula displayed (a smooth expression has no
+    non-smooth steps: no empty sections), the derivation's checks and the generated backward."""
+    from .docs import Regenerate, settings_lines
+    d = derive(op)
+    sections = []
+    for step in d.steps:
+        if not step.items:
+            continue
+        s = Section(step.title[0].upper() + step.title[1:])
+        s.blocks.append(Para([f"{step.note}:"]))
+        s.blocks.append(Bullets([[C(label.strip()), ": ", _words_or_formula(expr)] for label, expr in step.items]))
+        sections.append(s)
+    checks = Section("Checks")
+    checks.blocks.append(Bullets([[c] for c in d.checks]))
+    sections.append(checks)
+    mod, source, name = module_for(op)
+    code = Section("The generated NumPy backward")
+    code.blocks.append(Para(["From ", C(name), " (", C(_expr_command(op, "generate", f"--name {op.name} --out DIR")),
+                             "), as emitted:"]))
+    code.blocks.append(Code("python", backward_source(source)))
+    sections.append(code)
+    opening = [Bullets([[f"expression: {op.params['expr']}"],
+                        [f"inputs: {', '.join(op.params['inputs'])}; gradients returned for: "
+                         f"{', '.join(op.params['wrt'])}"]] + [[line] for line in settings_lines(op)]),
+               Para(["Every formula below is printed from symgrad's derivation object, as ",
+                     C("symgrad derive --expr"), " prints it. Regenerate: ",
+                     Regenerate(_expr_command(op, "derive", "--format")), "."])]
+    return Page(f"{op.params['expr']}: the backward under tie policy {op.ties}", opening, sections, None,
+                name[:-3])

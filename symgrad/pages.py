@@ -10,11 +10,13 @@ from . import policy as _policy
 from .conventions import PRESETS
 from .docs import FORMATS, PROVENANCE, Page, _op_label, _templates, latex_page, markdown_page
 from .docs import page as _maxmin_page
-from .docs_special import special_page
+from .docs_special import expression_page, special_page
 from .ops import Op
 
 
 def page(op: Op) -> Page:
+    if op.spec.strategy.expression:  # a user's expression: its derivation's steps
+        return expression_page(op)
     return special_page(op) if op.spec.strategy.special else _maxmin_page(op)
 
 

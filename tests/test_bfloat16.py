@@ -295,19 +295,134 @@ def test_jax_preset_equals_jax_bfloat16(index):
             assert got.dtype == BF16 and _bits(got) == _bits(want), (name, xs, g, got, want)
 
 
-def test_jax_preset_bfloat16_constants_are_float32():
-    """The documented exception: a constant that bfloat16 cannot hold (a leaky_relu slope of 0.3)
-    is used in float32 and the product rounded once, where JAX rounds the constant to bfloat16
-    first; with the slope given to JAX as float32 the results are equal bit for bit."""
+EVERY = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(BF16)  # every bfloat16 value
+TINY = 2.0**-126  # bfloat16's (and float32's) smallest normal
+
+
+def _jax_every_value_cases():
+    jax, jnp, _ = _jax()
+    return {  # id: (op, params, JAX function)
+        "leaky_relu-0.3": ("leaky_relu", {"negative_slope": 0.3}, lambda v: jax.nn.leaky_relu(v, 0.3)),
+        "leaky_relu": ("leaky_relu", {}, jax.nn.leaky_relu),
+        "leaky_relu-neg": ("leaky_relu", {"negative_slope": -0.7}, lambda v: jax.nn.leaky_relu(v, -0.7)),
+        "leaky_relu-0": ("leaky_relu", {"negative_slope": 0.0}, lambda v: jax.nn.leaky_relu(v, 0.0)),
+        "clamp": ("clamp", {"min": -0.1, "max": 0.2}, lambda v: jnp.clip(v, -0.1, 0.2)),
+        "clamp-min": ("clamp", {"min": -0.1}, lambda v: jnp.clip(v, -0.1)),
+        "hardtanh": ("hardtanh", {}, jax.nn.hard_tanh),
+        "relu6": ("relu6", {}, jax.nn.relu6),
+        "relu": ("relu", {}, jax.nn.relu),
+        "abs": ("abs", {}, jnp.abs),
+        "maximum": ("maximum", {}, jnp.maximum),
+        "minimum": ("minimum", {}, jnp.minimum),
+    }
+
+
+def _flushed(*arrays) -> np.ndarray:
+    """Where XLA's CPU flush of subnormals (to zero, inputs and results: FTZ/DAZ) can show: an
+    input that is subnormal, or a result at most the smallest normal (a product that was subnormal
+    in float32 before its rounding to bfloat16)."""
+    out = np.zeros(np.shape(arrays[0]), dtype=bool)
+    for a in arrays:
+        a = np.abs(np.asarray(a, dtype=np.float32))
+        out |= (a > 0) & (a <= TINY)
+    return out
+
+
+@pytest.mark.parametrize("case", ["leaky_relu-0.3", "leaky_relu", "leaky_relu-neg", "leaky_relu-0",
+                                  "clamp", "clamp-min", "hardtanh", "relu6", "relu", "abs",
+                                  "maximum", "minimum"])
+def test_jax_preset_bfloat16_every_value_as_jax(case):
+    """Every bfloat16 value (and every one as a gradient and a tangent) under convention="jax"
+    equals JAX's bfloat16 bit for bit, signs of zero included: constants rounded to bfloat16 first
+    (leaky_relu's 0.3 is 0.30078125, clamp's -0.1 is -0.10009765625, in comparisons too), each
+    product and sum rounded to bfloat16.  Off the flushed values (XLA's CPU flushes subnormals to
+    zero: _flushed, a few hundred values; README) and, for jvp, compared with +0 == -0 (JAX's
+    forward mode selects a tangent where the module's jvp adds backward's pieces)."""
+    jax, jnp, _ = _jax()
+    name, params, fn = _jax_every_value_cases()[case]
+    m = symgrad.load(name, convention="jax", **params)
+    xs = [EVERY, np.roll(EVERY, 12345)][: 2 if name in ("maximum", "minimum") else 1]
+    g = np.roll(EVERY, 7)
+    tangents = [np.roll(EVERY, 3 * k + 1) for k in range(len(xs))]
+    with np.errstate(all="ignore"):
+        y, saved = m.forward(*xs)
+        grads = m.backward(g, saved)
+        t = m.jvp(*tangents, saved)
+    want_y, want_grads = _jax_run(fn, xs, g)
+    want_t = np.asarray(jax.jvp(fn, tuple(map(jnp.asarray, xs)), tuple(map(jnp.asarray, tangents)))[1])
+    shown = ~_flushed(*xs, g, *tangents, y, want_y, *grads, *want_grads, t, want_t)
+    assert shown.sum() > 60000
+    assert y.dtype == BF16 and _bits(y[shown]) == _bits(want_y[shown]), case
+    for got, want in zip(grads, want_grads):
+        assert got.dtype == BF16 and _bits(got[shown]) == _bits(want[shown]), case
+    zero = np.float32(0)
+    assert t.dtype == BF16 and _bits(t[shown] + zero) == _bits(want_t[shown] + zero), case
+
+
+def test_jax_preset_bfloat16_constants_are_bfloat16():
+    """leaky_relu(x, 0.3) rounds 0.3 to bfloat16 (0.30078125) and the product to bfloat16, as JAX:
+    on these values a float32 slope with one rounding differs (the code before computed that)."""
     jax, jnp, _ = _jax()
     m = symgrad.load("leaky_relu", negative_slope=0.3, convention="jax")
     x = -np.arange(1, 200, dtype=np.float32).astype(BF16) / BF16.type(7)
     g = np.ones(x.shape, BF16)
     y = m.forward(x)[0]
-    assert _bits(y) != _bits(jax.nn.leaky_relu(jnp.asarray(x), 0.3))  # the exception is real
-    want_y, (want_g,) = _jax_run(lambda v: jax.nn.leaky_relu(v, np.float32(0.3)).astype(jnp.bfloat16), [x], g)
+    want_y, (want_g,) = _jax_run(lambda v: jax.nn.leaky_relu(v, 0.3), [x], g)
     assert _bits(y) == _bits(want_y)
     assert _bits(m.backward(g, m.forward(x)[1])[0]) == _bits(want_g)
+    once = (x.astype(np.float32) * np.float32(0.3)).astype(BF16)
+    assert _bits(y) != _bits(once)  # float32 constant, one rounding: not JAX's
+
+
+def test_xla_flushes_subnormals_on_the_cpu():
+    """The documented exception is JAX's: on the CPU XLA treats a subnormal input as zero and
+    flushes a subnormal result to zero, in float32 as in bfloat16, where the presets (and NumPy,
+    PyTorch) compute with subnormals."""
+    jax, jnp, _ = _jax()
+    for dtype in (np.float32, BF16):
+        x = np.array([1e-40, -1e-40, -1.5e-38], dtype)
+        assert np.all(np.asarray(jax.nn.relu(jnp.asarray(x))) == 0)  # 1e-40 > 0 is false
+        assert np.asarray(jax.nn.leaky_relu(jnp.asarray(x), 0.5))[2] == 0  # -7.5e-39 flushed
+        y = symgrad.load("relu", convention="jax").forward(x)[0]
+        assert y[0] > 0
+
+
+TORCH_EVERY = {  # id: (op, params, PyTorch function)
+    "leaky_relu-0.3": ("leaky_relu", {"negative_slope": 0.3}, lambda t: F.leaky_relu(t, 0.3)),
+    "leaky_relu": ("leaky_relu", {}, F.leaky_relu),
+    "leaky_relu-neg": ("leaky_relu", {"negative_slope": -0.7}, lambda t: F.leaky_relu(t, -0.7)),
+    "leaky_relu-0": ("leaky_relu", {"negative_slope": 0.0}, lambda t: F.leaky_relu(t, 0.0)),
+    "clamp": ("clamp", {"min": -0.1, "max": 0.2}, lambda t: torch.clamp(t, -0.1, 0.2)),
+    "clamp-min": ("clamp", {"min": -0.1}, lambda t: torch.clamp(t, -0.1)),
+    "hardtanh": ("hardtanh", {"min_val": -0.1, "max_val": 0.3}, lambda t: F.hardtanh(t, -0.1, 0.3)),
+    "relu6": ("relu6", {}, F.relu6),
+    "relu": ("relu", {}, torch.relu),
+    "abs": ("abs", {}, torch.abs),
+    "maximum": ("maximum", {}, torch.maximum),
+    "minimum": ("minimum", {}, torch.minimum),
+}
+
+
+@pytest.mark.parametrize("case", list(TORCH_EVERY))
+def test_torch_preset_bfloat16_every_value_as_pytorch(case):
+    """Every bfloat16 value (and every one as a gradient) under convention="torch" equals
+    PyTorch 2.13's CPU bfloat16 bit for bit, signs of zero included: PyTorch computes these ops'
+    bfloat16 in float32 with float32 constants (clamp's -0.1 too) and rounds once, as the module
+    does (hardtanh/relu6's backward at NaN: compared off NaN, their SIMD lanes contradict)."""
+    name, params, fn = TORCH_EVERY[case]
+    m = symgrad.load(name, convention="torch", **params)
+    xs = [EVERY, np.roll(EVERY, 12345)][: 2 if name in ("maximum", "minimum") else 1]
+    g = np.roll(EVERY, 7)
+    with np.errstate(all="ignore"):
+        y, saved = m.forward(*xs)
+        grads = m.backward(g, saved)
+    want_y, want_grads = _torch_run(fn, xs, g)
+    assert y.dtype == BF16 and _bits(y) == _bits(want_y), case
+    for x, got, want in zip(xs, grads, want_grads):
+        if name in NAN_BY_LANE:
+            with np.errstate(invalid="ignore"):  # np.isnan of a signaling NaN
+                got, want = np.where(np.isnan(x), 0, got), np.where(np.isnan(x), 0, want)
+        assert _bits(got) == _bits(want), case
 
 
 # ----------------------------------------------------------------------------- the bridges
@@ -385,3 +500,41 @@ def test_jax_preset_bfloat16_unpool_and_adaptive():
         y, saved = adaptive.forward(x)
         want_y, (want,) = _jax_run(fn, [x], g)
         assert _bits(y) == _bits(want_y) and _bits(adaptive.backward(g, saved)[0]) == _bits(want)
+
+
+def test_generator_rounds_numbers_to_bfloat16_as_ml_dtypes():
+    """The generator's pure-Python rounding of a constant (symgrad imports no ml_dtypes) equals
+    ml_dtypes' cast from float64: to nearest, ties to even, subnormals, overflow to inf."""
+    from symgrad.backends.numpy.printer import bfloat16_value
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-45, 40, 2000),
+                             [0.3, -0.1, 0.01, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3961e38, 3.4e38, 1e39,
+                              2.0**-133, 2.0**-134, 1.5 * 2.0**-134, 2.0**-126 * 0.99, -0.0, 0.0,
+                              np.inf, -np.inf, 1 / 3]])
+    for v in values:
+        with np.errstate(over="ignore"):  # 1e39: inf, as bfloat16_value
+            want = float(np.float64(v).astype(BF16).astype(np.float64))
+        got = bfloat16_value(float(v))
+        assert np.float64(got).tobytes() == np.float64(want).tobytes(), (v, got, want)
+
+
+@pytest.mark.parametrize("name,params,convention", [("leaky_relu", {"negative_slope": 0.3}, "jax"),
+                                                    ("clamp", {"min": -0.1, "max": 0.3}, "torch")])
+def test_cpu_backend_refuses_what_the_numpy_module_computes_in_bfloat16(name, params, convention):
+    """The compiled kernels compute float32 and round once; where the NumPy module computes a
+    bfloat16 op in bfloat16 (constants and products rounded), the cpu backend refuses bfloat16 with
+    one TypeError instead of silently differing; elsewhere it equals the NumPy module."""
+    import shutil
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler: the cpu backend needs one")
+    x = np.array([-1.0, -0.1, 0.0, 2.0], BF16)
+    m = symgrad.load(name, backend="cpu", convention=convention, **params)
+    with pytest.raises(TypeError, match=r"bfloat16 .* NumPy backend only.*backend='numpy'"):
+        m.forward(x)
+    y, saved = m.forward(x.astype(np.float32))  # float32 stays the compiled kernels'
+    assert y.dtype == np.float32
+    same = symgrad.load(name, backend="cpu", convention="torch" if convention == "jax" else "jax",
+                        **({"negative_slope": 0.25} if name == "leaky_relu" else {"min": -1.0, "max": 0.5}))
+    ref = symgrad.load(name, convention="torch" if convention == "jax" else "jax",
+                       **({"negative_slope": 0.25} if name == "leaky_relu" else {"min": -1.0, "max": 0.5}))
+    assert _bits(same.forward(x)[0]) == _bits(ref.forward(x)[0])

@@ -304,8 +304,11 @@ def _ulp_close(got, want, scale, ulps, what):
 @SETTINGS
 def test_logsumexp(framework, data):
     """The documented exception (README): exp and log are NumPy's, not SLEEF's or XLA's, so the
-    forward is within 4 ulps and a gradient g * exp(x - y) within 4 (1 + |y|) ulps of |g exp(x - y)|
-    (y's rounding, scaled by the exponent); NaN, +-inf and the signs of zero bit for bit."""
+    forward is within 4 ulps of 1 + |y| (y = m + log(sum): an absolute error about that of m and
+    of the log, however much they cancel) and a gradient g * exp(x - y) within 4 (1 + |x| + |y|)
+    ulps of |g exp(x - y)| (the errors of y and x - y, scaled by the exponent); NaN, +-inf and the
+    signs of zero bit for bit.  Measured worst over 200 cases per dtype and preset: 0.9 and 1.3
+    (benchmarks/logsumexp_ulps.py)."""
     shape, dim = data.draw(st.sampled_from([((6,), 0), ((3, 5), 1), ((2, 3, 4), (0, 2))]))
     dtype = data.draw(dtypes)
     x = data.draw(values(shape, dtype) | arrays(dtype, shape, elements=st.floats(-8, 8, width=16).map(dtype)))
@@ -317,8 +320,8 @@ def test_logsumexp(framework, data):
     else:
         want = jax_vjp(lambda v: jax.nn.logsumexp(v, axis=dim), [x], g)
     (gy, (gx,)), (wy, (wx,)) = ours("logsumexp", framework, params, [x], g), want
-    _ulp_close(gy, wy, np.abs(wy.astype(np.float64)), np.full(wy.shape, 4.0), "forward")
-    wide = np.expand_dims(np.abs(wy.astype(np.float64)), dim)
-    with np.errstate(invalid="ignore"):  # 0 * inf where y is infinite: the gradient is special there
+    with np.errstate(invalid="ignore"):  # inf - inf, 0 * inf where y is infinite: special there
+        _ulp_close(gy, wy, 1 + np.abs(wy.astype(np.float64)), np.full(wy.shape, 4.0), "forward")
+        wide = np.expand_dims(np.abs(wy.astype(np.float64)), dim) + np.abs(x.astype(np.float64))
         scale = np.abs(wx.astype(np.float64))
     _ulp_close(gx, wx, scale, np.broadcast_to(4 * (1 + wide), wx.shape), "gradient")

@@ -366,6 +366,36 @@ def test_bfloat16_kernels_exhaustive(host_cache, op, params, length):
     assert _same_bf16(grad, _bf16_round(gx32[0]))
 
 
+# bfloat16 under a preset that computes it in bfloat16 (the NumPy module's _output_bf16: jax's
+# leaky_relu, torch's clamp with a bound bfloat16 cannot hold): the bfloat16 kernels round each
+# constant, product and sum to bfloat16 as the NumPy module does
+BF16_CONSTANTS = [("leaky_relu", {"negative_slope": 0.3}, "jax"), ("clamp", {"min": -0.1, "max": 0.3}, "torch")]
+
+
+@pytest.mark.parametrize("op,params,convention", BF16_CONSTANTS, ids=[f"{o}-{c}" for o, _, c in BF16_CONSTANTS])
+def test_bfloat16_kernels_as_the_numpy_module_under_each_preset(host_cache, op, params, convention):
+    """Every bfloat16 value (and every one as a gradient and a tangent) through the bfloat16
+    kernels equals the NumPy module in bfloat16 bit for bit, forward, backward and jvp."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed (the NumPy module's bfloat16)")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    x = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
+    g = np.roll(x, 7)
+    spec = resolve(op, convention=convention, **params)
+    host = harness.build(render_cuda(spec)[naming.cuda_source_name(spec)], host_cache)
+    name, n = naming.module_name(spec), np.int32(x.size)
+    out, grad, tangent = np.empty_like(x), np.empty_like(x), np.empty_like(x)
+    host.launch(f"{name}_forward_bf16_i32", (256,), (256,), (x, out, n))
+    host.launch(f"{name}_backward_bf16_i32", (256,), (256,), (g, x, grad, n))
+    host.launch(f"{name}_jvp_bf16_i32", (256,), (256,), (g, x, tangent, np.int32(1), n))
+    numpy_module = symgrad.load(op, convention=convention, **params)
+    with np.errstate(all="ignore"):
+        y_ref, saved = numpy_module.forward(x.view(bf16))
+        (gx_ref,) = numpy_module.backward(g.view(bf16), saved)
+        t_ref = numpy_module.jvp(g.view(bf16), saved)
+    for got, want in [(out, y_ref), (grad, gx_ref), (tangent, t_ref)]:
+        assert _same_bf16(got, want.view(np.uint16))
+
+
 # ----------------------------------------------------------------------------- the source
 
 X, Y = sp.symbols("x y", real=True)

@@ -458,7 +458,6 @@ def test_hostile_strings_are_refused_by_the_cli(tmp_path):
              ["derive", "relu", "--expr", "x"],
              ["derive", "--expr", "x*y", "--kernel-size", "2"],
              ["derive", "--expr", "x*y", "--wrt", "q"],
-             ["derive", "--expr", "x*y", "--format", "markdown"],
              ["derive", "relu", "--wrt", "x"]]
     dirs = []
     for k in range(len(runs)):
@@ -530,7 +529,9 @@ def test_cuda_kernels_on_the_cpu_match_the_numpy_module(expr, cupy_on_cpu, monke
             for dtype in (np.float64, np.float32, np.float16):
                 work = np.float32 if dtype == np.float16 else dtype
                 xs = [x.astype(dtype), y.astype(dtype)]
-                out_ref, saved_ref = ref.forward(*[a.astype(work) for a in xs])
+                # the specials make inf * 0, inf - inf (NaN) and log(0) (-inf), as intended: NumPy's warnings muted
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    out_ref, saved_ref = ref.forward(*[a.astype(work) for a in xs])
                 g = rng.integers(-3, 4, size=out_ref.shape).astype(dtype)
                 grads_ref = ref.backward(g.astype(work), saved_ref)
                 out, saved = dev.forward(*xs)

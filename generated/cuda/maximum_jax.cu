@@ -155,15 +155,22 @@ __device__ __forceinline__ long long sg_thread_count() {
 
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
+struct sg_any_tag {};
+template <typename T> struct sg_tag_of { typedef sg_any_tag type; };
 // float16 under this preset: its constants, products and sums rounded to float16,
 // as NumPy's float16 computes them
 __device__ __forceinline__ float sg_hround(const float v) {
   return sg_half_to_float(sg_float_to_half(v));
 }
-struct sg_any_tag {};
 struct sg_half_tag : sg_any_tag {};
-template <typename T> struct sg_tag_of { typedef sg_any_tag type; };
 template <> struct sg_tag_of<sg_half> { typedef sg_half_tag type; };
+// bfloat16 under this preset: its constants, products and sums rounded to bfloat16,
+// as the NumPy module computes them (as the framework does)
+__device__ __forceinline__ float sg_bround(const float v) {
+  return sg_bfloat16_to_float(sg_float_to_bfloat16(v));
+}
+struct sg_bfloat16_tag : sg_any_tag {};
+template <> struct sg_tag_of<sg_bfloat16> { typedef sg_bfloat16_tag type; };
 
 __device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b, sg_any_tag) {
   return (sg_isnan(sg_in_a) || (sg_in_a > sg_in_b) || ((sg_in_b < 0.0f || 1.0f / sg_in_b < 0.0f) && (sg_in_a == sg_in_b))) ? sg_in_a : sg_in_b;
@@ -199,6 +206,18 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
   const float t0 = (1.0f) / ((float)(cmp0) + (float)(cmp1));
   sg_grad_a = sg_hround(grad_output*(cmp0 ? t0 : 0.0f));
   sg_grad_b = sg_hround(grad_output*(cmp1 ? t0 : 0.0f));
+}
+
+__device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b, sg_bfloat16_tag) {
+  return (sg_isnan(sg_in_a) || (sg_in_a > sg_in_b) || ((sg_in_b < 0.0f || 1.0f / sg_in_b < 0.0f) && (sg_in_a == sg_in_b))) ? sg_in_a : sg_in_b;
+}
+
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b, sg_bfloat16_tag) {
+  const bool cmp0 = sg_in_a >= sg_in_b;
+  const bool cmp1 = sg_in_b >= sg_in_a;
+  const float t0 = (1.0f) / ((float)(cmp0) + (float)(cmp1));
+  sg_grad_a = sg_bround(grad_output*(cmp0 ? t0 : 0.0f));
+  sg_grad_b = sg_bround(grad_output*(cmp1 ? t0 : 0.0f));
 }
 
 // ---------------------------------------------------------------------------- kernels

@@ -177,10 +177,20 @@ def _select(cond, a) -> np.ndarray:
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
+    return _forward(_output, x)
+
+
+def _forward(output_of, x) -> tuple[np.ndarray, Saved]:
+    """forward, the output computed by output_of (one of the _output functions below)."""
     x = _as_input("x", x)
     dtype = x.dtype
-    output = np.asarray(np.maximum(x, -x), dtype=dtype)
+    output = output_of(x, dtype)
     return output, Saved(x, output.shape, dtype)
+
+
+def _output(x: np.ndarray, dtype) -> np.ndarray:
+    """forward's output in dtype."""
+    return np.asarray(np.maximum(x, -x), dtype=dtype)
 
 
 def _saved_inputs(saved: Saved) -> tuple:
@@ -208,12 +218,13 @@ def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     return (grad_x,)
 
 
-def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
-    """_gradients over flat chunks of BLOCK elements (inputs of the output's shape)."""
+def _chunked(gradients, grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
+    """gradients (one of the _gradients functions) over flat chunks of BLOCK elements (inputs of the
+    output's shape)."""
     g, flat = grad_output.reshape(-1), [x.reshape(-1) for x in inputs]
     grads = [np.empty(g.size, dtype=x.dtype) for x in returned]
     for i in range(0, g.size, BLOCK):
-        chunk = _gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
+        chunk = gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
         for out, grad in zip(grads, chunk):
             out[i:i + BLOCK] = grad
     return tuple(grad.reshape(x.shape) for grad, x in zip(grads, returned))
@@ -221,10 +232,15 @@ def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> 
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
+    return _backward(_gradients, grad_output, saved)
+
+
+def _backward(gradients, grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
+    """backward, the gradients computed by gradients (one of the _gradients functions)."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
     returned = inputs  # the gradient of every input is returned
-    grads = _chunked(grad_output, inputs, returned, saved.dtype)
+    grads = _chunked(gradients, grad_output, inputs, returned, saved.dtype)
     return grads
 
 
@@ -232,8 +248,12 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of every input (None: a zero tangent): the sum over inputs of dy/d<input> * tangent, each
     product computed as backward computes dy/d<input> * grad_output.  jvp is the transpose of
     backward: <jvp(t), g> == <t, backward(g)>."""
+    return _jvp(_gradients, (tangent_x,), saved)
+
+
+def _jvp(gradients, tangents: tuple, saved: Saved) -> np.ndarray:
+    """jvp, each term computed by gradients (one of the _gradients functions)."""
     _check_saved(saved)
-    tangents = (tangent_x,)
     inputs = _saved_inputs(saved)
     returned = (True,)
     total, k = None, 0
@@ -246,7 +266,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
                              f"only {', '.join(n for n, r in zip(INPUTS, returned) if r)}")
         tangent = _as_tangent(f"tangent_{name}", tangent, saved, x.shape)
         with np.errstate(invalid="ignore", over="ignore"):
-            term = _gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
+            term = gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
             total = term if total is None else total + term
         k += 1
     if total is None:
@@ -298,7 +318,8 @@ def _through(name: str, value, bf16: np.dtype):
 def _rounded(value, bf16: np.dtype):
     """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
-        return value.astype(bf16)
+        with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+            return value.astype(bf16)
     return value
 
 

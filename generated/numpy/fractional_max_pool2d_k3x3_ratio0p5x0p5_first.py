@@ -447,7 +447,8 @@ def _through(name: str, value, bf16: np.dtype):
 def _rounded(value, bf16: np.dtype):
     """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
-        return value.astype(bf16)
+        with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+            return value.astype(bf16)
     return value
 
 

@@ -199,6 +199,11 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
+    return _forward(_output, a, b)
+
+
+def _forward(output_of, a, b) -> tuple[np.ndarray, Saved]:
+    """forward, the output computed by output_of (one of the _output functions below)."""
     a = _as_input("a", a)
     b = _as_input("b", b)
     dtype = np.result_type(a, b)
@@ -207,8 +212,13 @@ def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
     except ValueError:
         raise ValueError(f"{OP}: inputs a and b must broadcast together, got shapes "
                          f"{a.shape} and {b.shape}") from None
-    output = np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
+    output = output_of(a, b, dtype)
     return output, Saved(a, b, output.shape, dtype)
+
+
+def _output(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+    """forward's output in dtype."""
+    return np.asarray(np.where(np.isnan(a) | (a > b) | (np.signbit(b) & (a == b)), a, b), dtype=dtype)
 
 
 def _saved_inputs(saved: Saved) -> tuple:
@@ -243,12 +253,13 @@ def _gradients(grad_output: np.ndarray, a: np.ndarray, b: np.ndarray, dtype) -> 
     return (grad_a, grad_b)
 
 
-def _chunked(grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
-    """_gradients over flat chunks of BLOCK elements (inputs of the output's shape)."""
+def _chunked(gradients, grad_output: np.ndarray, inputs: tuple, returned: tuple, dtype) -> tuple:
+    """gradients (one of the _gradients functions) over flat chunks of BLOCK elements (inputs of the
+    output's shape)."""
     g, flat = grad_output.reshape(-1), [x.reshape(-1) for x in inputs]
     grads = [np.empty(g.size, dtype=x.dtype) for x in returned]
     for i in range(0, g.size, BLOCK):
-        chunk = _gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
+        chunk = gradients(g[i:i + BLOCK], *[x[i:i + BLOCK] for x in flat], dtype)
         for out, grad in zip(grads, chunk):
             out[i:i + BLOCK] = grad
     return tuple(grad.reshape(x.shape) for grad, x in zip(grads, returned))
@@ -272,15 +283,15 @@ def _blocks(shape: tuple):
             yield tuple(slice(i, i + 1) for i in head) + (slice(start, start + step),) + rest
 
 
-def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
-    """The gradients backward returns: for an output of more than 4 * BLOCK elements block by block
+def _broadcast_chunked(gradients, grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
+    """The gradients (by gradients) backward returns: for an output of more than 4 * BLOCK elements block by block
     (_blocks), each block's gradients summed to its inputs' blocks at once, so that no temporary
     is larger than a block whatever the broadcast (an input broadcast along a cut axis adds its
     blocks up in row-major order)."""
     shape = grad_output.shape
     returned = (0, 1)  # the inputs whose gradients backward returns
     if grad_output.size <= 4 * BLOCK:  # one block: the gradients, then their sums (the fastest)
-        chunk = _gradients(grad_output, *inputs, dtype)
+        chunk = gradients(grad_output, *inputs, dtype)
         return tuple(np.array(_sum_to_shape(np.broadcast_to(grad, shape), inputs[k].shape), dtype=inputs[k].dtype)
                      for grad, k in zip(chunk, returned))
     grads = [(np.empty if 0 not in shape else np.zeros)(inputs[k].shape, dtype=dtype) for k in returned]
@@ -295,7 +306,7 @@ def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
             index = tuple(slice(None) if wide else cut for (has, wide), cut in zip(flags, block) if has)
             first = all(cut == slice(None) or cut.start == 0 for (_, wide), cut in zip(flags, block) if wide)
             at.append((index, first))
-        chunk = _gradients(sub, *[x[index] for x, (index, _) in zip(inputs, at)], dtype)
+        chunk = gradients(sub, *[x[index] for x, (index, _) in zip(inputs, at)], dtype)
         for out, grad, k in zip(grads, chunk, returned):
             index, first = at[k]
             part = _sum_to_shape(np.broadcast_to(grad, sub.shape), inputs[k][index].shape)
@@ -308,13 +319,18 @@ def _broadcast_chunked(grad_output: np.ndarray, inputs: tuple, dtype) -> tuple:
 
 def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
     """Return the gradient of every input, each with that input's shape and dtype."""
+    return _backward(_gradients, grad_output, saved)
+
+
+def _backward(gradients, grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray, ...]:
+    """backward, the gradients computed by gradients (one of the _gradients functions)."""
     grad_output = _check_backward(grad_output, saved)
     inputs = _saved_inputs(saved)
     returned = inputs  # the gradient of every input is returned
     if any(x.shape != saved.output_shape for x in inputs):
-        grads = _broadcast_chunked(grad_output, inputs, saved.dtype)
+        grads = _broadcast_chunked(gradients, grad_output, inputs, saved.dtype)
     else:
-        grads = _chunked(grad_output, inputs, returned, saved.dtype)
+        grads = _chunked(gradients, grad_output, inputs, returned, saved.dtype)
     return grads
 
 
@@ -322,8 +338,12 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
     """Return the output's tangent for a tangent of every input (None: a zero tangent): the sum over inputs of dy/d<input> * tangent, each
     product computed as backward computes dy/d<input> * grad_output.  jvp is the transpose of
     backward: <jvp(t), g> == <t, backward(g)>."""
+    return _jvp(_gradients, (tangent_a, tangent_b), saved)
+
+
+def _jvp(gradients, tangents: tuple, saved: Saved) -> np.ndarray:
+    """jvp, each term computed by gradients (one of the _gradients functions)."""
     _check_saved(saved)
-    tangents = (tangent_a, tangent_b)
     inputs = _saved_inputs(saved)
     returned = (True, True)
     total, k = None, 0
@@ -336,7 +356,7 @@ def jvp(tangent_a, tangent_b, saved: Saved) -> np.ndarray:
                              f"only {', '.join(n for n, r in zip(INPUTS, returned) if r)}")
         tangent = _as_tangent(f"tangent_{name}", tangent, saved, x.shape)
         with np.errstate(invalid="ignore", over="ignore"):
-            term = _gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
+            term = gradients(np.broadcast_to(tangent, saved.output_shape), *inputs, saved.dtype)[k]
             total = term if total is None else total + term
         k += 1
     if total is None:
@@ -388,7 +408,8 @@ def _through(name: str, value, bf16: np.dtype):
 def _rounded(value, bf16: np.dtype):
     """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
     if isinstance(value, np.ndarray) and value.dtype == np.float32:
-        return value.astype(bf16)
+        with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+            return value.astype(bf16)
     return value
 
 

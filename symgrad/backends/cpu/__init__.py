@@ -34,7 +34,7 @@ from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
-from ..numpy import _bfloat16_context
+from ..numpy import _bfloat16_context, computes_bfloat16
 from ..numpy import numpy_partials
 from ..numpy.printer import numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
@@ -846,6 +846,8 @@ def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
     ctx = context(art) | _bfloat16_context(art)
+    if computes_bfloat16(art):  # the NumPy module computes bfloat16 in bfloat16 here: refused
+        ctx["bfloat16_kernels"] = dict.fromkeys(("forward", "backward", "jvp"), "_bfloat16_refused")
     env = _environment()
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),

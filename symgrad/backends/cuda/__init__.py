@@ -284,10 +284,10 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         # the inputs (an expression's user names them) as the .cu spells them: sg_in_x, sg_grad_x
         names = naming.cuda_names(kernel.inputs)
         c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
-        def printed(rt, half=False):
+        def printed(rt, half=False, bf16=False):
             def lets(assigns):  # (C type, name, code): shared conditions are bool
                 return [("bool" if a.boolean else rt, names.get(a.name, a.name),
-                         cuda_code(a.expr, rt, names, half)) for a in assigns]
+                         cuda_code(a.expr, rt, names, half, bf16)) for a in assigns]
             return {
                 "name": rt,
                 "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
@@ -295,7 +295,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                 "intermediates": lets(kernel.intermediates),
                 "backward_intermediates": lets(back_inter),
                 "adjoints": lets(adjoints),
-                "output": cuda_code(kernel.output, rt, names, half),
+                "output": cuda_code(kernel.output, rt, names, half, bf16),
                 # gradients are assigned to the output references, temporaries among them declared
                 "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
                           for ctype, name, code in lets(grads)],
@@ -304,26 +304,35 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         real_types = [printed(rt) for rt in CUDA_REAL_TYPES]
         # A preset that computes float16 in float16 (Preset.half "half": NumPy's float16 with the
         # constants rounded to float16) gets float16 functions of their own where a constant
-        # differs once rounded; overloads chosen by a tag type (float16's derives from the others')
+        # differs once rounded, and bfloat16 ones as the NumPy module computes bfloat16 there
+        # (_output_bf16); overloads chosen by a tag type (each 16-bit one derives from the others')
         tag_types, tag_arg = [], ""
-        half = printed("float", half=True) if op.convention and not op.half_in_float else None
-        if half is not None and half != real_types[0]:
-            for rt in real_types:
-                rt["tag_param"] = ", sg_any_tag"
-            half["tag_param"] = ", sg_half_tag"
-            real_types.append(half)
-            tag_arg = ", typename sg_tag_of<T>::type()"
-            tag_types = [
+        variants = []  # (printed functions, storage type, tag, rounding function's lines)
+        if op.convention and not op.half_in_float:
+            variants = [(printed("float", half=True), "sg_half", "sg_half_tag", [
                 "// float16 under this preset: its constants, products and sums rounded to float16,",
                 "// as NumPy's float16 computes them",
                 "__device__ __forceinline__ float sg_hround(const float v) {",
                 "  return sg_half_to_float(sg_float_to_half(v));",
-                "}",
-                "struct sg_any_tag {};",
-                "struct sg_half_tag : sg_any_tag {};",
-                "template <typename T> struct sg_tag_of { typedef sg_any_tag type; };",
-                "template <> struct sg_tag_of<sg_half> { typedef sg_half_tag type; };",
-                ""]
+                "}"]), (printed("float", bf16=True), "sg_bfloat16", "sg_bfloat16_tag", [
+                "// bfloat16 under this preset: its constants, products and sums rounded to bfloat16,",
+                "// as the NumPy module computes them (as the framework does)",
+                "__device__ __forceinline__ float sg_bround(const float v) {",
+                "  return sg_bfloat16_to_float(sg_float_to_bfloat16(v));",
+                "}"])]
+            variants = [v for v in variants if v[0] != real_types[0]]
+        if variants:
+            for rt in real_types:
+                rt["tag_param"] = ", sg_any_tag"
+            tag_arg = ", typename sg_tag_of<T>::type()"
+            tag_types = ["struct sg_any_tag {};",
+                         "template <typename T> struct sg_tag_of { typedef sg_any_tag type; };"]
+            for functions, storage, tag, rounding in variants:
+                functions["tag_param"] = f", {tag}"
+                real_types.append(functions)
+                tag_types += rounding + [f"struct {tag} : sg_any_tag {{}};",
+                                         f"template <> struct sg_tag_of<{storage}> {{ typedef {tag} type; }};"]
+            tag_types.append("")
         ctx.update(geometry="elementwise", loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
                    template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),

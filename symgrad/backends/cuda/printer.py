@@ -15,6 +15,7 @@ import sympy as sp
 from sympy.printing.c import C99CodePrinter
 
 from ..printing import ConditionPrinter
+from ..numpy.printer import bfloat16_value
 from ..printing import float_value
 from ..printing import bare as _bare
 from ..printing import Arithmetic, atom, integer_code
@@ -32,8 +33,10 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     # holds it exactly), as NumPy uses a Python float with a float16 array, and every product and
     # sum rounded to float16: the float16 variant of an elementwise op whose preset computes
     # float16 in float16 (Preset.half "half")
+    # bfloat16_constants: the same with bfloat16 (sg_bround), as the NumPy module computes a
+    # bfloat16 op under such a preset (its _output_bf16 and _gradients_bf16)
     _default_settings = {**C99CodePrinter._default_settings, "real_type": "float", "names": {},
-                         "half_constants": False}
+                         "half_constants": False, "bfloat16_constants": False}
     AND, OR, NOT, TRUE, FALSE = "&&", "||", "!", "true", "false"  # C's operators
 
     def __init__(self, settings=None):
@@ -58,6 +61,8 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     def _literal(self, value: float) -> str:
         if self.real_type == "float":
             with np.errstate(over="ignore"):
+                if self._settings["bfloat16_constants"]:
+                    value = bfloat16_value(value)
                 value32 = np.float32(np.float16(value) if self._settings["half_constants"] else value)
             if not math.isfinite(value32):
                 # a parameter beyond float's range is +-inf in a float kernel, as in NumPy
@@ -116,6 +121,8 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
     # half_constants: each product and sum rounded to float16 where NumPy's float16 rounds it
     # (sg_hround: to float16 and back, exact in float), so a zero's sign and an underflow follow
     def _half_rounded(self, text: str) -> str:
+        if self._settings["bfloat16_constants"]:
+            return f"sg_bround({_bare(text)})"
         return f"sg_hround({_bare(text)})" if self._settings["half_constants"] else text
 
     def _print_Mul(self, expr, *args, **kwargs):
@@ -183,12 +190,15 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         return out
 
 
-def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
+def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False,
+              bfloat16_constants: bool = False) -> str:
     """One expression as CUDA C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .cu (the inputs'
-    mangled names, naming.cuda_identifiers); half_constants: numbers rounded to float16 first."""
+    mangled names, naming.cuda_identifiers); half_constants (bfloat16_constants): numbers rounded
+    to float16 (bfloat16) first, each product and sum rounded to it."""
     return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {}),
-                              "half_constants": half_constants}).doprint(expr))
+                              "half_constants": half_constants,
+                              "bfloat16_constants": bfloat16_constants}).doprint(expr))
 
 
 CUDA_ARITHMETIC = Arithmetic(lambda p, q: f"{atom(p)} / {q}", lambda p, q: f"({p} + {q} - 1) / {q}",

@@ -37,7 +37,7 @@ def file_names(op: Op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
-    ctx = context(art) | _bfloat16_context(art)
+    ctx = _bfloat16_context(art) | context(art)
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
 
@@ -48,7 +48,16 @@ def _bfloat16_context(art: Artifacts) -> dict:
     names = list(art.kernel.inputs if op.spec.strategy.expression else op.spec.inputs)
     integer = ("indices",) if op.spec.strategy.scatter else ()  # unpooling's integer indices
     return {"input_names": names, "dtype_inputs": repr(tuple(
-        n for n in names if n not in op.spec.constant_inputs and n not in integer))}
+        n for n in names if n not in op.spec.constant_inputs and n not in integer)),
+            # the functions computing a whole-bfloat16 op in bfloat16 (None: its float32 ones), and
+            # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
+            "bfloat16_kernels": None, "bfloat16_note": []}
+
+
+def computes_bfloat16(art: Artifacts) -> bool:
+    """Whether the NumPy module computes a whole-bfloat16 op in bfloat16 (_elementwise_bfloat16:
+    an elementwise op under a preset whose half is "half"), not as its float32 code rounded once."""
+    return bool(context(art).get("bfloat16_kernels"))
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
@@ -70,6 +79,103 @@ def _forward_quiet(kernel: ElementwiseKernel) -> str:
 def _widened(name: str) -> str:
     """An array as float32 where it is float16 (else itself): float16 computed in float32."""
     return f"{name}.astype(np.float32) if {name}.dtype == np.float16 else {name}"
+
+
+_GRADIENTS_DOC = "The gradient of every input that backward returns, in grad_output's shape (or a scalar)."
+
+
+def _output_kernel(name: str, doc: str, intermediates: list, output: str) -> dict:
+    """One function computing forward's output (elementwise.py.jinja): its name, docstring,
+    temporaries [(name, code)] and output."""
+    return {"name": name, "doc": doc, "intermediates": intermediates, "output": output}
+
+
+def _gradient_kernel(name: str, doc: str, backward_intermediates: list, grads: list) -> dict:
+    """One function computing the gradients (elementwise.py.jinja): its name, docstring,
+    temporaries before the errstate block and the gradients' lines [(name, code)]."""
+    return {"name": name, "doc": doc, "backward_intermediates": backward_intermediates, "grads": grads}
+
+
+def _rounds_apart(assigns: list, outputs: list) -> bool:
+    """Whether computing in bfloat16 (each number rounded to bfloat16, each product, sum and
+    quotient rounded) can differ from the float32 code rounded once: a number bfloat16 cannot hold,
+    or a rounded operation inside another one (directly or through a temporary).  Not counted as
+    rounded, being exact: a negation, and the small weights (a multiple of 1/4 up to 4 in size:
+    such numbers, 1 / a count of at most two conditions or / a product of two such counts, their
+    selects and sums; inf where 1 / 0 is selected away).  assigns: [(name, expr)] in order."""
+    from ...indicators import Literal
+    from ...lower import Count, Quotient, Select
+    from .printer import bfloat16_value
+
+    counts, smalls, rounded = set(), set(), set()  # temporaries: counts, small weights, rounded
+
+    def is_count(e) -> bool:
+        return (isinstance(e, Count) and len(e.args) <= 2) or (isinstance(e, sp.Symbol) and e.name in counts)
+
+    def small(e) -> bool:  # a weight that every dtype holds exactly
+        if isinstance(e, sp.Symbol):
+            return e.name in smalls
+        if e.is_Number:
+            return abs(e) <= 4 and (4 * e).is_integer
+        if isinstance(e, Quotient):
+            den = e.args[1].args if isinstance(e.args[1], sp.Mul) else (e.args[1],)
+            return e.args[0] in (1, -1) and len(den) <= 2 and all(is_count(d) for d in den)
+        if isinstance(e, Select):
+            return small(e.args[1]) and small(e.args[2])
+        if isinstance(e, sp.Add):
+            return len(e.args) <= 2 and all(small(a) for a in e.args)
+        return False
+
+    def rounds(e) -> bool:  # whether e's value comes out of a rounded operation
+        if isinstance(e, sp.Symbol):
+            return e.name in rounded
+        if small(e):
+            return False
+        if isinstance(e, sp.Mul) and len(e.args) == 2 and -1 in e.args:
+            return rounds(e.args[1] if e.args[0] == -1 else e.args[0])
+        if isinstance(e, (sp.Mul, sp.Add, Quotient)):
+            return True
+        return any(rounds(a) for a in e.args)
+
+    def nested(e) -> bool:  # a rounded operation with a rounded operand
+        if isinstance(e, (sp.Mul, sp.Add, Quotient)) and rounds(e) and any(rounds(a) for a in e.args):
+            return True
+        return any(nested(a) for a in e.args)
+
+    for name, e in [*assigns, *((None, e) for e in outputs)]:
+        numbers = [float(n) for n in e.atoms(sp.Number)] + [lit.value for lit in e.atoms(Literal)]
+        if any(bfloat16_value(v) != v for v in numbers if v == v) or nested(e):
+            return True
+        if name is not None:
+            (counts if is_count(e) else smalls if small(e) else rounded if rounds(e) else set()).add(name)
+    return False
+
+
+def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grads) -> dict:
+    """An elementwise op under a preset that computes float16 in float16 (Preset.half "half": JAX,
+    and NumPy's float16) computes bfloat16 in bfloat16 too: functions of its own on float32 arrays
+    holding bfloat16 values, each number rounded to bfloat16 and each product, sum and quotient
+    rounded to bfloat16 (_bf16), as XLA and PyTorch's clamp compute bfloat16; none where that is
+    the float32 code rounded once (no arithmetic, every number a bfloat16)."""
+    def bf16(expr, select=True):
+        return numpy_code(expr, select=select, bfloat16=True)
+    output = _output_kernel("_output_bf16", "forward's output computed in bfloat16 (float32 arrays holding "
+                            "bfloat16 values).", [(a.name, bf16(a.expr)) for a in kernel.intermediates],
+                            bf16(kernel.output))
+    gradients = _gradient_kernel("_gradients_bf16", "_gradients computed in bfloat16 (float32 arrays holding "
+                                 "bfloat16 values).", [(a.name, bf16(a.expr, False)) for a in back_inter],
+                                 [(a.name, bf16(a.expr)) for a in grads])
+    forward_apart = _rounds_apart([(a.name, a.expr) for a in kernel.intermediates], [kernel.output])
+    backward_apart = _rounds_apart([(a.name, a.expr) for a in [*back_inter, *grads]], [])
+    if not (forward_apart or backward_apart):
+        return {}
+    return {"output_kernels": ctx["output_kernels"] + [output],
+            "gradient_kernels": ctx["gradient_kernels"] + [gradients],
+            "bfloat16_kernels": {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"},
+            "bfloat16_note": [
+                "Under this preset a bfloat16 op is computed in bfloat16 instead, as the framework does:",
+                "_forward_bf16, _backward_bf16 and _jvp_bf16 (above), whose numbers are rounded to",
+                "bfloat16 and whose products, sums and quotients are each rounded to bfloat16."]}
 
 
 def numpy_partials(kernel) -> dict:
@@ -104,16 +210,21 @@ def context(art: Artifacts) -> dict:
             template="numpy/elementwise.py.jinja",
             inputs=list(kernel.inputs),
             inputs_tuple=repr(tuple(kernel.inputs)),
-            intermediates=forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
-                                          for a in kernel.intermediates],
-            output=numpy_code(kernel.output.xreplace(sub), select=True),
-            grads=[(a.name, numpy_code(a.expr, select=True)) for a in shared + grads],
+            output_kernels=[_output_kernel(
+                "_output", "forward's output in dtype.",
+                forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
+                                for a in kernel.intermediates],
+                numpy_code(kernel.output.xreplace(sub), select=True))],
+            gradient_kernels=[_gradient_kernel(
+                "_gradients", _GRADIENTS_DOC,
+                (backward_wide if wide else []) + [(a.name, numpy_code(a.expr)) for a in back_inter],
+                [(a.name, numpy_code(a.expr, select=True)) for a in shared + grads])],
             broadcast=kernel.broadcast,
             forward_quiet=_forward_quiet(kernel),
-            backward_intermediates=(backward_wide if wide else [])
-            + [(a.name, numpy_code(a.expr)) for a in back_inter],
             returns=[(name, True) for name in kernel.inputs],
         )
+        if op.convention and not op.half_in_float:
+            ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
         return ctx
     assert isinstance(kernel, WindowKernel)
     sel = kernel.selection
@@ -341,10 +452,12 @@ def _expression_context(art: Artifacts) -> dict:
         "template": "numpy/elementwise.py.jinja",
         "inputs": list(kernel.inputs),
         "inputs_tuple": repr(tuple(kernel.inputs)),
-        "intermediates": [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
-        "backward_intermediates": [(a.name, numpy_code(a.expr)) for a in back_inter],
-        "output": numpy_code(kernel.output),
-        "grads": [(a.name, numpy_code(a.expr)) for a in adjoints + grads],
+        "output_kernels": [_output_kernel("_output", "forward's output in dtype.",
+                                          [(a.name, numpy_code(a.expr)) for a in kernel.intermediates],
+                                          numpy_code(kernel.output))],
+        "gradient_kernels": [_gradient_kernel("_gradients", _GRADIENTS_DOC,
+                                              [(a.name, numpy_code(a.expr)) for a in back_inter],
+                                              [(a.name, numpy_code(a.expr)) for a in adjoints + grads])],
         "broadcast": kernel.broadcast,
         "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],

@@ -6,6 +6,8 @@ winner in closed form, folds and reductions)."""
 
 from __future__ import annotations
 
+import math
+
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
@@ -17,6 +19,20 @@ from ..printing import operand as _operand
 
 
 _EXACT = 2 ** 53  # integers up to this size are doubles exactly
+_EXACT_BF16 = 2 ** 8  # and bfloat16 values
+
+
+def bfloat16_value(value: float) -> float:
+    """A double rounded to the nearest bfloat16 (8 significant bits, ties to even; subnormals
+    below 2**-126 in steps of 2**-133; +-inf beyond its range), as a double: the value JAX gives a
+    Python number used with a bfloat16 array.  Pure Python (the generator needs no ml_dtypes)."""
+    if value != value or value in (math.inf, -math.inf) or value == 0:
+        return value
+    step = max(math.frexp(value)[1] - 8, -133)  # the bfloat16 spacing at value
+    out = round(math.ldexp(value, -step)) * 2.0 ** step  # round(): ties to even, exact scaling
+    if abs(out) >= 2.0 ** 128:
+        return math.copysign(math.inf, value)
+    return math.copysign(out, value) if out == 0 else out
 
 
 def _float_literal(value: float) -> str:
@@ -34,7 +50,11 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     AND, OR, NOT, TRUE, FALSE = "&", "|", "~", "True", "False"  # NumPy's elementwise operators
     # select: Select(c, a, 0) prints as _select(c, a), the module's branch-free np.where(c, a, 0)
     # (for templates that include numpy/_select.py.jinja)
-    _default_settings = {**NumPyPrinter._default_settings, "select": False}
+    # bfloat16: the code of a bfloat16 op computed in bfloat16 on float32 arrays (a preset whose
+    # half is "half": as JAX and PyTorch's clamp compute bfloat16, NumPy float16): every number
+    # rounded to bfloat16 first (printed as the double it is) and every product, sum and quotient rounded to
+    # bfloat16 by the module's _bf16 (to bfloat16 and back, exact in float32)
+    _default_settings = {**NumPyPrinter._default_settings, "select": False, "bfloat16": False}
 
     def __init__(self, settings=None):
         super().__init__({"strict": True, "fully_qualified_modules": True, **(settings or {})})
@@ -76,7 +96,19 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
         return super()._module_format(fqn, register)
 
     def _print_Quotient(self, expr):
-        return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
+        return self._rounded(f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}")
+
+    def _rounded(self, text: str) -> str:
+        return f"_bf16({_bare(text)})" if self._settings["bfloat16"] else text
+
+    def _print_Mul(self, expr, *args, **kwargs):
+        return self._rounded(super()._print_Mul(expr, *args, **kwargs))
+
+    def _print_Add(self, expr, *args, **kwargs):
+        return self._rounded(super()._print_Add(expr, *args, **kwargs))
+
+    def _number(self, value: float) -> float:
+        return bfloat16_value(value) if self._settings["bfloat16"] else value
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the working dtype
@@ -103,20 +135,22 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     # rounded once), a larger one as the double it rounds to, inf where it overflows, never as a
     # Python int that NumPy would refuse or overflow on
     def _print_Float(self, expr):
-        return _float_literal(float_value(expr))
+        return _float_literal(self._number(float_value(expr)))
 
     def _print_Literal(self, expr):
         # a parameter kept as a symbol (indicators.Literal): its value, a negative one in
         # parentheses, as it stands in a product
-        text = _float_literal(expr.value)
+        text = _float_literal(self._number(expr.value))
         return f"({text})" if text.startswith("-") else text
 
     def _print_Integer(self, expr):
-        if abs(int(expr)) <= _EXACT:
+        if abs(int(expr)) <= (_EXACT_BF16 if self._settings["bfloat16"] else _EXACT):
             return super()._print_Integer(expr)
-        return _float_literal(float_value(expr))
+        return _float_literal(self._number(float_value(expr)))
 
     def _print_Rational(self, expr):
+        if self._settings["bfloat16"]:  # 1/3 rounded to bfloat16 once, as a number JAX is given
+            return _float_literal(self._number(float_value(expr)))
         if abs(int(expr.p)) <= _EXACT and int(expr.q) <= _EXACT:
             return super()._print_Rational(expr)
         return _float_literal(float_value(expr))
@@ -237,5 +271,5 @@ def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None) -
     return f"np.where((extremum := np.{m}({array}, axis=-1)) == 0, {zero}, extremum)"
 
 
-def numpy_code(expr: sp.Basic, select: bool = False) -> str:
-    return _bare(NumpyPrinter({"select": select}).doprint(expr))
+def numpy_code(expr: sp.Basic, select: bool = False, bfloat16: bool = False) -> str:
+    return _bare(NumpyPrinter({"select": select, "bfloat16": bfloat16}).doprint(expr))
