@@ -416,7 +416,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     extremum = saved.output.reshape(out_batched)
     count_type = np.promote_types(saved.dtype, np.float32)  # counted exactly, held in >= float32
     passes.append((int(np.prod([a.extent for a in axes])), planes * windows, "gathered_backward"))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+    # NaN, silently: inf - inf where overlapping windows' terms add
+    with np.errstate(invalid="ignore"):
         if _per_window(axes, planes, passes):
             lead = batched[:2]
             for pos, block, sizes, _ in _windows(axes):
@@ -446,7 +447,8 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     x = saved.x.reshape(batched)
     extremum = saved.output.reshape(out_batched)
     count = _count(x, extremum, axes, np.promote_types(saved.dtype, np.float32))
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+    # NaN, silently: inf - inf where a window's terms add
+    with np.errstate(invalid="ignore"):
         for offset in np.ndindex(*(a.extent for a in axes)):
             at, valid = _element(axes, offset)
             weight = _weight(tangent[at], _hit(x[at], extremum), count, extremum)

@@ -333,8 +333,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each slice's gradient routed to its winners by their weights."""
     grad_output = _check_backward(grad_output, saved)
     view = _saved_view(saved)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
+    weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
     grad = _scattered(weight.astype(saved.dtype, copy=False), view)
     return (grad,)
 
@@ -344,8 +343,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
     view = _saved_view(saved)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
-        weights = _weight(_gathered(tangent, view), *_hits(saved, view))
+    weights = _weight(_gathered(tangent, view), *_hits(saved, view))
     out = _summed(weights, saved.dtype, view)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 

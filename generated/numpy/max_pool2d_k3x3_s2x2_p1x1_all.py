@@ -553,7 +553,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
         for rows in _bands(plan, n):
             extremum = outputs[b0:b1, rows]
             grad_output = grads[b0:b1, rows]
-            with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+            # NaN, silently: inf - inf where overlapping windows' terms add
+            with np.errstate(invalid="ignore"):
                 for w in reversed(plan.elements):  # output order, as in _accumulate
                     view = _cropped(acc, w, n, plan)[:, rows]
                     view += _weight(grad_output, _hit(buf, w, n, plan, extremum, rows), extremum)
@@ -582,7 +583,8 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
         _gather(tbuf, tangents[b0:b1], plan)
         extremum = outputs[b0:b1]
         total = np.zeros(extremum.shape, dtype=dtype)
-        with np.errstate(divide="ignore", invalid="ignore"):  # a count may be 0 under IEEE NaN rules
+        # NaN, silently: inf - inf where a window's terms add
+        with np.errstate(invalid="ignore"):
             for w in plan.elements:
                 tangent = _cropped(tbuf, w, n, plan)
                 total += _weight(tangent, _hit(buf, w, n, plan, extremum), extremum)

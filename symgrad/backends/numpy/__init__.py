@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
+from ... import policy as _policy
 from ...geometry import ADAPTIVE, S
 from ...indicators import Literal
-from ...lower import BEST, V, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan
+from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
@@ -178,6 +179,37 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
                 "bfloat16 and whose products, sums and quotients are each rounded to bfloat16."]}
 
 
+def _quiet(op, kernel: WindowKernel) -> dict:
+    """The mask form's errstate blocks, backward's and jvp's: {"open": the block's lines (none where
+    no operation inside can raise NumPy's floating-point warnings), "shift": its body's extra
+    indentation}.  What can, from the lowered weight and the geometry: a count of 0 divided by (a
+    window without a hit, under a NaN rule where comparisons with NaN are false), inf times a hit
+    of 0 (the weight as arithmetic), inf - inf where terms are added inside the block (backward:
+    overlapping windows' terms on one element; jvp: a window's terms)."""
+    sel = kernel.selection
+    divides = sel.weight.has(Quotient) and sel.counts and _policy.NAN_RULES[op.nan].count_can_be_zero
+    multiplies = any(isinstance(m, sp.Mul) and HIT in m.args for m in sp.preorder_traversal(sel.weight))
+    weighted = [reason for reason, present in (
+        ("0 / 0 where a window has no hit (its count is 0 under this NaN rule)", divides),
+        ("inf * 0 where an element is not hit", multiplies)) if present]
+    if kernel.geometry == "pool":
+        k, s, d = (op.params[name] for name in ("kernel_size", "stride", "dilation"))
+        overlap = any((ki - 1) * di + 1 > si for ki, si, di in zip(k, s, d))
+    else:
+        overlap = kernel.geometry == "adaptive"
+    adds_in_block = kernel.geometry not in _GATHER  # gather.py.jinja adds outside the block
+
+    def block(reasons: list[str]) -> dict:
+        if not reasons:
+            return {"open": [], "shift": 0}
+        flags = 'divide="ignore", invalid="ignore"' if divides else 'invalid="ignore"'
+        return {"open": [f"# NaN, silently: {'; '.join(reasons)}", f"with np.errstate({flags}):"], "shift": 4}
+
+    return {"backward": block(weighted + (["inf - inf where overlapping windows' terms add"]
+                                          if adds_in_block and overlap else [])),
+            "jvp": block(weighted + (["inf - inf where a window's terms add"] if adds_in_block else []))}
+
+
 def numpy_partials(kernel) -> dict:
     """The parts of the NumPy templates chosen from the lowered kernel that are imported by name
     (the cpu backend's loaders include NumPy's parts too, so they take the same names): the hit
@@ -274,6 +306,8 @@ def context(art: Artifacts) -> dict:
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
     ctx.update(numpy_partials(kernel))
+    if sel.form == "mask":
+        ctx["quiet"] = _quiet(op, kernel)
     # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
     # lines that start and step it, and what forward stores
     ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
