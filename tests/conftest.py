@@ -94,3 +94,14 @@ def tie_free(rng, shape, gap=0.05):
 
 
 __all__ = ["ELEMENTWISE", "WINDOWED", "POLICIES", "case_id", "sympy_value", "tie_heavy", "tie_free"]
+
+
+# The files whose session fixtures compile for minutes (nvcc and the CUDA harness; the cpu
+# backend's libraries) and the longest CLI file are collected first: the tests run a file per
+# worker (pytest-xdist --dist loadfile), handed out in collection order, so these start at once
+# instead of being the last file left on one worker while the other idles.
+_FIRST = ("test_cuda.py", "test_cpu_kinds.py", "test_cpu.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: _FIRST.index(item.path.name) if item.path.name in _FIRST else len(_FIRST))
