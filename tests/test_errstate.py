@@ -9,6 +9,7 @@ can warn fails the second test."""
 
 import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,29 +62,50 @@ def test_no_numpy_warning_on_special_values(op, params, shape, ties, nan):
 
 def _errstate_blocks(source: str):
     """(reason comment, errstate line) of every errstate block of a module."""
-    return re.findall(r"^\s*# NaN, silently: (.*)\n\s*with np\.errstate\((.*)\):$", source, re.M)
+    found = re.findall(r"^\s*# NaN, silently: (.*(?:\n\s*#   .*)*)\n\s*with np\.errstate\((.*)\):$",
+                       source, re.M)
+    return [(re.sub(r"\s*\n\s*#   ", " ", reason), flags) for reason, flags in found]
 
 
 @pytest.mark.parametrize("op, params, shape, ties, nan", list(_modules()))
 def test_each_errstate_says_why_and_none_is_dead(op, params, shape, ties, nan):
     module = symgrad.load(op, ties=ties, nan=nan, **params)
-    source = open(module.__file__, encoding="utf-8").read()
+    source = Path(module.__file__).read_text(encoding="utf-8")
     assert "a count may be 0 under IEEE NaN rules" not in source
     blocks = _errstate_blocks(source)
     for reason, flags in blocks:
-        assert ("0 / 0" in reason) == ("divide" in flags), (reason, flags)
-    # what can warn, independently of the generator: a division by a count that can be 0 needs the
-    # split policy and an IEEE NaN rule; terms adding inside a block need overlapping windows
-    # (backward) or a window of several elements (jvp) and are not in the gathered kinds' blocks
-    divides = ties == "split" and NAN_RULES[nan].ieee
-    assert any("0 / 0" in r for r, _ in blocks) == divides
-    if op in ("amax", "amin") and not divides and nan != "nan":
+        assert ("/ 0" in reason) == ("divide" in flags), (reason, flags)
+    # what can warn, independently of the generator: split divides by a count, which is 0 where a
+    # window has no hit (under an IEEE NaN rule, or from a forged saved state); terms adding inside
+    # a block need overlapping windows (backward) or a window of several elements (jvp) and are
+    # not in the gathered kinds' blocks
+    split, ieee = ties == "split", NAN_RULES[nan].ieee
+    assert any("0 / 0 where a window has no hit" in r for r, _ in blocks) == (split and ieee)
+    assert any("saved was not made by forward" in r for r, _ in blocks) == (split and not ieee)
+    if op in ("amax", "amin") and not split:
         assert blocks == [], blocks
 
 
-def test_the_default_rule_reduction_has_no_errstate_around_its_weights():
-    """The case the issue names: amax under split with the default NaN rule (a NaN is a hit, so
-    every window has one and no count is 0; its weights are selects, which raise nothing)."""
-    source = open(symgrad.load("amax", ties="split", dim=1).__file__, encoding="utf-8").read()
-    body = source[source.index("def backward("):source.index("# ----", source.index("def backward("))]
-    assert "errstate" not in body
+@pytest.mark.parametrize("op, params, shape, ties, nan", [c for c in _modules() if c.values[3] == "split"])
+def test_no_numpy_warning_from_a_forged_saved_state(op, params, shape, ties, nan):
+    """A saved output that is no window's extremum: no window has a hit, every count is 0."""
+    module = symgrad.load(op, ties=ties, nan=nan, **params)
+    rng = np.random.default_rng(16)
+    x = rng.choice(SPECIAL, size=shape)
+    y, saved = module.forward(x)
+    forged = saved._replace(output=np.full_like(saved.output, 7.0))
+    g = rng.choice(SPECIAL, size=np.shape(y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module.backward(g, forged)
+        module.jvp(x, forged)
+
+
+def test_the_default_rule_reduction_does_not_say_a_count_may_be_0_of_forwards_windows():
+    """The case the issue names: amax under split with the default NaN rule, where a NaN is a hit,
+    so every window of forward's has one: its block says the count is 0 only for a saved state that
+    forward did not make."""
+    source = Path(symgrad.load("amax", ties="split", dim=1).__file__).read_text(encoding="utf-8")
+    reasons = [r for r, _ in _errstate_blocks(source)]
+    assert len(reasons) == 2 and all("saved was not made by forward" in r for r in reasons), reasons
+    assert not any("0 / 0" in r or "IEEE" in r for r in reasons), reasons

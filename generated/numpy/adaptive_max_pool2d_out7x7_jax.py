@@ -426,7 +426,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     extremum = saved.output.reshape(out_batched)
     count_type = np.promote_types(saved.dtype, np.float32)  # counted exactly, held in >= float32
     passes.append((int(np.prod([a.extent for a in axes])), planes * windows, "gathered_backward"))
-    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN rule); inf * 0 where an element is not hit; inf - inf where overlapping windows' terms add
+    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN
+    #   rule); inf * 0 where an element is not hit; inf - inf where overlapping windows'
+    #   terms add
     with np.errstate(divide="ignore", invalid="ignore"):
         if _per_window(axes, planes, passes):
             lead = batched[:2]
@@ -457,7 +459,8 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     x = saved.x.reshape(batched)
     extremum = saved.output.reshape(out_batched)
     count = _count(x, extremum, axes, np.promote_types(saved.dtype, np.float32))
-    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN rule); inf * 0 where an element is not hit; inf - inf where a window's terms add
+    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN
+    #   rule); inf * 0 where an element is not hit; inf - inf where a window's terms add
     with np.errstate(divide="ignore", invalid="ignore"):
         for offset in np.ndindex(*(a.extent for a in axes)):
             at, valid = _element(axes, offset)

@@ -416,8 +416,10 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     extremum = saved.output.reshape(out_batched)
     count_type = np.promote_types(saved.dtype, np.float32)  # counted exactly, held in >= float32
     passes.append((int(np.prod([a.extent for a in axes])), planes * windows, "gathered_backward"))
-    # NaN, silently: inf - inf where overlapping windows' terms add
-    with np.errstate(invalid="ignore"):
+    # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+    #   forward's windows always have a hit); inf - inf where overlapping windows' terms
+    #   add
+    with np.errstate(divide="ignore", invalid="ignore"):
         if _per_window(axes, planes, passes):
             lead = batched[:2]
             for pos, block, sizes, _ in _windows(axes):
@@ -447,8 +449,9 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     x = saved.x.reshape(batched)
     extremum = saved.output.reshape(out_batched)
     count = _count(x, extremum, axes, np.promote_types(saved.dtype, np.float32))
-    # NaN, silently: inf - inf where a window's terms add
-    with np.errstate(invalid="ignore"):
+    # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+    #   forward's windows always have a hit); inf - inf where a window's terms add
+    with np.errstate(divide="ignore", invalid="ignore"):
         for offset in np.ndindex(*(a.extent for a in axes)):
             at, valid = _element(axes, offset)
             weight = _weight(tangent[at], _hit(x[at], extremum), count, extremum)

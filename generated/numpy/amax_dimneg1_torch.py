@@ -337,7 +337,8 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each slice's gradient routed to its winners by their weights."""
     grad_output = _check_backward(grad_output, saved)
     view = _saved_view(saved)
-    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN rule); inf * 0 where an element is not hit
+    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN
+    #   rule); inf * 0 where an element is not hit
     with np.errstate(divide="ignore", invalid="ignore"):
         weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
     grad = _scattered(weight.astype(saved.dtype, copy=False), view)
@@ -349,7 +350,8 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
     view = _saved_view(saved)
-    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN rule); inf * 0 where an element is not hit
+    # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN
+    #   rule); inf * 0 where an element is not hit
     with np.errstate(divide="ignore", invalid="ignore"):
         weights = _weight(_gathered(tangent, view), *_hits(saved, view))
     out = _summed(weights, saved.dtype, view)

@@ -333,7 +333,10 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     """Return (grad_x,): each slice's gradient routed to its winners by their weights."""
     grad_output = _check_backward(grad_output, saved)
     view = _saved_view(saved)
-    weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
+    # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+    #   forward's windows always have a hit)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = _weight(grad_output.reshape(view.windows + (1,)), *_hits(saved, view))
     grad = _scattered(weight.astype(saved.dtype, copy=False), view)
     return (grad,)
 
@@ -343,7 +346,10 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
     view = _saved_view(saved)
-    weights = _weight(_gathered(tangent, view), *_hits(saved, view))
+    # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+    #   forward's windows always have a hit)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weights = _weight(_gathered(tangent, view), *_hits(saved, view))
     out = _summed(weights, saved.dtype, view)
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 

@@ -561,8 +561,10 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
             extremum = outputs[b0:b1, rows]
             grad_output = grads[b0:b1, rows]
             count = _count(buf, n, plan, extremum, dtype, rows)
-            # NaN, silently: inf - inf where overlapping windows' terms add
-            with np.errstate(invalid="ignore"):
+            # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+            #   forward's windows always have a hit); inf - inf where overlapping windows' terms
+            #   add
+            with np.errstate(divide="ignore", invalid="ignore"):
                 for w in reversed(plan.elements):  # output order, as in _accumulate
                     view = _cropped(acc, w, n, plan)[:, rows]
                     view += _weight(grad_output, _hit(buf, w, n, plan, extremum, rows), count, extremum)
@@ -592,8 +594,9 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
         extremum = outputs[b0:b1]
         count = _count(buf, n, plan, extremum, dtype)
         total = np.zeros(extremum.shape, dtype=dtype)
-        # NaN, silently: inf - inf where a window's terms add
-        with np.errstate(invalid="ignore"):
+        # NaN, silently: g / 0 where saved was not made by forward (under this NaN rule
+        #   forward's windows always have a hit); inf - inf where a window's terms add
+        with np.errstate(divide="ignore", invalid="ignore"):
             for w in plan.elements:
                 tangent = _cropped(tbuf, w, n, plan)
                 total += _weight(tangent, _hit(buf, w, n, plan, extremum), count, extremum)

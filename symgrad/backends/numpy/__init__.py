@@ -6,6 +6,7 @@ gathered as one row); adaptive pooling has ``adaptive.py.jinja``."""
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -182,15 +183,19 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
 def _quiet(op, kernel: WindowKernel) -> dict:
     """The mask form's errstate blocks, backward's and jvp's: {"open": the block's lines (none where
     no operation inside can raise NumPy's floating-point warnings), "shift": its body's extra
-    indentation}.  What can, from the lowered weight and the geometry: a count of 0 divided by (a
-    window without a hit, under a NaN rule where comparisons with NaN are false), inf times a hit
-    of 0 (the weight as arithmetic), inf - inf where terms are added inside the block (backward:
-    overlapping windows' terms on one element; jvp: a window's terms)."""
+    indentation}.  What can, from the lowered weight and the geometry: a division by a count of 0
+    (a window without a hit: under a NaN rule where comparisons with NaN are false, or from a
+    saved state that forward did not make), inf times a hit of 0 (the weight as arithmetic), inf -
+    inf where terms are added inside the block (backward: overlapping windows' terms on one
+    element; jvp: a window's terms)."""
     sel = kernel.selection
-    divides = sel.weight.has(Quotient) and sel.counts and _policy.NAN_RULES[op.nan].count_can_be_zero
+    divides = sel.weight.has(Quotient) and sel.counts
     multiplies = any(isinstance(m, sp.Mul) and HIT in m.args for m in sp.preorder_traversal(sel.weight))
     weighted = [reason for reason, present in (
-        ("0 / 0 where a window has no hit (its count is 0 under this NaN rule)", divides),
+        ("0 / 0 where a window has no hit (its count is 0 under this NaN rule)",
+         divides and _policy.NAN_RULES[op.nan].count_can_be_zero),
+        ("g / 0 where saved was not made by forward (under this NaN rule forward's windows always "
+         "have a hit)", divides and not _policy.NAN_RULES[op.nan].count_can_be_zero),
         ("inf * 0 where an element is not hit", multiplies)) if present]
     if kernel.geometry == "pool":
         k, s, d = (op.params[name] for name in ("kernel_size", "stride", "dilation"))
@@ -203,7 +208,9 @@ def _quiet(op, kernel: WindowKernel) -> dict:
         if not reasons:
             return {"open": [], "shift": 0}
         flags = 'divide="ignore", invalid="ignore"' if divides else 'invalid="ignore"'
-        return {"open": [f"# NaN, silently: {'; '.join(reasons)}", f"with np.errstate({flags}):"], "shift": 4}
+        comment = textwrap.wrap(f"NaN, silently: {'; '.join(reasons)}", 84, initial_indent="# ",
+                                subsequent_indent="#   ")
+        return {"open": [*comment, f"with np.errstate({flags}):"], "shift": 4}
 
     return {"backward": block(weighted + (["inf - inf where overlapping windows' terms add"]
                                           if adds_in_block and overlap else [])),
