@@ -18,6 +18,7 @@ Tests that need nvcc or a C++ compiler skip, saying which, where it is missing.
 from __future__ import annotations
 
 import os
+import functools
 import re
 import subprocess
 import sys
@@ -93,12 +94,13 @@ def fake_cupy(_fake, monkeypatch):
     return _fake
 
 
-def _one_of_each_kind() -> set[str]:
+@functools.cache
+def _one_of_each_kind() -> frozenset[str]:
     """The name of the first committed .cu file of each op kind (each kernel template)."""
     first = {}
     for op in catalog.entries():
         first.setdefault(op.spec.kind, naming.cuda_source_name(op))
-    return set(first.values())
+    return frozenset(first.values())
 
 
 @pytest.fixture(scope="session")

@@ -139,6 +139,20 @@ def _selection(kernel: WindowKernel, combine: sp.Basic | None = None) -> tuple[l
     return [f[0] for f in functions], real_types
 
 
+def _signatures(writes: list, reads: list) -> dict:
+    """The kernels' finished parameter lists, per data type, and their documentation: what forward
+    saves (writes) and what backward and jvp read, each [(name, C type, "T" for the data type)]."""
+    def params(arrays, const, ctype):
+        return "".join(f"{const}{ctype if c == 'T' else c}* restrict {name}, " for name, c in arrays)
+
+    def doc(arrays, const):
+        return "".join(f"{const}{c}* {name}, " for name, c in arrays)
+
+    return {"writes_doc": doc(writes, ""), "reads_doc": doc(reads, "const "),
+            "writes": {dt: params(writes, "", ct) for dt, ct, *_ in C_DTYPES},
+            "reads": {dt: params(reads, "const ", ct) for dt, ct, *_ in C_DTYPES}}
+
+
 def _saved(kernel: WindowKernel, index_ctype: str, count_ctype: str) -> dict:
     """What forward saves and backward and jvp read, as the kernels' finished parameter lists (per
     data type) and arguments, and the loader's Saved fields and arrays."""
@@ -148,16 +162,7 @@ def _saved(kernel: WindowKernel, index_ctype: str, count_ctype: str) -> dict:
     writes = [("index", index_ctype)] if scan else counted
     reads = [("index", index_ctype)] if scan else [("x", "T"), ("output", "T")] + counted
 
-    def params(arrays, const, ctype):
-        return "".join(f"{const}{ctype if c == 'T' else c}* restrict {name}, " for name, c in arrays)
-
-    def doc(arrays, const):
-        return "".join(f"{const}{c}* {name}, " for name, c in arrays)
-
-    return {
-        "writes_doc": doc(writes, ""), "reads_doc": doc(reads, "const "),
-        "writes": {dt: params(writes, "", ct) for dt, ct, *_ in C_DTYPES},
-        "reads": {dt: params(reads, "const ", ct) for dt, ct, *_ in C_DTYPES},
+    return _signatures(writes, reads) | {
         "writes_args": "".join(f"{name}, " for name, _ in writes),
         "reads_args": "".join(f"{name}, " for name, _ in reads),
         # sg_weight's count argument, at an output position o (backward) or t (jvp)
@@ -534,12 +539,7 @@ def _reduction_context(art: Artifacts) -> dict:
         "jvp_sum": "k ? sum + w : w", "jvp_sum_doc": "from the first term, as NumPy's cumsum (a -0 first term stays -0)",
         "window_order": "row order", "threads_over": "the reduced slices (the rows)",
         "typedefs": [],
-        "saved": {
-            "writes_doc": "int64* index, " if scan else "",
-            "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
-            "writes": {dt: ("int64_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
-            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
-                      for dt, ct, *_ in C_DTYPES}},
+        "saved": _signatures(arrays if scan else [], arrays),
         "selection_doc": selection_doc, "real_types": real_types,
         "saved_doc": wrap(saved_text, 96, "  "),
         # what backward and jvp pass the kernels from saved: the index as int64, or x as rows and the output
@@ -688,12 +688,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
         "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
         "typedefs": [],
-        "saved": {
-            "writes_doc": "int64* index, " if scan else "",
-            "reads_doc": "const int64* index, " if scan else "const T* x, const T* output, ",
-            "writes": {dt: ("int64_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
-            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
-                      for dt, ct, *_ in C_DTYPES}},
+        "saved": _signatures(arrays if scan else [], arrays),
         "saved_doc": wrap(saved_text, 96, "  "),
         "windows_text": ADAPTIVE.doc(),
         "c_window_start": c_integer_code(ADAPTIVE.start), "c_window_end": c_integer_code(ADAPTIVE.end),
@@ -767,12 +762,7 @@ def _fractional_context(art: Artifacts) -> dict:
         "spatial": spatial, "axes": list(range(spatial)),
         "window": kernel.window, "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
         "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
-        "saved": {
-            "writes_doc": "index_t* index, " if scan else "",
-            "reads_doc": "const index_t* index, " if scan else "const T* x, const T* output, ",
-            "writes": {dt: ("index_t* restrict index, " if scan else "") for dt, *_ in C_DTYPES},
-            "reads": {dt: "".join(f"const {ct if c == 'T' else c}* restrict {name}, " for name, c in arrays)
-                      for dt, ct, *_ in C_DTYPES}},
+        "saved": _signatures(arrays if scan else [], arrays),
         # what backward and jvp pass the kernels from saved
         "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
         "saved_doc": wrap(saved_text, 96, "  "),
