@@ -37,7 +37,7 @@ from pathlib import Path
 import sympy
 
 from . import __version__
-from .derive import Derivation
+from .derive import Derivation, Node, derive_window
 from .derive import derive as _derive
 from .ops import Op
 
@@ -102,6 +102,24 @@ def derive(op: Op, display: bool = True) -> Derivation:
     with _LOCK:
         d = _MEMO.setdefault(k, d)
     return d if d.op is op else dataclasses.replace(d, op=op)  # derive's own cache: an equal op
+
+
+def window(n: int, ties: str, kind: str = "max") -> Node:
+    """derive.derive_window(n, ties, kind), the derived extremum of a window x0..x{n-1} that the
+    docs' worked examples show: from this process, else from the disk cache, else derived (and
+    then stored in both)."""
+    blob = json.dumps({"window": n, "ties": ties, "kind": kind, "code": code_hash()}, sort_keys=True)
+    k = hashlib.sha256(blob.encode()).hexdigest()[:24]
+    with _LOCK:
+        if k in _MEMO:
+            return _MEMO[k]
+    path = directory() / f"{k}.pickle"
+    node = _load(path, Node)
+    if node is None:
+        node = derive_window(n, ties, kind)
+        _write(path, node)
+    with _LOCK:
+        return _MEMO.setdefault(k, node)
 
 
 class _Unpickler(pickle.Unpickler):
@@ -240,6 +258,12 @@ def _mac(secret_key: bytes, k: str, data: bytes) -> bytes:
 
 
 def _read(path: Path, op: Op) -> Derivation | None:
+    d = _load(path, Derivation)
+    return None if d is None else dataclasses.replace(d, op=op)
+
+
+def _load(path: Path, cls: type):
+    """The entry at path if this user wrote it (its MAC checks) and it holds a cls, else None."""
     from .cache import read_private
     secret_key = secret()
     if secret_key is None:  # nothing unauthenticated is unpickled
@@ -251,15 +275,13 @@ def _read(path: Path, op: Op) -> Derivation | None:
     if not hmac.compare_digest(mac, _mac(secret_key, path.stem, body)):
         return None  # planted, copied from another key, damaged, or made under another secret
     try:
-        d = _Unpickler(io.BytesIO(body)).load()
+        found = _Unpickler(io.BytesIO(body)).load()
     except Exception:  # noqa: BLE001 - a damaged entry is derived again and replaced
         return None
-    if not isinstance(d, Derivation):
-        return None
-    return dataclasses.replace(d, op=op)
+    return found if isinstance(found, cls) else None
 
 
-def _write(path: Path, d: Derivation) -> None:
+def _write(path: Path, d) -> None:
     from .files import write_atomic
     secret_key = secret()
     if secret_key is None:

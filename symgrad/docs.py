@@ -39,13 +39,13 @@ from . import __version__, naming
 from .catalog_entries import entries as _catalog_entries
 from . import policy as _policy
 from .conventions import PRESETS
-from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support, derive, derive_window,
+from .derive import (ALL_VARIABLES_UP_TO, Derivation, Node, _sift_term, _support,
                      evaluate, running_weights, uniform_relations)
 from .indicators import Indicator, literal_values
 from .ops import Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
-from . import pipeline
+from . import derivations, pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -420,7 +420,7 @@ def _extremum_kind(op: Op, d: Derivation) -> str:
 def _window_node(op: Op, d: Derivation, n: int) -> Node:
     if op.spec.strategy.elementwise:
         return d.output
-    return derive_window(n, op.ties, op.spec.extremum)
+    return derivations.window(n, op.ties, op.spec.extremum)
 
 
 def _window_weights(op: Op, d: Derivation, inputs, windows) -> list:
@@ -565,7 +565,7 @@ def _shown(op: Op, d: Derivation) -> tuple[list[Node], bool]:
     """The nodes whose symbolic steps are shown, and whether they are a smaller stand-in window."""
     if op.spec.strategy.elementwise or op.window_size() <= SMALL_WINDOW:
         return d.nodes, False
-    return [derive_window(SHOWN_WINDOW, op.ties, op.spec.extremum)], True
+    return [derivations.window(SHOWN_WINDOW, op.ties, op.spec.extremum)], True
 
 
 def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Section]:
@@ -1039,7 +1039,7 @@ class Page:
 
 def page(op: Op) -> Page:
     """The page of a max/min op (pages.page: of any op; docs_special.py: unpooling, logsumexp)."""
-    d = derive(op)
+    d = derivations.derive(op)  # the disk cache's, as code generation's (display kept)
     mod, source, name = module_for(op)
     ex = worked_example(op, d)
     picture = svg(op, ex, d)

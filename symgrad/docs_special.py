@@ -10,7 +10,7 @@ import numpy as np
 import sympy as sp
 
 from . import policy as _policy
-from .derive import derive
+from .derivations import derive  # the disk cache's, as code generation's (display kept)
 from .docs import (C, Bullets, Code, Display, M, Page, Para, Section, Table, _array_text,
                    _conventions_section, _in_catalog, _num_tex, _op_label, backward_source, intro,
                    module_for)
