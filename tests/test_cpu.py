@@ -161,6 +161,31 @@ def test_backward_forms_equal_numpy_with_rests_bands_and_threads(op, params, sha
     assert not problems, "\n".join(problems[:10])
 
 
+@pytest.mark.parametrize("op,shape", [("max_pool1d", (2, 3, 11)), ("max_pool2d", (2, 3, 9, 11)),
+                                      ("max_pool3d", (1, 2, 7, 5, 9))])
+def test_padding_that_wins_drops_its_gradient_as_numpy(op, shape):
+    """Under the jax convention padding (-inf) takes part, and in a window of -inf elements the
+    padding that comes first in the scan wins: forward and backward (whose windows inside the
+    input skip the bounds check) equal the NumPy backend's bit for bit, NCHW and channels-last,
+    1 and 2 threads."""
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    module = symgrad.load(op, backend="cpu", convention="jax", **params)
+    reference = symgrad.load(op, convention="jax", **params)
+    rng = np.random.default_rng(5)
+    x = rng.choice(np.array([-np.inf, 0.0, 1.0], np.float32), size=shape, p=[0.8, 0.1, 0.1])
+    y_ref, saved_ref = reference.forward(x)
+    g = rng.standard_normal(y_ref.shape).astype(np.float32)
+    (want,) = reference.backward(g, saved_ref)
+    for cl in (False, True):
+        def lay(a):
+            return np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1) if cl else a
+        for threads in (1, 2):
+            y, saved = module.forward(lay(x), threads=threads)
+            (got,) = module.backward(lay(g), saved, threads=threads)
+            assert np.ascontiguousarray(y).tobytes() == y_ref.tobytes(), (cl, threads)
+            assert np.ascontiguousarray(got).tobytes() == want.tobytes(), (cl, threads, mismatch(np.ascontiguousarray(got), want))
+
+
 _FORK_SCRIPT = """
 import os, sys
 import numpy as np
