@@ -318,7 +318,11 @@ def test_interface_is_the_numpy_modules():
 
 
 @pytest.mark.parametrize("ties", ("first", "split"))
-def test_forged_saved_is_refused_before_any_kernel_reads_it(ties):
+def test_forged_saved_is_refused_with_no_write_outside_the_arrays(ties):
+    """Saved values forward did not make are refused (TypeError/ValueError naming saved): shapes,
+    dtypes and layouts before any kernel runs; an index outside the window either before the
+    kernel (jvp, the other forms) or by the write-form kernel itself, which reads the index in its
+    own pass, writes only inside the arrays and reports it, and the loader refuses."""
     m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2, ties=ties)
     x = np.zeros((2, 3, 4, 4), np.float32)
     y, saved = m.forward(x)
