@@ -111,40 +111,6 @@ def test_equals_numpy_under_each_preset(op, params, shape, convention):
 
 # ----------------------------------------------------------------------------- threads
 
-# (dtype, shape): gradients over SG_STREAM_BYTES (8 MiB), which backward's write form writes with
-# streaming stores; odd sizes put rows at unaligned addresses (plain head and tail) and leave an
-# element past the last window
-STREAMED = [(np.float32, (1, 3, 1024, 1024)), (np.float32, (1, 3, 1023, 1025)),
-            (np.float16, (1, 5, 1023, 1025)), (np.float64, (1, 2, 1023, 1025))]
-
-
-@pytest.mark.parametrize("dtype,shape", STREAMED, ids=[f"{d.__name__}-{'x'.join(map(str, s))}" for d, s in STREAMED])
-def test_backward_with_streaming_stores_equals_numpy(dtype, shape):
-    """backward of a gradient over 8 MiB (streaming stores through a row buffer) equals the NumPy
-    backend's bit for bit, NCHW and channels-last, 1 thread and 4 (bands of rows)."""
-    assert np.dtype(dtype).itemsize * np.prod(shape) >= 8 << 20
-    module = symgrad.load("max_pool2d", backend="cpu", kernel_size=2)
-    reference = symgrad.load("max_pool2d", kernel_size=2)
-    rng = np.random.default_rng(5)
-    x = rng.integers(0, 3, size=shape).astype(dtype)
-    ref = np.float32 if dtype == np.float16 else dtype
-    y_ref, saved_ref = reference.forward(x.astype(ref))
-    g = rng.standard_normal(y_ref.shape).astype(dtype)
-    (want,) = reference.backward(g.astype(ref), saved_ref)
-    want = want.astype(dtype)
-    problems = []
-    for cl in (False, True):
-        def lay(a):
-            return np.moveaxis(np.ascontiguousarray(np.moveaxis(a, 1, -1)), -1, 1) if cl else a
-        for threads in (1, 4):
-            _, saved = module.forward(lay(x), threads=threads)
-            (got,) = module.backward(lay(g), saved, threads=threads)
-            if np.ascontiguousarray(got).tobytes() != want.tobytes():
-                problems.append(f"{'channels-last' if cl else 'NCHW'} threads={threads}: "
-                                f"{mismatch(np.ascontiguousarray(got), want)}")
-    assert not problems, "\n".join(problems)
-
-
 def test_the_same_bits_with_one_and_two_threads():
     """Each element is computed by one thread in a fixed order: 1 and 2 threads (and OpenMP's
     default) give identical bytes for forward, saved, backward and jvp, on overlapping windows
