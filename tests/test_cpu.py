@@ -343,7 +343,11 @@ def test_interface_is_the_numpy_modules():
 
 
 @pytest.mark.parametrize("ties", ("first", "split"))
-def test_forged_saved_is_refused_before_any_kernel_reads_it(ties):
+def test_forged_saved_is_refused_with_no_write_outside_the_arrays(ties):
+    """Saved values forward did not make are refused (TypeError/ValueError naming saved): shapes,
+    dtypes and layouts before any kernel runs; an index outside the window either before the
+    kernel (jvp, the other forms) or by the write-form kernel itself, which reads the index in its
+    own pass, writes only inside the arrays and reports it, and the loader refuses."""
     m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2, ties=ties)
     x = np.zeros((2, 3, 4, 4), np.float32)
     y, saved = m.forward(x)
@@ -365,6 +369,58 @@ def test_forged_saved_is_refused_before_any_kernel_reads_it(ties):
             m.backward(np.ones(bad.output_shape, np.float32), bad)
         with pytest.raises((TypeError, ValueError), match=r"saved"):
             m.jvp(np.zeros(bad.input_shape, np.float32), bad)
+
+
+def _outcome(call):
+    """What a call gives: its error's type and message, or its result's bits."""
+    try:
+        return tuple(g.tobytes() for g in call())
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@pytest.mark.parametrize("ties, params, shape", [  # write form (the kernel checks the index), scatter form
+    ("first", dict(kernel_size=2), (1, 3, 4, 4)), ("split", dict(kernel_size=2), (1, 3, 4, 4)),
+    ("first", dict(kernel_size=3, stride=2, padding=1), (1, 3, 5, 5))])
+def test_backward_after_a_checked_call_still_refuses_forged_saved(ties, params, shape):
+    """backward keeps the shapes of a call that passed its checks (_BACKWARD_KNOWN): a later Saved
+    whose shapes or dtype only compare equal to them (floats, bools, NumPy ints, the dtype's
+    scalar type or name), or whose arrays changed, gets what it gets with nothing kept (the same
+    error, or the same bits), and a plain repeat gives the first call's bits."""
+    m = symgrad.load("max_pool2d", backend="cpu", ties=ties, **params)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    y, saved = m.forward(x)
+    g = np.random.default_rng(4).standard_normal(y.shape).astype(np.float32)
+    field = saved._fields[0]
+    a = getattr(saved, field)
+    ins, outs = saved.input_shape, saved.output_shape
+    forged = [
+        saved._replace(input_shape=(1.0,) + ins[1:]),
+        saved._replace(input_shape=ins[:-1] + (np.int64(ins[-1]),)),
+        saved._replace(input_shape=(True,) + ins[1:], output_shape=(True,) + outs[1:]),
+        saved._replace(output_shape=outs[:-1] + (float(outs[-1]),)),
+        saved._replace(dtype=np.float32),
+        saved._replace(dtype="float32"),
+        saved._replace(**{field: a.astype(a.dtype.newbyteorder(">"))}),
+        saved._replace(**{field: np.asfortranarray(a)}),
+    ]
+    if field == "index":
+        window = params["kernel_size"] ** 2
+        forged.append(saved._replace(index=np.full_like(a, window)))  # beyond the window
+    calls = [(g, bad) for bad in forged] + [(np.ma.masked_array(g), saved), (g.astype(">f4"), saved),
+                                            (g.astype(np.float64), saved), (g[..., None][..., 0], saved)]
+
+    def alone(call):  # with nothing kept
+        m._BACKWARD_KNOWN.clear()
+        return _outcome(lambda: m.backward(*call))
+
+    expected = [alone(call) for call in calls]
+    assert sum(e[0] in ("TypeError", "ValueError") for e in expected) >= 7  # the shapes' and dtype's
+    first = alone((g, saved))
+    assert len(m._BACKWARD_KNOWN) == 1
+    for call, outcome in zip(calls, expected):  # each after the plain call was kept
+        assert _outcome(lambda: m.backward(g, saved)) == first
+        assert _outcome(lambda: m.backward(*call)) == outcome
 
 
 def test_cache_clear_removes_the_c_source_and_the_library(tmp_path, monkeypatch):

@@ -217,7 +217,8 @@ def _band_windows(g) -> dict:
 
 _BACKWARD_DOCS = {  # the .c header's words on its backward form
     "write": ("backward is in write form (the windows tile the input): each input element is "
-              "written once, its window's gradient where it is the winner, else +0 (no zeroing pass)."),
+              "written once, its window's gradient where it is the winner, else +0 (no zeroing pass); "
+              "it returns -1 where it read a saved index outside the window (checked in this pass)."),
     "scatter": ("backward is in scatter form: a band of input rows is zeroed, then each window "
                 "holding one of its rows adds its gradient to its winner, in output order "
                 "(no atomic operation: each band is one thread's)."),
@@ -424,6 +425,8 @@ def _pool_context(art: Artifacts) -> dict:
         "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
                              else "cpu/_pool_gather.c.jinja"),
         "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
+        # the write form's kernel refuses an index outside the window in its own pass (returns -1)
+        "backward_checks_index": repr(sel.form == "scan" and _tiles(op)),
         "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
         "band": _band_windows(g), "scatter": _scatter_accumulators(),
         # the step between windows along each dim (the coordinate's coefficient of the window)
