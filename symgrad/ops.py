@@ -307,7 +307,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if spec.check:
         spec.check(norm)
     if norm.get("return_indices") and ties not in RETURN_INDICES_POLICIES:
-        raise ValueError(f"{name}: return_indices=True needs one winner per window, ties "
+        raise ValueError(f"{name}: return_indices=True needs one winner per window: ties must be "
                          f"{' or '.join(repr(t) for t in RETURN_INDICES_POLICIES)}, got ties={ties!r}")
     padding_mode = preset.padding if (preset and spec.strategy.preset_padding) else "never_wins"
     zeros = preset.zeros if preset else None
