@@ -187,6 +187,7 @@ def generate_expr(expr: str, out: str | os.PathLike, name: str, backend: str = "
     _check_backend(backend)
     out = check_out(out)
     if name is None:
-        raise TypeError("generate_expr needs name= (a lowercase identifier for the module)")
+        raise TypeError("generate_expr needs name= (a lowercase identifier for the module), "
+                        "which is missing")
     op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
     return write_all(render(op, backend), out, force)

@@ -288,7 +288,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
     if order != "given" and not spec.strategy.elementwise:
         raise ValueError(f"{name}: order={order!r} applies to elementwise ops; a window keeps its "
-                         f"scan order")
+                         f"scan order, so order must be 'given'")
     spec.strategy.settings(name, ties, nan)
     known = {p.name for p in spec.params}
     unknown = sorted(set(params) - known)

@@ -9,7 +9,7 @@ from .base import Kind
 def _settings(name: str, ties: str, nan: str) -> None:
     if nan == "each" and name not in ("maximum", "minimum"):
         raise ValueError(f"{name}: NaN rule 'each' is defined for a single max/min (maximum, "
-                         f"minimum, windows), not for {name}")
+                         f"minimum, windows), not for {name}: nan must be another rule")
 
 
 ELEMENTWISE = Kind("elementwise", elementwise=True, lowering="elementwise", settings=_settings)

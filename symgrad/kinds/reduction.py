@@ -11,7 +11,7 @@ from .base import Kind, representative, window_backward
 def _settings(name: str, ties: str, nan: str) -> None:
     if ties in ("first", "last") and nan != "dominate":
         raise ValueError(f"{name}: with ties={ties!r} a reduction follows NaN rule 'dominate' "
-                         f"(NumPy's argmax/argmin), not {nan!r}")
+                         f"(NumPy's argmax/argmin): nan must be 'dominate', not {nan!r}")
 
 
 def _describe(op: "Op", listed: int) -> list[str]:
