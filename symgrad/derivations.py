@@ -88,20 +88,13 @@ def directory() -> Path:
 def derive(op: Op, display: bool = True) -> Derivation:
     """derive.derive(op, display): from this process, else from the disk cache, else derived (and
     then stored in both)."""
-    k = key(op, display)
-    with _LOCK:
-        if k in _MEMO:
-            return dataclasses.replace(_MEMO[k], op=op)  # the caller's op, not an equal one's
-    path = directory() / f"{k}.pickle"
-    d = _read(path, op)
-    if d is None:
+    def make() -> Derivation:
         for callback in list(_ANNOUNCE):
             callback(op)
-        d = _derive(op, display)
-        _write(path, dataclasses.replace(d, op=None))  # the op is the caller's (its spec holds code)
-    with _LOCK:
-        d = _MEMO.setdefault(k, d)
-    return d if d.op is op else dataclasses.replace(d, op=op)  # derive's own cache: an equal op
+        return _derive(op, display)
+    # stored without the op: it is the caller's (its spec holds code)
+    d = _memoized(key(op, display), Derivation, make, lambda d: dataclasses.replace(d, op=None))
+    return d if d.op is op else dataclasses.replace(d, op=op)  # the caller's op, not an equal one's
 
 
 def window(n: int, ties: str, kind: str = "max") -> Node:
@@ -109,17 +102,23 @@ def window(n: int, ties: str, kind: str = "max") -> Node:
     docs' worked examples show: from this process, else from the disk cache, else derived (and
     then stored in both)."""
     blob = json.dumps({"window": n, "ties": ties, "kind": kind, "code": code_hash()}, sort_keys=True)
-    k = hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return _memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], Node,
+                     lambda: derive_window(n, ties, kind))
+
+
+def _memoized(k: str, cls: type, make, stored=lambda value: value):
+    """Entry k: from this process, else from the disk cache (a cls this user wrote), else made by
+    make() and kept in both (stored(value) on disk)."""
     with _LOCK:
         if k in _MEMO:
             return _MEMO[k]
     path = directory() / f"{k}.pickle"
-    node = _load(path, Node)
-    if node is None:
-        node = derive_window(n, ties, kind)
-        _write(path, node)
+    value = _load(path, cls)
+    if value is None:
+        value = make()
+        _write(path, stored(value))
     with _LOCK:
-        return _MEMO.setdefault(k, node)
+        return _MEMO.setdefault(k, value)
 
 
 class _Unpickler(pickle.Unpickler):
@@ -255,11 +254,6 @@ def _folder_problem(folder: Path) -> str:
 def _mac(secret_key: bytes, k: str, data: bytes) -> bytes:
     """The MAC of an entry: its key (so a file copied to another op's name fails) and its bytes."""
     return hmac.new(secret_key, k.encode() + b"\n" + data, hashlib.sha256).hexdigest().encode()
-
-
-def _read(path: Path, op: Op) -> Derivation | None:
-    d = _load(path, Derivation)
-    return None if d is None else dataclasses.replace(d, op=op)
 
 
 def _load(path: Path, cls: type):
