@@ -5,12 +5,12 @@
 
 Needs torch (pip install torch==2.13.0, the CPU build).  It prints tables and asserts nothing.
 
-* Every time is the median of interleaved rounds (each round runs every contender once, in a
-  rotating order) after warm-up rounds, all in this one process: symgrad's generated module,
-  PyTorch with torch.set_num_threads(1), and PyTorch with its default thread count.  Ratios are
-  symgrad / PyTorch.  Backward alone is torch.ops.aten.max_poolNd_with_indices_backward (1-d
-  pooling runs as 2-d, as PyTorch does) and threshold_backward for relu; forward+backward is
-  autograd (forward, then backward into x.grad).
+* Every time is the median of interleaved rounds (each round runs every contender once, in an
+  order shuffled afresh each round, seeded: round_orders) after warm-up rounds, all in this one
+  process: symgrad's generated module, PyTorch with torch.set_num_threads(1), and PyTorch with
+  its default thread count.  Ratios are symgrad / PyTorch.  Backward alone is
+  torch.ops.aten.max_poolNd_with_indices_backward (1-d pooling runs as 2-d, as PyTorch does) and
+  threshold_backward for relu; forward+backward is autograd (forward, then backward into x.grad).
 * The bound of a backward is the least memory traffic it needs (read grad_output and the saved
   index, write grad_input), at the bandwidth of a large np.copyto measured in the same run.
 * The per-window Python loop (one iteration per window: argmax, then add the gradient at the
@@ -28,6 +28,7 @@ import datetime
 import math
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -66,6 +67,23 @@ ELEMENTS = 10**7
 CLOCK = time.perf_counter  # --clock cpu: the thread's CPU time for one-thread contenders
 
 
+def round_orders(names: list, rounds: int, seed: int = 0):
+    """Each round's order of the contenders: shuffled afresh each round, seeded (a run repeats its
+    orders), so that each contender follows each other one about equally often.
+
+    A rotation of one fixed order keeps every contender's predecessor fixed, and the predecessor
+    sets how cold the caches are: in cpu_pool.py's order symgrad's one-thread backward always ran
+    right after PyTorch's forward+backward on all threads.  Timed by predecessor in shuffled
+    rounds (case C, 60 rounds, thread CPU time): symgrad's backward took 0.168 ms after that one
+    against 0.080-0.133 ms after the others (median 0.125 ms), PyTorch's 0.181-0.211 ms after
+    any but its own backward (median 0.192 ms)."""
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        order = list(names)
+        rng.shuffle(order)
+        yield order
+
+
 def timed(contenders: dict, rounds: int, warm: int = 3) -> dict:
     """{name: median seconds}; contenders: {name: (torch threads or None, function)}.
 
@@ -73,8 +91,8 @@ def timed(contenders: dict, rounds: int, warm: int = 3) -> dict:
     threads always uses the wall clock."""
     names = list(contenders)
     times = {n: [] for n in names}
-    for r in range(warm + rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
+    for r, order in enumerate(round_orders(names, warm + rounds)):
+        for n in order:
             threads, fn = contenders[n]
             if threads is not None:
                 torch.set_num_threads(threads)
