@@ -15,6 +15,12 @@ Needs torch (the CPU build) and a C compiler.  It prints tables and asserts noth
   (forward, then backward into x.grad).
 * The bound of backward is the least memory traffic it needs (read grad_output and the 1-byte
   saved index, write grad_x) at the bandwidth of a large np.copyto measured in the same run.
+* --floors adds two contenders that do no arithmetic (benchmarks/write_floor.c, compiled with the
+  cpu backend's compiler and flags): write grad_x with ordinary stores, or with memset, and read
+  grad_output and the index.  Ordinary stores read each line before writing it (read for
+  ownership), as every kernel that writes through the cache does; memset fills whole lines.  The
+  first is the floor of a backward that writes with ordinary stores, its share of the bound the
+  most such a backward reaches on this machine.
 * Compilation on first use and loading from the cache are timed in fresh processes, after
   `import symgrad`: symgrad.load (derive and generate, or read the cached module) and loading the
   library (compile and write it, or read, verify and load the cached one), with an empty cache,
@@ -24,6 +30,7 @@ Needs torch (the CPU build) and a C compiler.  It prints tables and asserts noth
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import subprocess
 import sys
@@ -58,7 +65,32 @@ def torch_forward_backward(x, params):
     return run
 
 
-def speed(rounds: int, bw: float, cases) -> list:
+def write_floors(cc: str, workdir: str):
+    """(floor_stores, floor_memset) of benchmarks/write_floor.c, compiled with the cpu backend's
+    compiler and flags."""
+    from symgrad.backends.cpu import CFLAGS
+    lib = Path(workdir) / "write_floor.so"
+    subprocess.run([cc, *CFLAGS, str(HERE / "write_floor.c"), "-o", str(lib)], check=True)
+    so = ctypes.CDLL(str(lib))
+    p, i64 = ctypes.c_void_p, ctypes.c_int64
+    so.floor_stores.argtypes = [p, i64, p, p, i64, ctypes.c_float]
+    so.floor_memset.argtypes = [p, i64, p, p, i64]
+    return so.floor_stores, so.floor_memset
+
+
+def floor_contenders(floors, x, g, index) -> dict:
+    stores, fill = floors
+
+    def run(fn, *zero):
+        def call():
+            out = np.empty_like(x)  # allocated per call, as the backward's gradient
+            fn(out.ctypes.data, out.size, g.ctypes.data, index.ctypes.data, g.size, *zero)
+            return out
+        return call
+    return {"floor stores": (None, run(stores, 0.0)), "floor memset": (None, run(fill))}
+
+
+def speed(rounds: int, bw: float, cases, floors=None) -> list:
     rows = []
     for name, shape, params in POOLS:
         if name not in cases:
@@ -80,6 +112,7 @@ def speed(rounds: int, bw: float, cases) -> list:
             "f+b cpu n": (npb.DEFAULT_THREADS, lambda: m.backward(g, m.forward(x)[1])),
             "f+b torch 1": (1, torch_forward_backward(x, params)),
             "f+b torch n": (npb.DEFAULT_THREADS, torch_forward_backward(x, params)),
+            **(floor_contenders(floors, x, g, saved.index) if floors else {}),
         }, rounds)
         bound = (g.nbytes + saved.index.nbytes + x.nbytes) / bw
         rows.append((name, t, bound))
@@ -109,6 +142,9 @@ def main() -> None:
                          "machine shared with other work); the default-thread ones stay on the wall clock")
     ap.add_argument("--cases", nargs="+", choices=[c[0] for c in POOLS], default=[c[0] for c in POOLS])
     ap.add_argument("--no-first-use", action="store_true", help="skip timing compilation and the cache")
+    ap.add_argument("--floors", action="store_true",
+                    help="also time writing grad_x with ordinary stores and with memset, reading the inputs "
+                         "(no arithmetic: the floors of a backward)")
     args = ap.parse_args()
     if args.clock == "cpu":
         npb.CLOCK = time.thread_time
@@ -123,12 +159,25 @@ def main() -> None:
     print("| case | backward 1 thread: cpu / torch (ratio) | backward default threads | "
           "fwd+bwd 1 thread | fwd+bwd default threads | backward bound (share of it, 1 thread) |")
     print("|---|---|---|---|---|---|")
-    for name, t, bound in speed(args.rounds, bw, args.cases):
+    workdir = tempfile.TemporaryDirectory()
+    floors = None
+    if args.floors:
+        cc = symgrad.load("max_pool2d", backend="cpu", kernel_size=2).compiler()
+        if cc is None:
+            sys.exit("--floors needs a C compiler (cc, gcc or clang; or $CC)")
+        floors = write_floors(cc, workdir.name)
+    rows = speed(args.rounds, bw, args.cases, floors)
+    for name, t, bound in rows:
         def cell(kind, n):
             a, b = t[f"{kind} cpu {n}"], t[f"{kind} torch {n}"]
             return f"{a * 1e3:.2f} / {b * 1e3:.2f} ({a / b:.2f})"
         print(f"| {name} | {cell('bwd', 1)} | {cell('bwd', 'n')} | {cell('f+b', 1)} | {cell('f+b', 'n')} | "
               f"{bound * 1e3:.2f} ({bound / t['bwd cpu 1']:.0%}) |")
+    for name, t, bound in rows if floors else ():
+        print(f"{name}: floors, 1 thread: ordinary stores + reads {t['floor stores'] * 1e3:.2f} ms "
+              f"({bound / t['floor stores']:.0%} of the bound), memset + reads {t['floor memset'] * 1e3:.2f} ms "
+              f"({bound / t['floor memset']:.0%})")
+    workdir.cleanup()
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     if args.no_first_use:
         return
