@@ -148,8 +148,9 @@ def _template_decisions(directories, exclude=()) -> list[str]:
                     continue
                 bare = re.sub(r'"[^"]*"', '""', t)  # string literals are text, not decisions
                 decides = re.search(r"\bif\b|~", bare) and named.search(t)
-                texts = literal.findall(t)  # each literal numbered: #i#
-                numbered = literal.sub(lambda m, n=iter(range(len(texts))): f"#{next(n)}#", t)
+                texts = literal.findall(t)
+                count = iter(range(len(texts)))
+                numbered = literal.sub(lambda m: f"#{next(count)}#", t)  # literal i: #i#
                 line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
                 picks = [(texts[int(i)][1:-1], texts[int(j)][1:-1]) for i, j in chooses.findall(numbered)]
                 picks_code = not comment.search(line) and any(
