@@ -117,28 +117,45 @@ def test_docstrings_state_the_nan_guarded_conditions_the_code_computes():
 
 
 def _template_decisions(directories, exclude=()) -> list[str]:
-    """Tags of the templates under directories that decide on the selection or do arithmetic: a
-    condition or a concatenation (`if`, `~`) naming the lowered form, the count, the NaN rule's
-    winner, unpooling's writers, the tie kept, a geometry or kind name, whether a saved type is
-    there (`index_ctype`, `count_ctype`), or printed code searched (`"..." in name`); arithmetic
-    between names or numbers.  exclude: file name patterns (fnmatch) left out."""
+    """Tags of the templates under directories that decide on the selection, do arithmetic or
+    build code text: a condition or a concatenation (`if`, `~`) naming the lowered form, the
+    count, the NaN rule's winner, unpooling's writers, the tie kept, a geometry or kind name,
+    whether a saved type is there (`index_ctype`, `count_ctype`), or printed code searched
+    (`"..." in name`); arithmetic between names or numbers; a string formatted (`"..." % args`);
+    a conditional choosing between two string literals of code (`"a" if c else "b"`: not two
+    separators such as `", "` and `","`, nor words of a comment or docstring on the tag's line).
+    exclude: file name patterns (fnmatch) left out."""
     from fnmatch import fnmatch
     from symgrad.kinds import KINDS
     tag = re.compile(r"\{[{%].*?[}%]\}", re.S)
     named = re.compile(r"\b(form|counts|each_writer|winner_is_output|keep|geometry|index_ctype|count_ctype|"
                        + "|".join(KINDS) + r")\b|\"\s+in\s+\w")
     arithmetic = re.compile(r"[\w)\]]\s+[-+/%]\s+[\w(]")
+    literal = re.compile(r'"[^"]*"|\'[^\']*\'')
+    formats = re.compile(r"#\d+#\s*%(?!\})")  # a literal's % (not the %} closing a tag)
+    chooses = re.compile(r"#(\d+)#\s*\)?\s*if\b.*?\belse\s*\(?\s*#(\d+)#", re.S)  # also of tuples
+    separator = re.compile(r"[\s,;]*")
     found = []
     for directory in directories:
         for path in sorted(directory.glob("*.jinja")):
             if any(fnmatch(path.name, pattern) for pattern in exclude):
                 continue
-            for t in tag.findall(path.read_text()):
+            text = path.read_text()
+            comment = re.compile(r"//" if path.name.endswith((".c.jinja", ".cu.jinja")) else r"#|\"\"\"")
+            for match in tag.finditer(text):
+                t = match.group()
                 if t.startswith("{#"):
                     continue
                 bare = re.sub(r'"[^"]*"', '""', t)  # string literals are text, not decisions
                 decides = re.search(r"\bif\b|~", bare) and named.search(t)
-                if decides or arithmetic.search(bare):
+                texts = literal.findall(t)
+                count = iter(range(len(texts)))
+                numbered = literal.sub(lambda m: f"#{next(count)}#", t)  # literal i: #i#
+                line = text[text.rfind("\n", 0, match.start()) + 1:match.start()]
+                picks = [(texts[int(i)][1:-1], texts[int(j)][1:-1]) for i, j in chooses.findall(numbered)]
+                picks_code = not comment.search(line) and any(
+                    not (separator.fullmatch(a) and separator.fullmatch(b)) for a, b in picks)
+                if decides or arithmetic.search(bare) or formats.search(numbered) or picks_code:
                     found.append(f"{path.name}: {t}")
     return found
 

@@ -171,6 +171,8 @@ def _saved(kernel: WindowKernel, index_ctype: str, count_ctype: str) -> dict:
         # the loader: Saved's array fields, what forward allocates (field, dtype constant), and
         # each saved array's (field, "in" or "out" shape, dtype, bound of its values)
         "fields": [name for name, _ in reads],
+        # what forward's Saved holds in each field: the unbatched input, the output, a saved array
+        "forward_values": [{"x": "xu", "output": "y"}.get(name, f"unbatched({name})") for name, _ in reads],
         "writes_fields": [name for name, _ in writes],
         "allocates": [(name, {"index": "INDEX_DTYPE", "count": "COUNT_DTYPE"}[name]) for name, _ in writes],
         "arrays": ([("index", "out", "INDEX_DTYPE", str(kernel.window))] if scan else
@@ -378,7 +380,8 @@ def _pool_context(art: Artifacts) -> dict:
                          if sel.counts else "."))
     g = kernel.axes
     g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
-    return _base_context(art) | {
+    pool = [pool_axis_code(g, a, c_integer_code) for a in range(spatial)]
+    return _base_context(art) | _pool_rows(spatial, pool) | {
         "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
         "selection_doc": selection_doc, "real_types": real_types,
@@ -418,7 +421,7 @@ def _pool_context(art: Artifacts) -> dict:
                             "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
-        "pool": [pool_axis_code(g, a, c_integer_code) for a in range(spatial)],
+        "pool": pool,
         "inner": _inner_rows(g, spatial - 1),
         # backward where forward saves each window's winner: write where the windows tile the
         # input (each element written once), else scatter (O(outputs) work); else gather
@@ -436,6 +439,42 @@ def _pool_context(art: Artifacts) -> dict:
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
         **python_geometry(kernel),
+    }
+
+
+def _pool_rows(spatial: int, pool: list[dict]) -> dict:
+    """The finished strings of the scan form's rows of windows (forward), and of the write and
+    scatter forms' loops over the windows (backward), per axis and per data type where they
+    depend on them; pool: each axis's pool_axis_code."""
+    L = spatial - 1
+    outer_pad = f"pad{spatial - 2}" if spatial > 1 else "false"
+    # scan forward: an element of the row along the last axis, its value where it is padding
+    # (per data type) and where it is inside the input (a load with no condition)
+    padding = {n: f"sg_store_{n}(({acc})(sg_padding))" for n, _, acc, *_ in C_DTYPES}
+    load = f"xw[xrow + i{L} * in.s{L}]"
+    return {
+        # the edges' element: padded where its row or itself is; its value read under that flag
+        "edge_pad": f"{outer_pad} || {pool[L]['outside']}",
+        "edge_raw": {n: f"pad ? {padding[n]} : {load}" for n in padding},
+        # the windows [jlo, jhi): a padded row (padding taking part), then the row inside the
+        # input; each with its block's opening line, its padded flag and its elements' value
+        "inside_rows": {n: [{"opening": f"if ({outer_pad}) {{  // a padded row (where padding takes part)",
+                             "pad": "true", "raw": padding[n]},
+                            {"opening": "} else {  // inside the input: loads with no condition",
+                             "pad": "false", "raw": load}] for n in padding},
+        # whether an element of the row is the windows' first taking part
+        "row_first": f"!started && k{L} == 0",
+        # write-form backward: each axis's windows, the band's [w0, w1) along dim 0; the window-local
+        # index of a row's first element (the outer axes' k, row-major); the guard of the memset of
+        # the rows past the last window along the last axis (the last band's alone along dim 0)
+        "write_windows": [{"first": "w0" if a == 0 else "0", "end": "w1" if a == 0 else f"o{a}"}
+                          for a in range(spatial)],
+        "write_row_local": "".join(f"k{a}" + "".join(f" * K{e}" for e in range(a + 1, spatial)) + " + "
+                                   for a in range(L)) + "0",
+        "write_tail_guard": "if (band == bands - 1) " if L == 0 else "",
+        # scatter-form backward: each axis's windows, along dim 0 those holding a row of the band
+        "scatter_windows": [{"first": "first" if a == 0 else "0", "end": "end" if a == 0 else f"o{a}"}
+                            for a in range(spatial)],
     }
 
 
@@ -750,6 +789,9 @@ def _fractional_context(art: Artifacts) -> dict:
         # the loops' bodies: an output's below its axes' loops, a window's element below those
         "oi": "    " + "  " * spatial, "wi": "    " + "  " * (2 * spatial),
         "local": local, "index_cast": "(index_t)",
+        # jvp: the winner's offset in its window along each axis, from what is left of its
+        # row-major index (local, divided by the later axes' K as the loop goes outward)
+        "winner_along": ["local" if a == 0 else f"local % K{a}" for a in axes],
         "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
         "window_order": "row-major order", "threads_over": "the planes",
         # backward scatters: a plane's windows overlap and a scan's gradient goes to one element of

@@ -261,6 +261,7 @@ def context(art: Artifacts) -> dict:
             broadcast=kernel.broadcast,
             forward_quiet=_forward_quiet(kernel),
             returns=[(name, True) for name in kernel.inputs],
+            gradient_values=["next(grads)" for _ in kernel.inputs],  # every input in wrt
         )
         if op.convention and not op.half_in_float:
             ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
@@ -502,6 +503,8 @@ def _expression_context(art: Artifacts) -> dict:
         "broadcast": kernel.broadcast,
         "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],
+        # backward's value per input where some are outside wrt: its gradient, or None
+        "gradient_values": ["next(grads)" if name in wrt else "None" for name in kernel.inputs],
         "piecewise_linear": art.piecewise_linear,
     }
 
