@@ -93,7 +93,7 @@ def derive(op: Op, display: bool = True) -> Derivation:
             callback(op)
         return _derive(op, display)
     # stored without the op: it is the caller's (its spec holds code)
-    d = _memoized(key(op, display), Derivation, make, lambda d: dataclasses.replace(d, op=None))
+    d = memoized(key(op, display), Derivation, make, lambda d: dataclasses.replace(d, op=None))
     return d if d.op is op else dataclasses.replace(d, op=op)  # the caller's op, not an equal one's
 
 
@@ -102,13 +102,14 @@ def window(n: int, ties: str, kind: str = "max") -> Node:
     docs' worked examples show: from this process, else from the disk cache, else derived (and
     then stored in both)."""
     blob = json.dumps({"window": n, "ties": ties, "kind": kind, "code": code_hash()}, sort_keys=True)
-    return _memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], Node,
+    return memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], Node,
                      lambda: derive_window(n, ties, kind))
 
 
-def _memoized(k: str, cls: type, make, stored=lambda value: value):
+def memoized(k: str, cls: type, make, stored=lambda value: value):
     """Entry k: from this process, else from the disk cache (a cls this user wrote), else made by
-    make() and kept in both (stored(value) on disk)."""
+    make() and kept in both (stored(value) on disk).  k must name everything the value depends
+    on, the code that makes it included."""
     with _LOCK:
         if k in _MEMO:
             return _MEMO[k]

@@ -4,9 +4,15 @@ catalog's pages with their index.  Above both page builders, so neither imports 
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
 from typing import Callable
 
+from . import derivations
 from . import policy as _policy
+from .backends.common import generator_hash
+from .catalog_entries import CATALOG_FILE
 from .conventions import PRESETS
 from .docs import FORMATS, PROVENANCE, Page, _op_label, _templates, latex_page, markdown_page
 from .docs import page as _maxmin_page
@@ -39,14 +45,37 @@ def render(op: Op, fmt: str) -> str:
 
 # ------------------------------------------------------------------------------ catalog
 
+@dataclass(frozen=True)
+class CatalogPage:
+    """An op's page as the catalog writes it: its file's stem, its Markdown, its picture (or None)."""
+    stem: str
+    markdown: str
+    svg: str | None
+
+
+def catalog_page(op: Op) -> CatalogPage:
+    """The catalog's page of op: from this process, else from the disk cache of derivations, else
+    rendered (a page derives, and reads its derivations back from that cache: most of a warm
+    catalog run).  Its key names the op (derivations.key), generator_hash() (every module and
+    template of symgrad, SymPy's version) and catalog.toml (a page says whether its op is listed),
+    so an edit to any of them renders it anew."""
+    def make() -> CatalogPage:
+        pg = page(op)
+        return CatalogPage(pg.module_name, render_markdown(op, image_src=lambda src: src, pg=pg), pg.svg)
+    listed = hashlib.sha256(CATALOG_FILE.read_bytes()).hexdigest()
+    blob = json.dumps({"catalog page": derivations.key(op), "generator": generator_hash(), "catalog": listed},
+                      sort_keys=True)
+    return derivations.memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], CatalogPage, make)
+
+
 def catalog_files(ops: list[Op]) -> dict[str, str]:
     """{relative path: text} of generated/docs: a page (+ picture) per entry, and an index."""
     files = {}
     rows = []
     for op in ops:
-        pg = page(op)
-        stem = pg.module_name
-        files[f"docs/{stem}.md"] = render_markdown(op, image_src=lambda src: src, pg=pg)
+        pg = catalog_page(op)
+        stem = pg.stem
+        files[f"docs/{stem}.md"] = pg.markdown
         if pg.svg is not None:
             files[f"docs/{stem}.svg"] = pg.svg
         t, j = PRESETS["torch"][op.name], PRESETS["jax"][op.name]

@@ -209,3 +209,39 @@ def test_a_cached_module_names_the_generator_hash_of_its_cache_folder(cache, mon
     for sub in ("numpy/relu_first.py", "cuda/relu_first.cu"):
         lines = (root / sub).read_text().splitlines()[:12]
         assert any(line.endswith("generator: " + CATALOG_GENERATOR) for line in lines), sub
+
+
+# ----------------------------------------------------------------------------- catalog pages
+
+def test_a_catalog_page_is_read_back_until_the_generator_or_the_catalog_changes(cache, monkeypatch):
+    """generate --catalog reads each op's rendered docs page from the disk cache: the same text as
+    rendering it, rendered anew under another generator hash (an edited module or template) or
+    another catalog.toml, and a damaged entry is rendered again."""
+    from symgrad import catalog_entries, pages
+    op = resolve("max_pool1d", "split", kernel_size=3)
+    rendered = pages.page(op)
+    want = pages.render_markdown(op, image_src=lambda src: src, pg=rendered)  # the oracle: rendering it
+    calls = []
+    real_page = pages.page
+    monkeypatch.setattr(pages, "page", lambda o: calls.append(o) or real_page(o))
+
+    def fresh():  # a new process: nothing in memory, the disk cache as it is
+        monkeypatch.setattr(derivations, "_MEMO", {})
+        return pages.catalog_page(op)
+
+    first = fresh()
+    assert (first.stem, first.markdown, first.svg) == (rendered.module_name, want, rendered.svg)
+    assert len(calls) == 1
+    again = fresh()
+    assert again == first and len(calls) == 1  # read back, not rendered
+    entries = sorted((cache / "derivations").glob("*.pickle"))
+    for entry in entries:
+        entry.write_bytes(b"damaged")
+    assert fresh() == first and len(calls) == 2
+    monkeypatch.setattr(pages, "generator_hash", lambda: "an edited template")
+    assert fresh() == first and len(calls) == 3
+    edited = cache.parent / "catalog.toml"
+    edited.write_bytes(catalog_entries.CATALOG_FILE.read_bytes() + b"\n# an edit\n")
+    monkeypatch.setattr(pages, "CATALOG_FILE", edited)
+    assert fresh() == first and len(calls) == 4
+    assert fresh() == first and len(calls) == 4
