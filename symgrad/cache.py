@@ -27,9 +27,11 @@ from pathlib import Path
 from .files import HEADER_BYTES, MAX_FILE_BYTES, TEMPORARY, has_provenance, read_bounded, write_atomic
 
 HASH_SUFFIX = ".sha256"
-DERIVATIONS = "derivations"  # <cache>/derivations/<key>.pickle: symgrad.derivations' entries
+# <cache>/derivations/<key>.pickle: symgrad.derivations.memoized's entries (derivations, the docs'
+# worked-example windows, the catalog's rendered pages), each counted as a derivation
+DERIVATIONS = "derivations"
 _KEY_DIR = re.compile(r"[0-9a-f]{20}(-[0-9a-f]{12})?")  # <key>-<generator hash> (backends.common.generator_hash)
-_DERIVATION = re.compile(r"[0-9a-f]{24}\.pickle")  # derivations.key(op) + ".pickle"
+_DERIVATION = re.compile(r"[0-9a-f]{24}\.pickle")  # a 24-digit key (derivations.key(op) and the others) + ".pickle"
 _LIBRARY = re.compile(r"\w+\.[0-9a-f]{16}\.so")  # the cpu backend's library beside its module
 
 
