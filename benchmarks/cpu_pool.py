@@ -90,13 +90,13 @@ def floor_contenders(floors, x, g, index) -> dict:
     return {"floor stores": (None, run(stores, 0.0)), "floor memset": (None, run(fill))}
 
 
-def speed(rounds: int, bw: float, cases, floors=None) -> list:
+def speed(rounds: int, bw: float, cases, floors=None, dtype=np.float32) -> list:
     rows = []
     for name, shape, params in POOLS:
         if name not in cases:
             continue
         m = symgrad.load("max_pool2d", backend="cpu", **params)
-        x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+        x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
         y, saved = m.forward(x)
         g = np.ones_like(y)
         xt = torch.from_numpy(x)
@@ -142,10 +142,14 @@ def main() -> None:
                          "machine shared with other work); the default-thread ones stay on the wall clock")
     ap.add_argument("--cases", nargs="+", choices=[c[0] for c in POOLS], default=[c[0] for c in POOLS])
     ap.add_argument("--no-first-use", action="store_true", help="skip timing compilation and the cache")
+    ap.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                    help="the input's dtype (float16: PyTorch's float16 CPU kernels against symgrad's)")
     ap.add_argument("--floors", action="store_true",
                     help="also time writing grad_x with ordinary stores and with memset, reading the inputs "
                          "(no arithmetic: the floors of a backward)")
     args = ap.parse_args()
+    if args.floors and args.dtype != "float32":
+        ap.error("--floors writes and reads float32 (use it with --dtype float32)")
     if args.clock == "cpu":
         npb.CLOCK = time.thread_time
     print(npb.machine())
@@ -154,7 +158,7 @@ def main() -> None:
     print(f"OpenMP/PyTorch default threads: {os.cpu_count()} cores, torch {npb.DEFAULT_THREADS} threads")
     bw = npb.copy_bandwidth()
     print(f"np.copyto bandwidth: {bw / 1e9:.1f} GB/s (read + write)\n")
-    print("max_pool2d float32, ties=first (PyTorch's), NCHW; median of interleaved rounds, ms "
+    print(f"max_pool2d {args.dtype}, ties=first (PyTorch's), NCHW; median of interleaved rounds, ms "
           "(ratio = symgrad / PyTorch at the same thread count)")
     print("| case | backward 1 thread: cpu / torch (ratio) | backward default threads | "
           "fwd+bwd 1 thread | fwd+bwd default threads | backward bound (share of it, 1 thread) |")
@@ -166,7 +170,7 @@ def main() -> None:
         if cc is None:
             sys.exit("--floors needs a C compiler (cc, gcc or clang; or $CC)")
         floors = write_floors(cc, workdir.name)
-    rows = speed(args.rounds, bw, args.cases, floors)
+    rows = speed(args.rounds, bw, args.cases, floors, np.dtype(args.dtype))
     for name, t, bound in rows:
         def cell(kind, n):
             a, b = t[f"{kind} cpu {n}"], t[f"{kind} torch {n}"]

@@ -450,3 +450,48 @@ def test_rows_longer_than_a_chunk(ties):
             for dtype in (np.float32, np.float16):
                 problems += compare(np, op, params, ties, inputs, dtype, module=module)
         assert not problems, "\n".join(problems[:10])
+
+
+def test_float16_conversions_equal_numpys_for_every_half_and_the_halfway_floats(tmp_path):
+    """The C helpers every source carries to load float16 into float and to round float into
+    float16 (bit blends, no branch, so that float16 loops vectorize) equal NumPy's conversions:
+    all 65536 halves loaded, and rounded back; every float32 halfway between two neighbouring
+    halves, its neighbours, and 2^20 random float32 bit patterns rounded (round to nearest even,
+    overflow to inf; a NaN stays a NaN, its payload not compared)."""
+    import ctypes
+    import subprocess
+    source = symgrad.load("relu", backend="cpu")._source()
+    helpers = source[source.index("#include"):source.index("// " + "-" * 76 + " the op")]
+    c = tmp_path / "convert.c"
+    c.write_text(helpers + "\n".join([
+        "void sg_test_load(const sg_half* h, float* f, const I n) {",
+        "  for (I i = 0; i < n; ++i) f[i] = sg_half_to_float(h[i]);",
+        "}",
+        "void sg_test_store(const float* f, sg_half* h, const I n) {",
+        "  for (I i = 0; i < n; ++i) h[i] = sg_float_to_half(f[i]);",
+        "}", ""]), encoding="utf-8")
+    so = tmp_path / "convert.so"
+    subprocess.run([COMPILER, *cpu.CFLAGS, str(c), "-o", str(so)], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(so))
+
+    halves = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    loaded = np.empty(halves.shape, np.float32)
+    lib.sg_test_load(ctypes.c_void_p(halves.ctypes.data), ctypes.c_void_p(loaded.ctypes.data),
+                     ctypes.c_int64(halves.size))
+    want = halves.astype(np.float32)
+    assert np.array_equal(loaded.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+    assert np.array_equal(np.isnan(loaded), np.isnan(want))
+
+    finite = np.sort(want[np.isfinite(want)])
+    middles = (finite[:-1] / 2 + finite[1:] / 2).astype(np.float32)  # exact: halves have 11-bit significands
+    floats = np.concatenate([want, middles, np.nextafter(middles, np.float32(np.inf)),
+                             np.nextafter(middles, np.float32(-np.inf)),
+                             np.random.default_rng(0).integers(0, 2**32, 2**20, dtype=np.uint32).view(np.float32)])
+    rounded = np.empty(floats.shape, np.float16)
+    lib.sg_test_store(ctypes.c_void_p(floats.ctypes.data), ctypes.c_void_p(rounded.ctypes.data),
+                      ctypes.c_int64(floats.size))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = floats.astype(np.float16)
+    nan = np.isnan(want)
+    assert np.array_equal(rounded.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    assert np.array_equal(np.isnan(rounded), nan)
