@@ -163,14 +163,14 @@ def main() -> None:
     print("| case | backward 1 thread: cpu / torch (ratio) | backward default threads | "
           "fwd+bwd 1 thread | fwd+bwd default threads | backward bound (share of it, 1 thread) |")
     print("|---|---|---|---|---|---|")
-    workdir = tempfile.TemporaryDirectory()
-    floors = None
-    if args.floors:
-        cc = symgrad.load("max_pool2d", backend="cpu", kernel_size=2).compiler()
-        if cc is None:
-            sys.exit("--floors needs a C compiler (cc, gcc or clang; or $CC)")
-        floors = write_floors(cc, workdir.name)
-    rows = speed(args.rounds, bw, args.cases, floors, np.dtype(args.dtype))
+    with tempfile.TemporaryDirectory() as workdir:
+        floors = None
+        if args.floors:
+            cc = symgrad.load("max_pool2d", backend="cpu", kernel_size=2).compiler()
+            if cc is None:
+                sys.exit("--floors needs a C compiler (cc, gcc or clang; or $CC)")
+            floors = write_floors(cc, workdir)
+        rows = speed(args.rounds, bw, args.cases, floors, np.dtype(args.dtype))
     for name, t, bound in rows:
         def cell(kind, n):
             a, b = t[f"{kind} cpu {n}"], t[f"{kind} torch {n}"]
@@ -181,7 +181,6 @@ def main() -> None:
         print(f"{name}: floors, 1 thread: ordinary stores + reads {t['floor stores'] * 1e3:.2f} ms "
               f"({bound / t['floor stores']:.0%} of the bound), memset + reads {t['floor memset'] * 1e3:.2f} ms "
               f"({bound / t['floor memset']:.0%})")
-    workdir.cleanup()
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     if args.no_first_use:
         return

@@ -9,10 +9,10 @@ max_pool2d, kernel 3, stride 2, padding 1, on an 8 x 64 x 56 x 56 float32 input:
 backward through symgrad.torch (autograd: forward, then backward into x.grad) against the forward
 and backward of the module it runs for CPU tensors (the cpu backend's where a C compiler is found,
 else the NumPy module: symgrad.bridge.module_for_cpu, $SYMGRAD_CPU_BACKEND) called directly on
-the same data (through zero-copy views), and PyTorch's own max_pool2d for scale.  Every time is the median of interleaved rounds (each round runs every
-contender once, in an order shuffled afresh each round: numpy_pool.round_orders) after warm-up
-rounds, all in this one process.  The overhead is symgrad.torch / that module - 1 (the target:
-at most 10%).
+the same data (through zero-copy views), and PyTorch's own max_pool2d for scale.  Every time is
+the median of interleaved rounds (each round runs every contender once, in an order shuffled
+afresh each round: numpy_pool.round_orders) after warm-up rounds, all in this one process.  The
+overhead is symgrad.torch / that module - 1 (the target: at most 10%).
 """
 
 from __future__ import annotations

@@ -407,7 +407,7 @@ def _pool_context(art: Artifacts) -> dict:
         "saved_doc": wrap(saved_text, 96, "  "),
         "spatial": spatial, "axes": list(range(spatial)), "L": spatial - 1,
         # the flag of a padded element along the last axis, and of a padded row (the outer axes)
-        "pad_flag": f"pad{spatial - 1}", "outer_pad": f"pad{spatial - 2}" if spatial > 1 else "false",
+        "pad_flag": f"pad{spatial - 1}",
         # each axis's padded flag starts from the previous axis's; a window's loops, indented
         # below the outputs' loops
         "pad_before": [f"pad{a - 1} || " if a else "" for a in range(spatial)],
@@ -447,12 +447,13 @@ def _pool_rows(spatial: int, pool: list[dict]) -> dict:
     scatter forms' loops over the windows (backward), per axis and per data type where they
     depend on them; pool: each axis's pool_axis_code."""
     L = spatial - 1
-    outer_pad = f"pad{spatial - 2}" if spatial > 1 else "false"
+    outer_pad = f"pad{spatial - 2}" if spatial > 1 else "false"  # the flag of a padded row (the outer axes)
     # scan forward: an element of the row along the last axis, its value where it is padding
     # (per data type) and where it is inside the input (a load with no condition)
     padding = {n: f"sg_store_{n}(({acc})(sg_padding))" for n, _, acc, *_ in C_DTYPES}
     load = f"xw[xrow + i{L} * in.s{L}]"
     return {
+        "outer_pad": outer_pad,
         # the edges' element: padded where its row or itself is; its value read under that flag
         "edge_pad": f"{outer_pad} || {pool[L]['outside']}",
         "edge_raw": {n: f"pad ? {padding[n]} : {load}" for n in padding},
