@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_pool.py [--runs 50] [--batch 10] [--channels-last]
 
-Needs CuPy (pip install 'symgrad[cuda]') and PyTorch with CUDA in the same environment.  For
+Needs CuPy (pip install ".[cuda]" from the checkout) and PyTorch with CUDA in the same environment.  For
 N=64, C=64, 112x112 inputs, kernel 2 stride 2 and kernel 3 stride 2 padding 1, float32 and
 float16, it times forward and backward of symgrad (tie policy first, PyTorch's convention) and of
 PyTorch's max_pool2d_with_indices[_backward] on the same tensors and the same CUDA stream, with
@@ -30,7 +30,7 @@ def _need():
     try:
         import cupy as cp
     except ImportError as exc:
-        sys.exit(f"cuda_pool.py needs CuPy: pip install 'symgrad[cuda]' ({exc})")
+        sys.exit(f'cuda_pool.py needs CuPy: pip install ".[cuda]" from the checkout ({exc})')
     try:
         import torch
     except ImportError as exc:

@@ -123,7 +123,7 @@ def bfloat16(caller: str) -> np.dtype:
         import ml_dtypes
     except ModuleNotFoundError:
         raise TypeError(f"{caller}: bfloat16 needs the ml_dtypes package; install it with "
-                        f"pip install 'symgrad[bfloat16]' (or pip install ml_dtypes)") from None
+                        f"pip install ml_dtypes (or pip install \".[bfloat16]\" from symgrad's checkout)") from None
     return np.dtype(ml_dtypes.bfloat16)
 
 

@@ -50,7 +50,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         raise
     raise ModuleNotFoundError(
         "symgrad.jax needs JAX, which is not installed; install it with "
-        "pip install 'symgrad[jax]'") from None
+        "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
 from . import api, bridge
 

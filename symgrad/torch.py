@@ -47,7 +47,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         raise
     raise ModuleNotFoundError(
         "symgrad.torch needs PyTorch, which is not installed; install it with "
-        "pip install 'symgrad[torch]'") from None
+        "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
 from . import api, bridge
 

@@ -9,7 +9,7 @@
   against PyTorch's bfloat16 pooling;
 * the GPU kernels of the CuPy loader take and return device arrays (no host round trip).
 
-Run them with `python -m pytest -m gpu` on a machine with a GPU and `pip install 'symgrad[cuda]'`.
+Run them with `python -m pytest -m gpu` on a machine with a GPU and `pip install ".[cuda]" from the checkout`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from cuda_harness.check import CONVENTIONS, cases, every_comparison, nan_cases, 
 
 pytestmark = pytest.mark.gpu
 
-cp = pytest.importorskip("cupy", reason="CuPy is not installed: the GPU tests need it (pip install 'symgrad[cuda]')")
+cp = pytest.importorskip("cupy", reason='CuPy is not installed: the GPU tests need it (pip install ".[cuda]" from the checkout)')
 try:
     DEVICES = cp.cuda.runtime.getDeviceCount()
 except Exception as exc:  # no driver, no device

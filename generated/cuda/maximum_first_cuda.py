@@ -29,7 +29,8 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of maximum_first.cu, compiled by CuPy on
-first use.  CuPy is imported when it is first needed: pip install 'symgrad[cuda]'.
+first use.  CuPy is imported when it is first needed: pip install cupy-cuda12x (or pip
+install ".[cuda]" from symgrad's checkout).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def cupy():
             raise ImportError(f"{OP}: the CUDA backend needs CuPy, and importing it failed: {exc}") from exc
         raise ModuleNotFoundError(
             f"{OP}: the CUDA backend needs CuPy, which is not installed; install it with "
-            f"pip install 'symgrad[cuda]' (or the cupy-cudaXXx wheel matching your CUDA version)") from None
+            f"pip install cupy-cuda12x (the cupy-cudaXXx wheel matching your CUDA version; or pip install \".[cuda]\" from symgrad's checkout)") from None
     except ImportError as exc:
         raise ImportError(f"{OP}: the CUDA backend needs CuPy, and importing it failed: {exc}") from exc
     return cp

@@ -379,7 +379,7 @@ def _bfloat16(name: str, value) -> np.dtype | None:
         import ml_dtypes
     except ModuleNotFoundError:
         raise TypeError(f"{OP}: {name} is bfloat16, which needs the ml_dtypes package; install it "
-                        f"with pip install 'symgrad[bfloat16]' (or pip install ml_dtypes)") from None
+                        f"with pip install ml_dtypes (or pip install \".[bfloat16]\" from symgrad's checkout)") from None
     if dtype != np.dtype(ml_dtypes.bfloat16):
         raise TypeError(f"{OP}: {name} must be ml_dtypes.bfloat16 among the bfloat16 types, got "
                         f"{dtype!r} of {type(dtype).__module__}")

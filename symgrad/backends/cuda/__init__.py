@@ -274,7 +274,7 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
             f"CUDA backend: forward and backward take and return CuPy arrays (float16, float32, "
             f"float64, and bfloat16 where CuPy has it) and run the kernels of "
             f"{naming.cuda_source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
-            f"when it is first needed: pip install 'symgrad[cuda]'.", indent=""),
+            f"when it is first needed: pip install cupy-cuda12x (or pip install \".[cuda]\" from symgrad's checkout).", indent=""),
     }
 
 
