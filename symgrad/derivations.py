@@ -1,9 +1,11 @@
 """The on-disk cache of derivations, beside the module cache (``<cache dir>/derivations/``).
 
 A derivation depends on the op, its normalized parameters, the tie policy and order (the key also
-names the NaN rule, convention and padding mode), on symgrad's own derivation code (``derive.py``,
-``policy.py``, ``indicators.py``, ``ops.py``) and on SymPy; the key of an entry hashes all of them,
-so editing one of those files or upgrading SymPy never serves a stale derivation.
+names the NaN rule, convention and padding mode), on symgrad's own code and on SymPy; the key of an
+entry hashes all of them (every Python module of the package, ``code_hash``: a derivation runs
+derive.py, derive_special.py, expr.py, derivation.py, policy.py, indicators.py, ops.py, kinds/ and
+what they import), so editing one of those files or upgrading SymPy never serves a stale
+derivation.
 
 Entries are pickles, and unpickling runs whatever the bytes say, so nothing is unpickled that this
 user did not write: each entry starts with an HMAC-SHA256 of its key and its bytes under a
@@ -41,7 +43,6 @@ from .derive import Derivation, Node, derive_window
 from .derive import derive as _derive
 from .ops import Op
 
-SOURCES = ("derive.py", "policy.py", "indicators.py", "ops.py")  # what a derivation is made by
 KEY_FILE_ENV = "SYMGRAD_KEY_FILE"  # where the per-user secret is, if not in the config directory
 MAGIC = b"symgrad derivation hmac-sha256 "  # + the MAC in hex + a newline, then the pickle
 
@@ -63,10 +64,23 @@ def announcing(callback):
 
 @functools.lru_cache(maxsize=1)
 def code_hash() -> str:
-    """Hash of the code that derives: symgrad's derivation modules, its version, SymPy's version."""
+    """Hash of the code that derives: every Python module of symgrad (source_hash), its version,
+    SymPy's version."""
+    return source_hash(Path(__file__).resolve().parent)
+
+
+def source_hash(root: Path) -> str:
+    """Hash of the package at root: symgrad's and SymPy's versions, and every .py file under it
+    (its path relative to root and its bytes, in path order; not the catalog an installed package
+    carries in _generated/).  The whole package, not a list of the modules a derivation runs:
+    such a list goes stale when a module starts importing another (the templates are left out:
+    they print code, they do not derive)."""
     h = hashlib.sha256(f"symgrad {__version__} sympy {sympy.__version__}".encode())
-    for name in SOURCES:
-        h.update((Path(__file__).resolve().parent / name).read_bytes())
+    files = sorted((p.relative_to(root).as_posix(), p) for p in root.rglob("*.py")
+                   if "_generated" not in p.relative_to(root).parts)
+    for name, path in files:
+        data = path.read_bytes()
+        h.update(f"{name}\0{len(data)}\0".encode() + data)
     return h.hexdigest()
 
 

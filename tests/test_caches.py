@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,33 @@ def test_the_key_names_op_parameters_policy_and_code(monkeypatch):
     before = derivations.key(op)
     monkeypatch.setattr(derivations, "code_hash", lambda: "edited derive.py")
     assert derivations.key(op) != before
+
+
+def test_the_code_hash_changes_with_every_module_a_derivation_runs(tmp_path, monkeypatch):
+    """The hash of the deriving code, computed over a copy of the package (nothing derived):
+    equal to the installed package's where the copy is unedited, and changed by an edit to any
+    of its modules, those the issue named (derive_special.py, expr.py, derivation.py, kinds/)
+    and every module imported while deriving among them."""
+    package = Path(derivations.__file__).resolve().parent
+    copy = tmp_path / "symgrad"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "_generated"))
+    monkeypatch.setattr(derivations, "__file__", str(copy / "derivations.py"))
+    code_hash = derivations.code_hash.__wrapped__  # not the process's cached value
+    base = code_hash()
+    assert base == derivations.code_hash()  # where the package is does not count
+    derivations.derive(resolve("max_pool1d", "split", kernel_size=2))  # imports what deriving runs
+    ran = {Path(m.__file__).resolve().relative_to(package).as_posix() for m in list(sys.modules.values())
+           if getattr(m, "__file__", None) and Path(m.__file__).resolve().is_relative_to(package)}
+    named = {"derive.py", "derive_special.py", "expr.py", "derivation.py", "policy.py", "indicators.py",
+             "ops.py", *(p.relative_to(copy).as_posix() for p in (copy / "kinds").glob("*.py"))}
+    assert named <= {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")}
+    for name in sorted(named | ran):
+        path = copy / name
+        original = path.read_bytes()
+        path.write_bytes(original + b"# an edit\n")
+        assert code_hash() != base, name
+        path.write_bytes(original)
+    assert code_hash() == base
 
 
 def test_a_damaged_entry_is_derived_again_and_replaced(cache, monkeypatch):
