@@ -18,6 +18,7 @@ symgrad wrote.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -133,6 +134,22 @@ def write_entry(path: Path, source: str) -> None:
                 raise
 
 
+def temporary_directory(prefix: str = "symgrad-") -> Path:
+    """A new private directory (mode 0700) of this process's, for what cannot be kept in the
+    cache; removed with its files when the process exits (not when a forked child does)."""
+    import atexit
+    import tempfile
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(_remove_at_exit, folder, os.getpid())
+    return folder
+
+
+def _remove_at_exit(folder: Path, pid: int) -> None:
+    if os.getpid() == pid:
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 # ----------------------------------------------------------------------------- info and clear
 
 _DIR_FLAGS = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -196,17 +213,24 @@ def _sweep(root: Path, remove: bool) -> dict:
     """What info reports and clear removes, in one walk so that the two always agree:
     {'modules': entry directories (removed, for clear), 'derivations': derivation files,
     'files': symgrad's files in all, 'bytes': their size, 'kept': entry directories left in place
-    because they hold something that is not symgrad's (clear only)}."""
-    n = dict(modules=0, derivations=0, files=0, bytes=0, kept=0)
+    because they hold something that is not symgrad's (clear only), 'failed': symgrad's files
+    that could not be removed (clear only: a read-only cache), 'error': why the first of them
+    could not (None: none)}.  clear counts only what it removed."""
+    n = dict(modules=0, derivations=0, files=0, bytes=0, kept=0, failed=0, error=None)
 
-    def take(dir_fd: int, name: str, st: os.stat_result) -> None:
+    def take(dir_fd: int, name: str, st: os.stat_result) -> bool:
         if remove:
             try:
                 os.unlink(name, dir_fd=dir_fd)  # unlink never follows a link
-            except OSError:
-                return
+            except FileNotFoundError:  # removed at the same time by another process
+                return False
+            except OSError as exc:
+                n["failed"] += 1
+                n["error"] = n["error"] or exc.strerror or str(exc)
+                return False
         n["files"] += 1
         n["bytes"] += st.st_size
+        return True
 
     with _directory(root, follow=True) as root_fd:
         if root_fd is None:
@@ -218,8 +242,7 @@ def _sweep(root: Path, remove: bool) -> dict:
                 if backend == DERIVATIONS:
                     for name in _listdir(b_fd):
                         st = _ours(b_fd, name, derivations=True)
-                        if st is not None:
-                            take(b_fd, name, st)
+                        if st is not None and take(b_fd, name, st):
                             n["derivations"] += not TEMPORARY.fullmatch(name)
                     if remove:
                         with contextlib.suppress(OSError):
@@ -228,6 +251,7 @@ def _sweep(root: Path, remove: bool) -> dict:
                 for entry in _listdir(b_fd):
                     if not _KEY_DIR.fullmatch(entry):
                         continue
+                    failed = n["failed"]
                     with _directory(entry, b_fd) as e_fd:
                         if e_fd is None:
                             continue
@@ -241,8 +265,16 @@ def _sweep(root: Path, remove: bool) -> dict:
                     try:
                         os.rmdir(entry, dir_fd=b_fd)
                         n["modules"] += 1
-                    except OSError:
-                        n["kept"] += 1  # not empty: something that is not symgrad's
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        if n["failed"] > failed:  # holding a file of symgrad's that could not go
+                            continue
+                        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                            n["kept"] += 1  # not empty: something that is not symgrad's
+                        else:
+                            n["failed"] += 1
+                            n["error"] = n["error"] or exc.strerror or str(exc)
                 if remove:
                     with contextlib.suppress(OSError):
                         os.rmdir(backend, dir_fd=root_fd)  # a backend directory, once empty
@@ -255,13 +287,15 @@ def info(root: Path | None = None) -> dict:
     ``clear`` would remove (a foreign file inside the cache is neither counted nor removed)."""
     root = cache_dir() if root is None else root
     n = _sweep(root, remove=False)
-    del n["kept"]
+    for name in ("kept", "failed", "error"):
+        del n[name]
     return {"location": root, **n}
 
 
 def clear(root: Path | None = None) -> dict:
     """Remove symgrad's files from the cache; return what was removed, counted as ``info`` counts
-    (plus 'kept': entries left in place because they hold something else).  Only symgrad's files
+    (plus 'kept': entries left in place because they hold something else, 'failed': files of
+    symgrad's that could not be removed, and 'error': why, for the first).  Only symgrad's files
     go (``_ours``: a module needs symgrad's provenance header, and nothing is reached through a
     symbolic link), so a cache location set by mistake to a directory of other files, or an entry
     that links elsewhere, loses nothing but symgrad's own files."""

@@ -454,6 +454,10 @@ def cmd_cache(action: str, out) -> int:
     what = (f"{_count(n['modules'], 'module entry', 'module entries')}, "
             f"{_count(n['derivations'], 'derivation', 'derivations')}")
     files = _count(n["files"], "file", "files")
+    if action == "clear" and n["failed"]:  # a read-only cache: one error line, exit status 2
+        raise ValueError(f"could not remove {_count(n['failed'], 'file', 'files')} of symgrad's from "
+                         f"{_files.shown(n['location'])} ({n['error']}); removed {what} ({files}, "
+                         f"{n['bytes']} bytes)")
     if action == "clear":
         kept = (f"; kept {_count(n['kept'], 'module entry', 'module entries')} holding files that "
                 f"are not symgrad's" if n["kept"] else "")

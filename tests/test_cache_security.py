@@ -459,6 +459,28 @@ def test_load_where_the_cache_is_full_falls_back_to_a_private_directory(env, mon
     assert m.forward(np.array([-1.0, 2.0]))[0].tolist() == [0.0, 2.0]
 
 
+@pytest.mark.parametrize("fault", [errno.EROFS, errno.EACCES])
+def test_clear_on_a_cache_it_cannot_change_says_so_and_counts_only_what_it_removed(env, monkeypatch, fault):
+    """A read-only cache (unlink fails with EROFS; EACCES as a non-root user meets a folder it
+    cannot write): one error line and exit status 2, nothing counted as removed, and the cache as
+    it was; clear() counts the failures apart."""
+    symgrad.load("relu", ties="split")
+    before = cache.info()
+    assert before["modules"] == 1 and before["derivations"] >= 1
+
+    def refused(path, *args, **kwargs):
+        raise OSError(fault, os.strerror(fault), path)
+    monkeypatch.setattr(os, "unlink", refused)
+    monkeypatch.setattr(os, "rmdir", refused)
+    line = one_error_line(*run_cli("cache", "clear"))
+    assert os.strerror(fault) in line and f"could not remove {before['files']} files" in line
+    assert "removed 0 module entries, 0 derivations (0 files, 0 bytes)" in line
+    n = cache.clear()
+    assert n["failed"] == before["files"] and n["modules"] == n["derivations"] == n["files"] == n["kept"] == 0
+    monkeypatch.undo()
+    assert cache.info(env / "cache") == before
+
+
 def test_a_path_with_a_newline_gives_one_error_line(tmp_path, monkeypatch):
     odd = tmp_path / "a\nb"
     odd.write_text("a file, not a directory\n")
