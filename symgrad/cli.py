@@ -146,10 +146,11 @@ def _add_expr(p: argparse.ArgumentParser) -> None:
                    help='an expression instead of an op, e.g. "Max(x*y, x + y, 0)" (parsed, never '
                    'evaluated)')
     p.add_argument("--inputs", nargs="+", default=None, metavar="NAME",
-                   help="--expr: the input names in order (default: in order of first appearance)")
+                   help="--expr: the input names in order, separated by spaces or commas (default: "
+                   "in order of first appearance)")
     p.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
-                   help="--expr: the inputs whose gradients backward returns (default: all; "
-                   "None for the others)")
+                   help="--expr: the inputs whose gradients backward returns, separated by spaces or "
+                   "commas (default: all; None for the others)")
     p.add_argument("--name", default=None, help="--expr: the module name (a lowercase identifier)")
 
 
@@ -162,8 +163,14 @@ def _expr_op(ns, argv):
     if ns.order is not None:
         raise ValueError("--order applies to catalog ops; an expression keeps its argument order")
     from .expr import make_op
-    op, _ = make_op(ns.expr, ns.name, ns.inputs, ns.wrt, ns.ties, ns.convention, ns.nan)
+    op, _ = make_op(ns.expr, ns.name, _names(ns.inputs), _names(ns.wrt), ns.ties, ns.convention, ns.nan)
     return op
+
+
+def _names(values: list[str] | None) -> list[str] | None:
+    """--inputs/--wrt names: separated by spaces (`--inputs x y`, as the pages print them) or by
+    commas (`--inputs x,y`); an empty name stays, for the parser to refuse."""
+    return None if values is None else [n.strip() for v in values for n in v.split(",")]
 
 
 def _no_expr_flags(ns) -> None:
