@@ -209,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_expr(g)
     g.add_argument("--backend", choices=backends.NAMES + ("all",), default="numpy",
                    help=", ".join(f"{b.name} ({b.help})" for b in backends.REGISTRY.values())
-                   + ", or all")
+                   + ", or all (every backend)")
     g.add_argument("--out", type=_out_dir, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
@@ -406,7 +406,7 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         op = _resolve(ns, argv)  # first: an unknown flag may be a misspelt --out
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
-    chosen = backends.COMPLETE if ns.backend == "all" else (ns.backend,)
+    chosen = backends.NAMES if ns.backend == "all" else (ns.backend,)
     with derivations.announcing(_progress()):
         files = {name: source for b in chosen for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))

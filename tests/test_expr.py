@@ -572,14 +572,14 @@ def test_cuda_source_compiles_with_nvcc(tmp_path):
 # ----------------------------------------------------------------------------- done when
 
 def test_done_when_generate_gated_all_backends(tmp_path, cupy_on_cpu, monkeypatch):
-    """`symgrad generate --expr "Max(x*y, x + y, 0)" --name gated --backend all --out DIR`: both
-    modules match finite differences off the kinks and the policy's W on them."""
+    """`symgrad generate --expr "Max(x*y, x + y, 0)" --name gated --backend all --out DIR`: every
+    module (NumPy, CUDA, cpu) matches finite differences off the kinks and the policy's W on them."""
     out = tmp_path / "out"
     r = run_cli(["generate", "--expr", "Max(x*y, x + y, 0)", "--name", "gated", "--backend", "all",
                  "--out", out, "--ties", "split"], tmp_path, tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     names = sorted(os.listdir(out))
-    assert names == ["gated_split.cu", "gated_split.py", "gated_split_cuda.py"]
+    assert names == ["gated_split.c", "gated_split.cu", "gated_split.py", "gated_split_cpu.py", "gated_split_cuda.py"]
     for name in names:
         head = (out / name).read_text().splitlines()[:5]
         assert any("Max(x*y, x + y, 0)" in line for line in head)
@@ -587,6 +587,7 @@ def test_done_when_generate_gated_all_backends(tmp_path, cupy_on_cpu, monkeypatc
     monkeypatch.syspath_prepend(str(out))
     numpy_module = import_file(out / "gated_split.py")
     cuda_module = import_file(out / "gated_split_cuda.py")
+    cpu_module = import_file(out / "gated_split_cpu.py")
     rng = np.random.default_rng(11)
     x, y = rng.normal(scale=2, size=(2, 200))
     far = (np.abs(x * y - x - y) > 1e-3) & (np.abs(x * y) > 1e-3) & (np.abs(x + y) > 1e-3)
@@ -594,7 +595,7 @@ def test_done_when_generate_gated_all_backends(tmp_path, cupy_on_cpu, monkeypatc
     pieces = [X * Y, X + Y, sp.S.Zero]
     ties_x = np.array([0.0, 2.0, -1.0, 3.0, -2.0, 1.0])
     ties_y = np.array([0.0, 2.0, 1.0, 1.5, 2.0, -1.0])
-    for m in (numpy_module, cuda_module):
+    for m in (numpy_module, cuda_module, cpu_module):
         f = lambda a, b: m.forward(a, b)[0]  # noqa: E731
         out_, saved = m.forward(x, y)
         gx, gy = m.backward(np.ones_like(out_), saved)
