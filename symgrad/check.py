@@ -311,7 +311,7 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
             report.kinks += 1
             expected, why = pieces.at_kink(xs, elements[e], out_index, dp[e], dm[e], w[e])
         else:
-            expected, why = (dp[e] + dm[e]) / 2, "smooth: central differences"
+            expected, why = (dp[e] + dm[e]) / 2, "central differences"
         if expected is not None and not _close(w[e], expected, rtol, atol):
             fail(e, expected, "kink" if e in kinks else "smooth", why)
     if tied:
@@ -332,12 +332,12 @@ def _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fai
     if ties in ("first", "last"):
         winner = order[0] if ties == "first" else order[-1]
         expected = strict(winner)
-        why = f"tie of {len(tied)}: the {ties} ({_where(elements[winner])}) made the strict winner"
+        why = f"{len(tied)} elements tied: the {ties} ({_where(elements[winner])}) made the strict winner"
     else:
         rows = [strict(e) for e in tied]
         expected = {t: sum(r[t] for r in rows) / (len(rows) if ties == "split" else 1) for t in tied}
-        why = (f"tie of {len(tied)}: the mean over each tied element made the strict winner" if ties == "split"
-               else f"tie of {len(tied)}: the sum over each tied element made the strict winner")
+        why = (f"{len(tied)} elements tied: the mean over each tied element made the strict winner" if ties == "split"
+               else f"{len(tied)} elements tied: the sum over each tied element made the strict winner")
     for t in tied:
         if not _close(w[t], expected[t], rtol, atol):
             fail(t, expected[t], "tie", why)
@@ -428,16 +428,16 @@ class _Pieces:
     def at_kink(self, xs, element, out_index, dp, dm, got):
         """(expected gradient, why) at a kink of one element; expected None: anything allowed."""
         if self.ties == "split":
-            return (dp + dm) / 2, "kink: the mean of the one-sided derivatives"
+            return (dp + dm) / 2, "the mean of the one-sided derivatives"
         if self.ties == "all":
-            return dp + dm, "kink: the sum of the one-sided derivatives"
+            return dp + dm, "the sum of the one-sided derivatives"
         side = self._side(xs, element[0], out_index)
         if side is None:
             if _close(got, dp, 1e-9, 1e-12) or _close(got, dm, 1e-9, 1e-12):
                 return None, ""
-            return dp, f"kink: {self.ties} must be one of the one-sided derivatives {dm!r}, {dp!r}"
-        return (dp, f"kink: the {self.ties} piece wins above it") if side > 0 else \
-            (dm, f"kink: the {self.ties} piece wins below it")
+            return dp, f"{self.ties} must be one of the one-sided derivatives {dm!r}, {dp!r}"
+        return (dp, f"the {self.ties} piece wins above it") if side > 0 else \
+            (dm, f"the {self.ties} piece wins below it")
 
     def _side(self, xs, k, out_index):
         """+1 when the policy's piece of the tied node wins above the kink (input k moving up),

@@ -146,10 +146,11 @@ def _add_expr(p: argparse.ArgumentParser) -> None:
                    help='an expression instead of an op, e.g. "Max(x*y, x + y, 0)" (parsed, never '
                    'evaluated)')
     p.add_argument("--inputs", nargs="+", default=None, metavar="NAME",
-                   help="--expr: the input names in order (default: in order of first appearance)")
+                   help="--expr: the input names in order, separated by spaces or commas (default: "
+                   "in order of first appearance)")
     p.add_argument("--wrt", nargs="+", default=None, metavar="NAME",
-                   help="--expr: the inputs whose gradients backward returns (default: all; "
-                   "None for the others)")
+                   help="--expr: the inputs whose gradients backward returns, separated by spaces or "
+                   "commas (default: all; None for the others)")
     p.add_argument("--name", default=None, help="--expr: the module name (a lowercase identifier)")
 
 
@@ -162,8 +163,14 @@ def _expr_op(ns, argv):
     if ns.order is not None:
         raise ValueError("--order applies to catalog ops; an expression keeps its argument order")
     from .expr import make_op
-    op, _ = make_op(ns.expr, ns.name, ns.inputs, ns.wrt, ns.ties, ns.convention, ns.nan)
+    op, _ = make_op(ns.expr, ns.name, _names(ns.inputs), _names(ns.wrt), ns.ties, ns.convention, ns.nan)
     return op
+
+
+def _names(values: list[str] | None) -> list[str] | None:
+    """--inputs/--wrt names: separated by spaces (`--inputs x y`, as the pages print them) or by
+    commas (`--inputs x,y`); an empty name stays, for the parser to refuse."""
+    return None if values is None else [n.strip() for v in values for n in v.split(",")]
 
 
 def _no_expr_flags(ns) -> None:
@@ -202,7 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_expr(g)
     g.add_argument("--backend", choices=backends.NAMES + ("all",), default="numpy",
                    help=", ".join(f"{b.name} ({b.help})" for b in backends.REGISTRY.values())
-                   + ", or all")
+                   + ", or all (every backend)")
     g.add_argument("--out", type=_out_dir, default=None, help="output directory")
     g.add_argument("--catalog", action="store_true", help="regenerate every catalog entry")
     g.add_argument("--check", action="store_true", help="write nothing; exit 1 with a diff if stale")
@@ -399,7 +406,7 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         op = _resolve(ns, argv)  # first: an unknown flag may be a misspelt --out
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
-    chosen = backends.COMPLETE if ns.backend == "all" else (ns.backend,)
+    chosen = backends.NAMES if ns.backend == "all" else (ns.backend,)
     with derivations.announcing(_progress()):
         files = {name: source for b in chosen for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))

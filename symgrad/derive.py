@@ -748,6 +748,19 @@ class _Nodes:
                     table[sp.Pow(n.value.base, -n.value.exp)] = 1 / n.symbol
         return e.xreplace(table)
 
+    def piece(self, e: sp.Expr) -> sp.Expr:
+        """e cut, as a piece of a max/min (or the argument of Heaviside/sign, a piece of max(0, u)
+        or max(u, -u)): affine in inputs and node symbols, a non-affine part a smooth node of its
+        own ((x+1)**2 -> s0), so that the W-form's indicators compare node values."""
+        a = self.cut(e)
+        if not _is_affine(a):
+            a = self.affine_in_node(a)
+        if not _is_affine(a):
+            a = self.add("s", "smooth", a)
+        if a.is_Float:  # a folded constant as the exact rational it is: deltas cancel exactly
+            a = sp.Rational(a)
+        return a
+
     def cut(self, e: sp.Expr) -> sp.Expr:
         """e over inputs and node symbols (innermost nodes created first)."""
         from .expr import HeavisideOf, PiecewiseOf, SignOf, policy_constants
@@ -756,16 +769,7 @@ class _Nodes:
         if not e.args:
             return e
         if isinstance(e, _Extremum):
-            pieces = []
-            for a in e.args:
-                a = self.cut(a)
-                if not _is_affine(a):
-                    a = self.affine_in_node(a)
-                if not _is_affine(a):
-                    a = self.add("s", "smooth", a)
-                if a.is_Float:  # a folded constant as the exact rational it is: deltas cancel exactly
-                    a = sp.Rational(a)
-                pieces.append(a)
+            pieces = [self.piece(a) for a in e.args]
             nums = [p for p in pieces if p.is_number]
             if nums:  # a number below another number never wins nor ties
                 best = (max if e.kind == "max" else min)(nums)
@@ -779,11 +783,11 @@ class _Nodes:
                 if p in pieces[:i]:
                     pieces[i] = self.copy(p)
             return self.add("u", e.kind, type(e)(*pieces))
-        if isinstance(e, HeavisideOf):
-            args = [self.cut(a) for a in e.args]
+        if isinstance(e, HeavisideOf):  # u is a piece of max(0, u) (Heaviside(u, h0): h0 a number)
+            args = [self.piece(e.args[0])] + [self.cut(a) for a in e.args[1:]]
             return self.add("h", "heaviside" if len(args) == 1 else "heaviside0", HeavisideOf(*args))
-        if isinstance(e, SignOf):
-            return self.add("h", "sign", SignOf(self.cut(e.args[0])))
+        if isinstance(e, SignOf):  # u is a piece of max(u, -u)
+            return self.add("h", "sign", SignOf(self.piece(e.args[0])))
         if isinstance(e, PiecewiseOf):
             args = [Indicator(type(a.rel)(self.cut(a.rel.lhs), self.cut(a.rel.rhs), evaluate=False))
                     if isinstance(a, Indicator) else self.cut(a) for a in e.args]

@@ -257,9 +257,9 @@ __all__ = ["special_page", "unpool_example"]
 def _expr_command(op: Op, verb: str, tail: str) -> str:
     """The CLI command of an expression op: `symgrad <verb> --expr '...' ... <tail>`."""
     expr, inputs, wrt = op.params["expr"], op.params["inputs"], op.params["wrt"]
-    args = [f"--expr '{expr}'", f"--inputs {','.join(inputs)}"]
+    args = [f"--expr '{expr}'", f"--inputs {' '.join(inputs)}"]
     if tuple(wrt) != tuple(inputs):
-        args.append(f"--wrt {','.join(wrt)}")
+        args.append(f"--wrt {' '.join(wrt)}")
     args.append(cli_arguments(op))
     return " ".join(["symgrad", verb] + [a for a in args if a] + [tail]).rstrip()
 
@@ -299,7 +299,7 @@ def expression_page(op: Op) -> Page:
                         [f"inputs: {', '.join(op.params['inputs'])}; gradients returned for: "
                          f"{', '.join(op.params['wrt'])}"]] + [[line] for line in settings_lines(op)]),
                Para(["Every formula below is printed from symgrad's derivation object, as ",
-                     C("symgrad derive --expr"), " prints it. Regenerate: ",
+                     C(_expr_command(op, "derive", "")), " prints it. Regenerate: ",
                      Regenerate(_expr_command(op, "derive", "--format")), "."])]
     return Page(f"{op.params['expr']}: the backward under tie policy {op.ties}", opening, sections, None,
                 name[:-3])

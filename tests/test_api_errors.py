@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -135,6 +137,29 @@ def test_forward_rejects_non_float_dtypes(load, op, params, dtype):
     x = np.zeros(SHAPE, dtype=dtype)
     with pytest.raises(TypeError, match=rf"float.*dtype {np.dtype(dtype).name}"):
         module.forward(*_inputs(module, x))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_the_dtype_error_names_every_dtype_forward_takes(load, backend):
+    """The TypeError for an integer input lists every floating dtype that forward accepts: it
+    left out bfloat16 (ml_dtypes), which forward takes."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    candidates = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.longdouble,
+                  ml_dtypes.float8_e4m3fn, np.int8, np.int64, np.complex64]
+    for op, params in (("relu", {}), ("max_pool2d", {"kernel_size": 2}), ("maximum", {})):
+        module = load(op, backend=backend, **params)
+        taken = []
+        for dtype in candidates:
+            try:
+                module.forward(*_inputs(module, np.ones(SHAPE, dtype=dtype)))
+                taken.append(np.dtype(dtype).name)
+            except TypeError:
+                pass
+        assert "bfloat16" in taken and "float64" in taken
+        with pytest.raises(TypeError) as info:
+            module.forward(*_inputs(module, np.ones(SHAPE, dtype=np.int64)))
+        named = set(re.findall(r"\b(\w*float\d+)\b", str(info.value)))
+        assert named == set(taken), str(info.value)
 
 
 @pytest.mark.parametrize("op,params", [m[1:] for m in MODULES], ids=MODULE_IDS)

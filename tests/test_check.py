@@ -8,6 +8,7 @@ ties, a kink's gradient taken on the wrong side.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -172,3 +173,21 @@ def test_report_and_errors():
         symgrad.check(lambda x: x, np.ones(2), ties="first")
     with pytest.raises(ValueError, match="give the inputs"):
         symgrad.check(m)
+
+
+def test_a_failure_names_its_kind_once():
+    """A failure's line says its kind once: the report said "(smooth: smooth: central
+    differences)", "(kink: kink: ...)" and "(tie: tie of 2: ...)"."""
+    leaky = symgrad.load("leaky_relu", negative_slope=0.25)
+    doubled = _altered(leaky, lambda grads, xs, g: [grads[0] * 2])
+    reports = [symgrad.check(doubled, np.array([-2.0, 0.0, 0.5]), ties="first", op="leaky_relu",
+                             params={"negative_slope": 0.25}),
+               symgrad.check(doubled, np.array([-2.0, 0.0, 0.5]), ties="split"),
+               symgrad.check(_altered(symgrad.load("max_pool2d", kernel_size=2, ties="last"),
+                                      lambda grads, xs, g: grads), TIED, ties="first")]
+    kinds = {f.kind for r in reports for f in r.failures}
+    assert kinds >= {"smooth", "kink", "tie"}, kinds
+    for report in reports:
+        for line in str(report).splitlines()[1:]:
+            kind, detail = re.search(r"\((\w+): (.*)\)$", line).groups()
+            assert not re.match(rf"{kind}\b", detail), line

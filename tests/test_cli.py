@@ -186,6 +186,18 @@ def test_generate_check_of_a_missing_file_is_stale(cli, tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
+def test_generate_backend_all_writes_every_backend(cli, tmp_path):
+    """--backend all writes the files of every backend there is (it left out the cpu backend)."""
+    from symgrad import backends
+    from symgrad.ops import resolve
+    r = cli("generate", "relu", "--backend", "all", "--out", tmp_path / "out")
+    assert_ok(r)
+    op = resolve("relu")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        name for b in backends.REGISTRY.values() for name in b.file_names(op))
+    assert {b.name for b in backends.REGISTRY.values()} >= {"numpy", "cpu", "cuda"}
+
+
 def test_generate_ties_last_names_the_policy(cli, tmp_path):
     r = cli("generate", "relu", "--ties", "last", "--out", tmp_path)
     assert_ok(r)

@@ -3,18 +3,26 @@ ceil_mode, fractional) and maxout's definition, as each backend prints it."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+import os
+import shutil
+import subprocess
 from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 from symgrad.backends.cuda.printer import cuda_integer_code
 from symgrad.backends.numpy.printer import numpy_integer_code
 from symgrad.backends.printing import PYTHON, integer_code
 from symgrad.geometry import ADAPTIVE, FRACTIONAL, MAXOUT, pool
+
+if os.environ.get("CI"):
+    import torch
+else:
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
 
 FIELDS = ("start", "end", "first_holder", "end_holder")
 # each backend's printed code, run as Python on nonnegative ints (C's / is then Python's //)
@@ -70,6 +78,7 @@ def _c_as_python(e, **names) -> object:
     return compile(code.replace("!", " not ").replace("true", "True"), "<geometry>", "eval")
 
 
+@functools.lru_cache(maxsize=None)  # shared by the tests of the Python/CUDA and the C code
 def _torch_pool_holders(length, k, s, p, d, ceil_mode):
     """{window: input coordinates it holds} as PyTorch's max_pool1d sees them: row x of the batch
     is the one-hot vector of coordinate x (padding is -inf there), so window i's output is 1
@@ -193,3 +202,150 @@ def test_fractional_output_size_from_a_ratio_is_pytorchs():
             # torch.nn.functional.fractional_max_pool2d: int(input_size * output_ratio)
             assert eval(code, {"n": n, "r": r}) == int(n * r)
 
+
+
+# ----------------------------------------------------------------------------- the cpu backend's C
+
+COMPILER = next((shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))
+                 if shutil.which(c)), None)
+
+
+def _c_program(pool_code: dict, inner: dict, adaptive: dict) -> str:
+    """A C program of the cpu backend's printed window arithmetic (c_integer_code, as its pool and
+    adaptive kernels name it: window p0, element k0, coordinate i0, offset q0, constants K0 S0 P0
+    D0, sizes l0 o0; a row's residue r), in its 64-bit integers (C's / and % truncate toward
+    zero). For each line "L K S P D O" of stdin it prints, per window, the input coordinates of
+    its elements that are inside the input; per coordinate and element k0, the window that holds
+    it (offset, holds, holder); per k0, the windows [first_inside, end_inside); per residue r and
+    k0, the windows the row form gives (offset_at_r, shift, m_lo, m_hi); and for "A L O" the
+    adaptive windows [sg_window_start, sg_window_end) of i in 0..O-1."""
+    params = "const I p0, const I k0, const I i0, const I q0, const I r, const I shift, " \
+             "const I l0, const I o0, const I K0, const I S0, const I P0, const I D0"
+    fields = {"coordinate": pool_code["coordinate"], "inside": pool_code["inside"],
+              "offset": pool_code["offset"], "holds": pool_code["holds"], "holder": pool_code["holder"],
+              "first_inside": inner["first_inside"], "end_inside": inner["end_inside"],
+              "offset_at_r": inner["offset_at_r"], "not_divisible": inner["not_divisible"],
+              "shift_of": inner["shift"], "m_lo": inner["m_lo"], "m_hi": inner["m_hi"]}
+    funcs = "\n".join(f"static I f_{name}({params}) {{ (void)p0; (void)k0; (void)i0; (void)q0; (void)r; "
+                      f"(void)shift; (void)l0; (void)o0; (void)K0; (void)S0; (void)P0; (void)D0; "
+                      f"return {code}; }}" for name, code in fields.items())
+    call = "(p0, k0, i0, q0, r, shift, l0, o0, K0, S0, P0, D0)"
+    return f"""#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+typedef int64_t I;
+static I sg_min(const I a, const I b) {{ return a < b ? a : b; }}
+static I sg_max(const I a, const I b) {{ return a > b ? a : b; }}
+static I sg_window_start(const I i, const I out, const I length) {{ return {adaptive["start"]}; }}
+static I sg_window_end(const I i, const I out, const I length) {{ return {adaptive["end"]}; }}
+{funcs}
+int main(void) {{
+  char kind;
+  while (scanf(" %c", &kind) == 1) {{
+    if (kind == 'A') {{
+      long long L, O;
+      if (scanf("%lld %lld", &L, &O) != 2) return 1;
+      for (I i = 0; i < O; ++i) printf("%lld %lld ", (long long)sg_window_start(i, O, L), (long long)sg_window_end(i, O, L));
+      printf("\\n");
+      continue;
+    }}
+    long long a[6];
+    if (scanf("%lld %lld %lld %lld %lld %lld", a, a + 1, a + 2, a + 3, a + 4, a + 5) != 6) return 1;
+    const I l0 = a[0], K0 = a[1], S0 = a[2], P0 = a[3], D0 = a[4], o0 = a[5];
+    I p0 = 0, k0 = 0, i0 = 0, q0 = 0, r = 0, shift = 0;
+    for (p0 = 0; p0 < o0; ++p0) {{
+      printf("W");
+      for (k0 = 0; k0 < K0; ++k0) {{
+        i0 = f_coordinate{call};
+        if (f_inside{call}) printf(" %lld", (long long)i0);
+      }}
+      printf("\\n");
+    }}
+    printf("H");
+    for (i0 = 0; i0 < l0; ++i0)
+      for (k0 = 0; k0 < K0; ++k0) {{
+        q0 = f_offset{call};
+        if (f_holds{call}) printf(" %lld:%lld", (long long)i0, (long long)f_holder{call});
+      }}
+    printf("\\nF");
+    for (k0 = 0; k0 < K0; ++k0) printf(" %lld:%lld", (long long)f_first_inside{call}, (long long)f_end_inside{call});
+    printf("\\nR");
+    for (r = 0; r < S0; ++r)
+      for (k0 = 0; k0 < K0; ++k0) {{
+        q0 = f_offset_at_r{call};
+        if (f_not_divisible{call}) continue;
+        shift = f_shift_of{call};
+        const I lo = f_m_lo{call}, hi = f_m_hi{call};
+        for (I m = lo; m < hi; ++m) printf(" %lld:%lld", (long long)(r + S0 * m), (long long)(m + shift));
+      }}
+    printf("\\n");
+  }}
+  return 0;
+}}
+"""
+
+
+def _run_c(source: str, stdin: str, tmp_path) -> list[str]:
+    exe = tmp_path / "windows"
+    (tmp_path / "windows.c").write_text(source)
+    subprocess.run([COMPILER, "-O1", "-std=c11", "-o", str(exe), str(tmp_path / "windows.c")], check=True,
+                   capture_output=True, timeout=120)
+    return subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True,
+                          timeout=120).stdout.splitlines()
+
+
+def _torch_adaptive_windows(length: int, out: int) -> list[tuple[int, int]]:
+    """(first, one past the last) input coordinate of each window of PyTorch's adaptive_max_pool1d
+    (one-hot rows, as _torch_pool_holders)."""
+    y = torch.nn.functional.adaptive_max_pool1d(torch.eye(length, dtype=torch.float64).reshape(length, 1, length), out)
+    held = [torch.nonzero(y[:, 0, i] == 1).flatten().tolist() for i in range(out)]
+    return [(h[0], h[-1] + 1) for h in held]
+
+
+@pytest.mark.skipif(COMPILER is None and not os.environ.get("CI"), reason="no C compiler (cc, gcc, clang or $CC)")
+def test_the_cpu_backends_c_window_arithmetic_equals_pytorchs_windows(tmp_path):
+    """The cpu backend's window arithmetic (c_integer_code) compiled as C, where / and % truncate
+    toward zero and numerators may be negative (padding, a row's shift), against PyTorch's windows:
+    max_pool1d of one-hot rows (the coordinates each window holds) over lengths 1..9, kernel 1..4,
+    stride 1..4, padding 0..k/2, dilation 1..3, with and without ceil_mode, and adaptive windows
+    over lengths and outputs 1..24 (adaptive_max_pool1d's up to 8, PyTorch's formula beyond). Each C form a kernel uses is compared: the windows' inside
+    coordinates, the holder of each coordinate and element, each element's windows inside the
+    input, and backward's row form (each residue modulo the stride)."""
+    from symgrad.backends import cpu
+    from symgrad.backends.cpu.printer import c_integer_code
+    from symgrad.backends.printing import pool_axis_code
+    adaptive_code = {"start": c_integer_code(ADAPTIVE.start), "end": c_integer_code(ADAPTIVE.end)}
+    adaptive = [(L, o) for L in range(1, 25) for o in range(1, 25)]
+    checked = 0
+    for ceil_mode in (False, True):
+        g = pool(ceil_mode)
+        source = _c_program(pool_axis_code(g, 0, c_integer_code), cpu._inner_rows(g, 0), adaptive_code)
+        cases, wants = [], []
+        for L, k, s, p, d, _ in (c for c in POOL_CASES if c[5] == ceil_mode):
+            want = _torch_pool_holders(L, k, s, p, d, ceil_mode)
+            if want is not None:
+                cases.append((L, k, s, p, d, len(want)))
+                wants.append(want)
+        stdin = "".join(f"P {' '.join(map(str, c))}\n" for c in cases)
+        if not ceil_mode:
+            stdin += "".join(f"A {L} {o}\n" for L, o in adaptive)
+        lines = iter(_run_c(source, stdin, tmp_path))
+        for (L, k, s, p, d, out), want in zip(cases, wants):
+            case = (L, k, s, p, d, ceil_mode)
+            windows = [tuple(int(v) for v in next(lines).split()[1:]) for _ in range(out)]
+            assert windows == want, case
+            holders = [tuple(map(int, t.split(":"))) for t in next(lines).split()[1:]]
+            assert sorted(holders) == sorted((x, i) for i, w in enumerate(want) for x in w), case
+            spans = [tuple(map(int, t.split(":"))) for t in next(lines).split()[1:]]
+            assert all(0 <= lo <= hi <= out for lo, hi in spans), case
+            assert [sum(lo <= i < hi for lo, hi in spans) for i in range(out)] == [len(w) for w in want], case
+            rows = [tuple(map(int, t.split(":"))) for t in next(lines).split()[1:]]
+            assert sorted(rows) == sorted((x, i) for i, w in enumerate(want) for x in w), case
+            checked += 1
+        if not ceil_mode:
+            for L, o in adaptive:
+                v = [int(t) for t in next(lines).split()]
+                want = _torch_adaptive_windows(L, o) if max(L, o) <= 8 else _pytorch_windows(L, o)
+                assert list(zip(v[::2], v[1::2])) == want, (L, o)
+        assert next(lines, None) is None
+    assert checked > 1000

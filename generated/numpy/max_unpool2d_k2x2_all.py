@@ -75,17 +75,17 @@ def _as_input(name: str, value) -> np.ndarray:
     _refuse_torch(name, value)
     if isinstance(value, np.ndarray):
         if isinstance(value, np.ma.MaskedArray):
-            raise TypeError(f"{OP}: {name} must be a plain array of float16, float32 or float64, "
+            raise TypeError(f"{OP}: {name} must be a plain array of float16, bfloat16, float32 or float64, "
                             f"got a masked array (fill or drop the masked values first)")
         array = np.asarray(value)  # a subclass such as np.matrix as a plain ndarray (a view)
     else:
         try:
             array = np.asarray(value)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64; "
+            raise TypeError(f"{OP}: {name} must be an array of float16, bfloat16, float32 or float64; "
                             f"could not convert {type(value).__name__}: {exc}") from None
     if array.dtype.type not in _FLOATS:
-        raise TypeError(f"{OP}: {name} must be an array of float16, float32 or float64, "
+        raise TypeError(f"{OP}: {name} must be an array of float16, bfloat16, float32 or float64, "
                         f"got dtype {array.dtype}")
     if array.ndim > 32:  # NumPy's broadcasting (np.broadcast, nditer) stops at 32
         raise ValueError(f"{OP}: {name} must have at most 32 dims, got {array.ndim}")
@@ -108,7 +108,7 @@ def _check_saved(saved) -> None:
         raise TypeError(f"{OP}: saved must be the Saved value that this module's forward returned, "
                         f"got {type(saved).__name__}")
     if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
-        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, float32 or float64, got "
+        raise TypeError(f"{OP}: saved.dtype must be the dtype float16, bfloat16, float32 or float64, got "
                         f"{saved.dtype!r}")
     for name, value in zip(Saved._fields, saved):
         if name.endswith("_shape"):

@@ -25,8 +25,8 @@ REGISTRY = {
                    cpu.file_names, cpu.render),
 }
 NAMES = tuple(REGISTRY)
-# the backends that build every kind: the committed catalog and `--backend all` hold these.  The
-# cpu backend builds every kind too, but stays out: a catalog module is loaded from generated/
+# the backends that build every kind: the committed catalog holds these (`--backend all` writes
+# every backend, NAMES).  The cpu backend builds every kind too, but stays out of the catalog: a catalog module is loaded from generated/
 # (or the installed package's copy), and its loader keeps the compiled library beside it, so the
 # catalog's ops would write .so files into the source tree, or, where that folder is not the
 # user's (a system-wide install), compile into a temporary directory in every process (1.8-3 s
