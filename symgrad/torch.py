@@ -358,18 +358,30 @@ def _unpack(saved, n_inputs: int) -> tuple[list, torch.Tensor, list]:
     return list(saved[:n_inputs]), saved[n_inputs], list(saved[n_inputs + 1:])
 
 
-_NUMPY_DTYPES: dict = {}
+# torch's dtypes and NumPy's, mapped without making a tensor (under torch.compile's fake mode a
+# tensor made here is fake, and has no .numpy()); bfloat16 is ml_dtypes', imported when first met
+_NUMPY_DTYPES: dict = {torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
+                       torch.float64: np.dtype(np.float64), torch.int32: np.dtype(np.int32),
+                       torch.int64: np.dtype(np.int64), torch.int16: np.dtype(np.int16),
+                       torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
+                       torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32),
+                       torch.uint64: np.dtype(np.uint64), torch.bool: np.dtype(np.bool_)}
+_TORCH_DTYPES: dict = {d: t for t, d in _NUMPY_DTYPES.items()}
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     found = _NUMPY_DTYPES.get(dtype)
     if found is None:
-        found = _NUMPY_DTYPES[dtype] = _to_numpy(torch.empty((), dtype=dtype)).dtype
+        if dtype != torch.bfloat16:
+            raise TypeError(f"symgrad.torch: tensors of {dtype} are not supported")
+        found = _NUMPY_DTYPES[dtype] = bridge.bfloat16("symgrad.torch")
     return found
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return _from_numpy(np.empty(0, dtype=dtype)).dtype
+    if np.dtype(dtype).name == "bfloat16":
+        return torch.bfloat16
+    return _TORCH_DTYPES[np.dtype(dtype)]
 
 
 _OPS: dict = {}

@@ -225,6 +225,62 @@ def test_torch_compile_fullgraph_matches_eager():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+# Run in a fresh process: torch.compile before any eager call (the fake implementation's first
+# layout and dtype look-ups happen under fake mode), every nn.Module, static and dynamic shapes.
+# aot_eager traces forward and backward through the fake implementations as inductor does, faster.
+_COMPILE_FIRST = """
+import torch
+import symgrad.torch as st
+F = torch.nn.functional
+torch.manual_seed(0)
+x1 = torch.randn(2, 3, 9, dtype=torch.float64).round()
+x2 = torch.randn(2, 3, 8, 8, dtype=torch.float64).round()
+x3 = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64).round()
+cases = {
+    "MaxPool1d": (st.MaxPool1d(3, 2, 1), (x1,)),
+    "MaxPool2d": (st.MaxPool2d(3, 2, 1, ties="split"), (x2,)),
+    "MaxPool3d": (st.MaxPool3d(2), (x3,)),
+    "AdaptiveMaxPool1d": (st.AdaptiveMaxPool1d(4), (x1,)),
+    "AdaptiveMaxPool2d": (st.AdaptiveMaxPool2d((3, 2)), (x2,)),
+    "AdaptiveMaxPool3d": (st.AdaptiveMaxPool3d(2), (x3,)),
+    "MaxUnpool1d": (st.MaxUnpool1d(2), F.max_pool1d(x1[..., :8], 2, return_indices=True)),
+    "MaxUnpool2d": (st.MaxUnpool2d(2), F.max_pool2d(x2, 2, return_indices=True)),
+    "MaxUnpool3d": (st.MaxUnpool3d(2), F.max_pool3d(x3, 2, return_indices=True)),
+    "ReLU": (st.ReLU(), (x2,)), "ReLU6": (st.ReLU6(), (x2,)),
+    "Hardtanh": (st.Hardtanh(-0.5, 0.5), (x2,)), "LeakyReLU": (st.LeakyReLU(0.2), (x2,)),
+}
+modules = {n for n in st.__all__ if isinstance(getattr(st, n), type) and issubclass(getattr(st, n), torch.nn.Module)}
+assert set(cases) == modules, sorted(modules ^ set(cases))
+
+def run(module, inputs):
+    ins = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    y = module(*ins)
+    (g,) = torch.autograd.grad(y.square().sum(), ins[0])
+    return y.detach(), g
+
+results = {}
+for dynamic in (False, True):
+    for name, (module, inputs) in cases.items():
+        torch._dynamo.reset()  # one module class's forward serves several: no recompile limit
+        compiled = torch.compile(module, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+        results[name, dynamic] = run(compiled, inputs)
+for (name, dynamic), got in results.items():  # eager, only now
+    module, inputs = cases[name]
+    for a, b in zip(got, run(module, inputs)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{name} dynamic={dynamic}: {m}")
+print("compiled first:", len(results))
+"""
+
+
+def test_torch_compile_first_in_a_fresh_process_every_nn_module():
+    """torch.compile(fullgraph=True), static and dynamic=True, of every nn.Module that
+    symgrad.torch exports, before any eager call, in a fresh process: forward and gradient equal
+    eager mode's (run afterwards)."""
+    out = subprocess.run([sys.executable, "-c", _COMPILE_FIRST], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled first: 26" in out.stdout
+
+
 def test_nn_modules_match_torch_nn():
     rng = np.random.default_rng(5)
     x = torch.tensor(rng.standard_normal((2, 3, 9, 9)))
