@@ -272,6 +272,7 @@ def wrap(module) -> _Op:
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
        order: str | None = None, **params) -> _Op:
     """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors)."""
+    api.check_names(name, params)
     if params.get("return_indices"):
         api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)  # checks
         raise ValueError(f"{name}: return_indices=True is PyTorch's; JAX's max pooling returns no "

@@ -36,6 +36,7 @@ take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 import numpy as np
@@ -50,6 +51,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
 from . import api, bridge
+from .suggest import unexpected
 
 __all__ = ["op", "expr", "wrap", "SymgradOp",
            "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
@@ -428,6 +430,7 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
     """A symgrad op as a function of torch tensors, with autograd and double backward.
 
     The arguments are symgrad.load's (any op of ``symgrad list``; the same checks and errors)."""
+    api.check_names(name, params)
     module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
     if params.get("return_indices"):  # PyTorch's (output, indices), the indices from `module`
         settings = dict(ties=ties, convention=convention, nan=nan, order=order)
@@ -482,7 +485,27 @@ def _no(flag: bool, what: str, cls: str, why: str = "") -> None:
         raise ValueError(f"{cls}: {what} is not supported by symgrad.torch{why}")
 
 
-class _OneInput(torch.nn.Module):
+class _Module(torch.nn.Module):
+    """symgrad.torch's nn.Modules: a keyword argument a constructor does not take is a one-line
+    TypeError with the closest name it takes (the CLI's did-you-mean) and all of them."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        names = [n for n in inspect.signature(init).parameters if n != "self"]
+
+        @functools.wraps(init)
+        def checked(self, *args, **kw):
+            wrong = set(kw) - set(names)
+            if wrong:
+                raise unexpected(type(self).__name__, "keyword argument", wrong, names)
+            init(self, *args, **kw)
+        cls.__init__ = checked
+
+
+class _OneInput(_Module):
     """An nn.Module around one symgrad op of one input (self.fn)."""
 
     def forward(self, x):
@@ -537,7 +560,7 @@ class AdaptiveMaxPool3d(_AdaptivePool):
     _op = "adaptive_max_pool3d"
 
 
-class _Unpool(torch.nn.Module):
+class _Unpool(_Module):
     _op = ""
 
     def __init__(self, kernel_size, stride=None, padding=0, *, ties=None, convention=None,

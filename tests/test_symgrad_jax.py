@@ -370,6 +370,17 @@ def test_errors():
         sj.wrap(object())
 
 
+def test_misspelled_names_get_did_you_mean():
+    """symgrad.jax.op: the CLI's suggestion for a misspelled op name or keyword, in one line."""
+    for call, kind, right in [(lambda: sj.op("max_pool2d", kernel_size=2, tie="split"), TypeError, "ties"),
+                              (lambda: sj.op("max_pool2d", kernel_size=2, paddin=1), TypeError, "padding"),
+                              (lambda: sj.op("relu", convension="jax"), TypeError, "convention"),
+                              (lambda: sj.op("rleu"), ValueError, "relu")]:
+        with pytest.raises(kind) as err:
+            call()
+        assert "\n" not in str(err.value) and f"did you mean {right!r}?" in str(err.value), err.value
+
+
 def test_a_missing_jax_is_explained():
     code = ("import sys; import symgrad; assert 'jax' not in sys.modules; sys.modules['jax'] = None\n"
             "try:\n    import symgrad.jax\nexcept ModuleNotFoundError as e:\n    print(e)\n")

@@ -340,6 +340,49 @@ def test_errors():
         st.wrap(object())
 
 
+NN_MODULES = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+              "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReLU", "ReLU6",
+              "Hardtanh", "LeakyReLU"]
+
+
+@pytest.mark.parametrize("name", NN_MODULES)
+def test_misspelled_names_get_did_you_mean(name):
+    """A misspelled keyword (each of torch.nn's constructor parameters and ties=, one letter off)
+    is a one-line TypeError suggesting the right name and naming every name the constructor
+    takes (torch.nn's, whose signature is the oracle, then symgrad's settings)."""
+    import inspect
+    required = {"kernel_size": 2, "output_size": 2}
+    deprecated = {"min_value", "max_value"}  # torch.nn.Hardtanh's, deprecated: symgrad takes neither
+    theirs = [n for n in inspect.signature(getattr(torch.nn, name)).parameters if n not in deprecated]
+    for right in theirs + ["ties"]:
+        args = {k: v for k, v in required.items() if k in theirs and k != right}
+        with pytest.raises(TypeError) as err:
+            getattr(st, name)(**args, **{right[:-1]: 1})
+        message = str(err.value)
+        assert "\n" not in message and f"did you mean {right!r}?" in message, message
+        assert message.startswith(f"{name}: unexpected keyword argument {right[:-1]!r}")
+        assert f"({name} takes {', '.join(theirs)}, ties, convention, nan, order)" in message
+
+
+def test_misspelled_op_and_parameter_names_get_did_you_mean():
+    """symgrad.load and symgrad.torch.op: the CLI's suggestion for an op name and a keyword."""
+    cases = [(lambda: symgrad.load("max_pool2d", kernel_size=2, tie="split"), TypeError, "ties"),
+             (lambda: symgrad.load("relu", backnd="numpy"), TypeError, "backend"),
+             (lambda: symgrad.load("max_pol2d", kernel_size=2), ValueError, "max_pool2d"),
+             (lambda: st.op("max_pool2d", kernel_size=2, strid=1), TypeError, "stride"),
+             (lambda: st.op("max_pool2d", kernel_size=2, convension="torch"), TypeError, "convention"),
+             (lambda: st.op("amx", dim=1), ValueError, "amax")]
+    for call, kind, right in cases:
+        with pytest.raises(kind) as err:
+            call()
+        assert "\n" not in str(err.value) and f"did you mean {right!r}?" in str(err.value), err.value
+    with pytest.raises(TypeError, match=r"^relu: unexpected parameter 'zzz' \(relu takes backend, ties, "
+                                        r"convention, nan, order\)$"):
+        symgrad.load("relu", zzz=1)  # nothing close: no suggestion
+    with pytest.raises(TypeError, match=r"takes kernel_size, .*, return_indices, ties, convention, nan, order\)$"):
+        st.op("max_pool2d", kernel_size=2, backnd="cpu")  # symgrad.torch.op takes no backend=
+
+
 def test_import_symgrad_does_not_import_torch_and_a_missing_torch_is_explained():
     code = ("import sys; import symgrad; assert 'torch' not in sys.modules; sys.modules['torch'] = None\n"
             "try:\n    import symgrad.torch\nexcept ModuleNotFoundError as e:\n    print(e)\n")
