@@ -144,6 +144,9 @@ class SymgradOp:
     def _check_tensor(self, k: int, name: str, t) -> None:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{self.op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{self.op}: {name} must be a dense (strided) tensor, got layout "
+                            f"{t.layout} (convert it with .to_dense())")
         if k in self._integers:
             if t.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"{self.op}: {name} must be an int64 or int32 tensor, got {t.dtype}")

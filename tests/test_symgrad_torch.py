@@ -383,6 +383,17 @@ def test_misspelled_op_and_parameter_names_get_did_you_mean():
         st.op("max_pool2d", kernel_size=2, backnd="cpu")  # symgrad.torch.op takes no backend=
 
 
+def test_sparse_tensors_are_refused_in_one_line():
+    f = st.op("relu")
+    for t in (torch.ones(4).to_sparse(), torch.eye(3).to_sparse_csr()):
+        with pytest.raises(TypeError, match=rf"^relu: x must be a dense \(strided\) tensor, got layout "
+                                            rf"{t.layout} \(convert it with .to_dense\(\)\)$"):
+            f(t)
+    pool = st.MaxPool2d(2)
+    with pytest.raises(TypeError, match="must be a dense"):
+        pool(torch.ones(1, 1, 2, 2).to_sparse())
+
+
 def test_import_symgrad_does_not_import_torch_and_a_missing_torch_is_explained():
     code = ("import sys; import symgrad; assert 'torch' not in sys.modules; sys.modules['torch'] = None\n"
             "try:\n    import symgrad.torch\nexcept ModuleNotFoundError as e:\n    print(e)\n")
