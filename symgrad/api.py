@@ -18,6 +18,7 @@ from . import backends as _backends
 from .backends.common import generator_hash
 from .files import check_out, shown, write_all
 from .pipeline import render
+from .suggest import closest, unexpected
 from . import cache as _cache
 from .cache import cache_dir  # noqa: F401 (public: where load() keeps generated modules)
 
@@ -36,9 +37,30 @@ def list_ops() -> dict:
             for name, s in OPS.items()}
 
 
+SETTINGS = ("ties", "convention", "nan", "order")  # the keyword settings every op takes
+
+
+def check_names(op: object, params: dict, settings=SETTINGS) -> None:
+    """Misspelled names get the CLI's did-you-mean: an unknown op name close to one of OPS (a
+    ValueError), a parameter the op does not take (a TypeError naming the closest of its
+    parameters and the caller's settings, and all of them).  resolve() checks everything else."""
+    if not isinstance(op, str):
+        return
+    if op not in OPS:
+        close = closest(op, OPS)
+        if close:
+            raise ValueError(f"unknown op {op!r}; did you mean {close!r}? (expected one of: {', '.join(OPS)})")
+        return
+    names = [p.name for p in OPS[op].params]
+    wrong = set(params) - set(names)
+    if wrong:
+        raise unexpected(op, "parameter", wrong, names + list(settings))
+
+
 def derive(op: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
            order: str | None = None, **params) -> Derivation:
     """Derive op's backward under a tie policy; the result carries every step."""
+    check_names(op, params)
     return _derive(resolve(op, ties, convention=convention, nan=nan, order=order, **params))
 
 
@@ -47,6 +69,7 @@ def generate(op: str, out: str | os.PathLike, ties: str | None = None, backend: 
              force: bool = False, **params) -> Path:
     """Write op's generated module into directory ``out``; return the path of its Python module
     (for backend="cuda" the CuPy loader; the .cu kernel source is written beside it)."""
+    check_names(op, params, SETTINGS + ("backend", "force"))
     _check_backend(backend)
     out = check_out(out)
     spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
@@ -92,6 +115,7 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     """Import the generated module of an op: from the committed catalog when it holds exactly this
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
+    check_names(op, params, ("backend",) + SETTINGS)
     _check_backend(backend)
     return _load(resolve(op, ties, convention=convention, nan=nan, order=order, **params), backend)
 

@@ -6,7 +6,6 @@ Every error is one line on stderr and exit status 2; a stale --check exits 1 wit
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from .derive import ALL_VARIABLES_UP_TO
 from .ops import OPS, ORDERS, Param, resolve
 from .pipeline import render
 from .printers import text
+from .suggest import closest as _closest
 
 MAX_ITEMS = 12  # per derivation step, unless --full
 WIDTH = 100  # `symgrad derive` text lines are wrapped to this width where they can be
@@ -35,17 +35,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints usage + message)
         raise UsageError(message)
-
-
-def _closest(word: str, candidates) -> str | None:
-    """The candidate closest to word (case, dashes and underscores aside), or None."""
-    def norm(w: str) -> str:
-        return w.lstrip("-").lower().replace("_", "-")
-    by_norm = {norm(c): c for c in candidates}
-    if norm(word) in by_norm:
-        return by_norm[norm(word)]
-    close = difflib.get_close_matches(norm(word), list(by_norm), n=1, cutoff=0.6)
-    return by_norm[close[0]] if close else None
 
 
 def _unrecognized(argv: list[str], flags) -> UsageError:

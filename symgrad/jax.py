@@ -32,10 +32,18 @@ none.  float16, bfloat16 (ml_dtypes' type, as JAX's), float32 and float64 (float
 the same bits as the NumPy module) for the kinds it builds where a C compiler is found, else
 through the NumPy module; ``$SYMGRAD_CPU_BACKEND`` chooses (``auto``, the default; ``cpu`` to
 require it; ``numpy``), read when ``op`` is called.
+
+Errors in the data (an unpooling index outside the output plane, ...) are found by the module on
+the host, inside a callback.  Called eagerly, an op raises the module's own one-line ValueError
+(or TypeError).  Under ``jit`` the values are not known while tracing and compiled code cannot
+raise a Python exception: the call raises ``jax.errors.JaxRuntimeError``, whose message (after
+XLA's callback traceback) ends with the module's one-line error; check such inputs before the
+jitted call, or run the op eagerly, to get the ValueError itself.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from functools import partial
 
@@ -59,6 +67,20 @@ __all__ = ["op", "expr", "wrap"]
 _FLOATS = (np.dtype(np.float16), np.dtype(jnp.bfloat16), np.dtype(np.float32), np.dtype(np.float64))
 
 
+# Callbacks that run inside _Op.__call__ (eager calls, eager grad and vmap; never a jitted
+# function's, which run after tracing) run in the caller's thread: a module's error there is raised
+# again by __call__ as itself, so the traceback JAX logs for the failed callback is dropped for it
+# (and only for it: under jit, JAX's log and error are all the caller gets).
+_EAGER = threading.local()
+
+
+def _not_reraised(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and getattr(record.exc_info[1], "symgrad_reraised", False))
+
+
+logging.getLogger("jax._src.callback").addFilter(_not_reraised)
+
+
 class _Op:
     """One generated module as a JAX function of its inputs (see the module docstring)."""
 
@@ -70,6 +92,7 @@ class _Op:
         self.integers = bridge.integer_inputs(module)
         self.differentiable = bridge.differentiable(module)
         self.fn = self._build()
+        self._host_error = None  # the last error a forward callback raised (eager calls re-raise it)
         self.__doc__ = (f"{self.op} (ties={self.ties!r}, params={self.params}) as a JAX function "
                         f"of {', '.join(self.inputs)}: custom_jvp with the generated jvp, reverse "
                         f"mode by transposition (the generated backward).")
@@ -91,7 +114,17 @@ class _Op:
                 raise TypeError(f"{self.op}: {name} must be a float16, bfloat16, float32 or float64 "
                                 f"array, got {x.dtype}")
             xs.append(x)
-        return self.fn(*xs)
+        self._host_error = None
+        outer, _EAGER.active = getattr(_EAGER, "active", False), True
+        try:
+            return self.fn(*xs)
+        except jax.errors.JaxRuntimeError as exc:  # eagerly: the callback's own error, not XLA's wrapping
+            error, self._host_error = self._host_error, None
+            if error is None or str(error) not in str(exc):
+                raise
+            raise error.with_traceback(None) from None
+        finally:
+            _EAGER.active = outer
 
     # -- the callbacks (NumPy on the host)
 
@@ -114,7 +147,12 @@ class _Op:
 
         def host(*xs):
             xs = [np.asarray(x) for x in xs]
-            output, saved = self.module.forward(*xs)
+            try:
+                output, saved = self.module.forward(*xs)
+            except (ValueError, TypeError) as exc:
+                self._host_error = exc  # for __call__, which raises it where it can (eagerly)
+                exc.symgrad_reraised = getattr(_EAGER, "active", False)  # JAX need not log it
+                raise
             _, arrays = bridge.split(xs, output, saved)
             return (np.asarray(output),) + tuple(np.asarray(a).astype(s.dtype, copy=False)
                                                  for a, s in zip(arrays, shapes[1:]))
@@ -272,6 +310,7 @@ def wrap(module) -> _Op:
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
        order: str | None = None, **params) -> _Op:
     """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors)."""
+    api.check_names(name, params)
     if params.get("return_indices"):
         api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)  # checks
         raise ValueError(f"{name}: return_indices=True is PyTorch's; JAX's max pooling returns no "

@@ -36,6 +36,7 @@ take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 
 import numpy as np
@@ -50,6 +51,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
 from . import api, bridge
+from .suggest import unexpected
 
 __all__ = ["op", "expr", "wrap", "SymgradOp",
            "MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
@@ -142,6 +144,9 @@ class SymgradOp:
     def _check_tensor(self, k: int, name: str, t) -> None:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{self.op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{self.op}: {name} must be a dense (strided) tensor, got layout "
+                            f"{t.layout} (convert it with .to_dense())")
         if k in self._integers:
             if t.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"{self.op}: {name} must be an int64 or int32 tensor, got {t.dtype}")
@@ -358,18 +363,30 @@ def _unpack(saved, n_inputs: int) -> tuple[list, torch.Tensor, list]:
     return list(saved[:n_inputs]), saved[n_inputs], list(saved[n_inputs + 1:])
 
 
-_NUMPY_DTYPES: dict = {}
+# torch's dtypes and NumPy's, mapped without making a tensor (under torch.compile's fake mode a
+# tensor made here is fake, and has no .numpy()); bfloat16 is ml_dtypes', imported when first met
+_NUMPY_DTYPES: dict = {torch.float16: np.dtype(np.float16), torch.float32: np.dtype(np.float32),
+                       torch.float64: np.dtype(np.float64), torch.int32: np.dtype(np.int32),
+                       torch.int64: np.dtype(np.int64), torch.int16: np.dtype(np.int16),
+                       torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
+                       torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32),
+                       torch.uint64: np.dtype(np.uint64), torch.bool: np.dtype(np.bool_)}
+_TORCH_DTYPES: dict = {d: t for t, d in _NUMPY_DTYPES.items()}
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     found = _NUMPY_DTYPES.get(dtype)
     if found is None:
-        found = _NUMPY_DTYPES[dtype] = _to_numpy(torch.empty((), dtype=dtype)).dtype
+        if dtype != torch.bfloat16:
+            raise TypeError(f"symgrad.torch: tensors of {dtype} are not supported")
+        found = _NUMPY_DTYPES[dtype] = bridge.bfloat16("symgrad.torch")
     return found
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return _from_numpy(np.empty(0, dtype=dtype)).dtype
+    if np.dtype(dtype).name == "bfloat16":
+        return torch.bfloat16
+    return _TORCH_DTYPES[np.dtype(dtype)]
 
 
 _OPS: dict = {}
@@ -416,6 +433,7 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
     """A symgrad op as a function of torch tensors, with autograd and double backward.
 
     The arguments are symgrad.load's (any op of ``symgrad list``; the same checks and errors)."""
+    api.check_names(name, params)
     module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
     if params.get("return_indices"):  # PyTorch's (output, indices), the indices from `module`
         settings = dict(ties=ties, convention=convention, nan=nan, order=order)
@@ -470,7 +488,27 @@ def _no(flag: bool, what: str, cls: str, why: str = "") -> None:
         raise ValueError(f"{cls}: {what} is not supported by symgrad.torch{why}")
 
 
-class _OneInput(torch.nn.Module):
+class _Module(torch.nn.Module):
+    """symgrad.torch's nn.Modules: a keyword argument a constructor does not take is a one-line
+    TypeError with the closest name it takes (the CLI's did-you-mean) and all of them."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+        names = [n for n in inspect.signature(init).parameters if n != "self"]
+
+        @functools.wraps(init)
+        def checked(self, *args, **kw):
+            wrong = set(kw) - set(names)
+            if wrong:
+                raise unexpected(type(self).__name__, "keyword argument", wrong, names)
+            init(self, *args, **kw)
+        cls.__init__ = checked
+
+
+class _OneInput(_Module):
     """An nn.Module around one symgrad op of one input (self.fn)."""
 
     def forward(self, x):
@@ -525,7 +563,7 @@ class AdaptiveMaxPool3d(_AdaptivePool):
     _op = "adaptive_max_pool3d"
 
 
-class _Unpool(torch.nn.Module):
+class _Unpool(_Module):
     _op = ""
 
     def __init__(self, kernel_size, stride=None, padding=0, *, ties=None, convention=None,

@@ -8,6 +8,7 @@ tie-heavy inputs with NaN, +-inf and +-0), a Python loop for vmap, finite differ
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -368,6 +369,43 @@ def test_errors():
         sj.op("max_pool2d", kernel_size=0)
     with pytest.raises(TypeError, match="expected a generated NumPy module"):
         sj.wrap(object())
+
+
+def test_misspelled_names_get_did_you_mean():
+    """symgrad.jax.op: the CLI's suggestion for a misspelled op name or keyword, in one line."""
+    for call, kind, right in [(lambda: sj.op("max_pool2d", kernel_size=2, tie="split"), TypeError, "ties"),
+                              (lambda: sj.op("max_pool2d", kernel_size=2, paddin=1), TypeError, "padding"),
+                              (lambda: sj.op("relu", convension="jax"), TypeError, "convention"),
+                              (lambda: sj.op("rleu"), ValueError, "relu")]:
+        with pytest.raises(kind) as err:
+            call()
+        assert "\n" not in str(err.value) and f"did you mean {right!r}?" in str(err.value), err.value
+
+
+def test_out_of_range_unpooling_indices(caplog):
+    """Eagerly (and eager grad): the module's one-line ValueError itself, with no callback
+    traceback logged; under jit (values unknown while tracing) JAX's JaxRuntimeError, whose
+    message ends with that line (symgrad.jax's docstring says so)."""
+    f = sj.op("max_unpool2d", kernel_size=2)
+    x = jnp.ones((1, 1, 2, 2))
+    want = r"^max_unpool2d: indices must be in \[0, 16\) .*, got {}$"
+    for bad in (99, -1):
+        i = jnp.array([[[[0, 1], [bad, 3]]]])
+        caplog.clear()
+        with caplog.at_level("DEBUG"):
+            with pytest.raises(ValueError, match=want.format(bad)):
+                f(x, i)
+            with pytest.raises(ValueError) as err:  # jax.grad appends its note on filtered frames
+                jax.grad(lambda x: f(x, i).sum())(x)
+            assert re.match(want.format(bad), str(err.value).splitlines()[0])
+        assert "pure_callback failed" not in caplog.text
+        with pytest.raises(jax.errors.JaxRuntimeError) as err:
+            jax.block_until_ready(jax.jit(f)(x, i))
+        assert str(err.value).splitlines()[-1].endswith(f"ValueError: max_unpool2d: indices must be in "
+                                                         f"[0, 16) (flat positions in an output plane of "
+                                                         f"size (4, 4)), got {bad}")
+    np.testing.assert_array_equal(f(x, jnp.array([[[[0, 1], [4, 3]]]]))[0, 0, :2],  # valid ones still run
+                                  [[1, 1, 0, 1], [1, 0, 0, 0]])
 
 
 def test_a_missing_jax_is_explained():

@@ -225,6 +225,62 @@ def test_torch_compile_fullgraph_matches_eager():
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
 
 
+# Run in a fresh process: torch.compile before any eager call (the fake implementation's first
+# layout and dtype look-ups happen under fake mode), every nn.Module, static and dynamic shapes.
+# aot_eager traces forward and backward through the fake implementations as inductor does, faster.
+_COMPILE_FIRST = """
+import torch
+import symgrad.torch as st
+F = torch.nn.functional
+torch.manual_seed(0)
+x1 = torch.randn(2, 3, 9, dtype=torch.float64).round()
+x2 = torch.randn(2, 3, 8, 8, dtype=torch.float64).round()
+x3 = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64).round()
+cases = {
+    "MaxPool1d": (st.MaxPool1d(3, 2, 1), (x1,)),
+    "MaxPool2d": (st.MaxPool2d(3, 2, 1, ties="split"), (x2,)),
+    "MaxPool3d": (st.MaxPool3d(2), (x3,)),
+    "AdaptiveMaxPool1d": (st.AdaptiveMaxPool1d(4), (x1,)),
+    "AdaptiveMaxPool2d": (st.AdaptiveMaxPool2d((3, 2)), (x2,)),
+    "AdaptiveMaxPool3d": (st.AdaptiveMaxPool3d(2), (x3,)),
+    "MaxUnpool1d": (st.MaxUnpool1d(2), F.max_pool1d(x1[..., :8], 2, return_indices=True)),
+    "MaxUnpool2d": (st.MaxUnpool2d(2), F.max_pool2d(x2, 2, return_indices=True)),
+    "MaxUnpool3d": (st.MaxUnpool3d(2), F.max_pool3d(x3, 2, return_indices=True)),
+    "ReLU": (st.ReLU(), (x2,)), "ReLU6": (st.ReLU6(), (x2,)),
+    "Hardtanh": (st.Hardtanh(-0.5, 0.5), (x2,)), "LeakyReLU": (st.LeakyReLU(0.2), (x2,)),
+}
+modules = {n for n in st.__all__ if isinstance(getattr(st, n), type) and issubclass(getattr(st, n), torch.nn.Module)}
+assert set(cases) == modules, sorted(modules ^ set(cases))
+
+def run(module, inputs):
+    ins = [t.clone().requires_grad_(t.is_floating_point()) for t in inputs]
+    y = module(*ins)
+    (g,) = torch.autograd.grad(y.square().sum(), ins[0])
+    return y.detach(), g
+
+results = {}
+for dynamic in (False, True):
+    for name, (module, inputs) in cases.items():
+        torch._dynamo.reset()  # one module class's forward serves several: no recompile limit
+        compiled = torch.compile(module, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+        results[name, dynamic] = run(compiled, inputs)
+for (name, dynamic), got in results.items():  # eager, only now
+    module, inputs = cases[name]
+    for a, b in zip(got, run(module, inputs)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=lambda m: f"{name} dynamic={dynamic}: {m}")
+print("compiled first:", len(results))
+"""
+
+
+def test_torch_compile_first_in_a_fresh_process_every_nn_module():
+    """torch.compile(fullgraph=True), static and dynamic=True, of every nn.Module that
+    symgrad.torch exports, before any eager call, in a fresh process: forward and gradient equal
+    eager mode's (run afterwards)."""
+    out = subprocess.run([sys.executable, "-c", _COMPILE_FIRST], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "compiled first: 26" in out.stdout
+
+
 def test_nn_modules_match_torch_nn():
     rng = np.random.default_rng(5)
     x = torch.tensor(rng.standard_normal((2, 3, 9, 9)))
@@ -282,6 +338,60 @@ def test_errors():
         st.ReLU(inplace=True)
     with pytest.raises(TypeError, match="expected a generated NumPy module"):
         st.wrap(object())
+
+
+NN_MODULES = ["MaxPool1d", "MaxPool2d", "MaxPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
+              "AdaptiveMaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReLU", "ReLU6",
+              "Hardtanh", "LeakyReLU"]
+
+
+@pytest.mark.parametrize("name", NN_MODULES)
+def test_misspelled_names_get_did_you_mean(name):
+    """A misspelled keyword (each of torch.nn's constructor parameters and ties=, one letter off)
+    is a one-line TypeError suggesting the right name and naming every name the constructor
+    takes (torch.nn's, whose signature is the oracle, then symgrad's settings)."""
+    import inspect
+    required = {"kernel_size": 2, "output_size": 2}
+    deprecated = {"min_value", "max_value"}  # torch.nn.Hardtanh's, deprecated: symgrad takes neither
+    theirs = [n for n in inspect.signature(getattr(torch.nn, name)).parameters if n not in deprecated]
+    for right in theirs + ["ties"]:
+        args = {k: v for k, v in required.items() if k in theirs and k != right}
+        with pytest.raises(TypeError) as err:
+            getattr(st, name)(**args, **{right[:-1]: 1})
+        message = str(err.value)
+        assert "\n" not in message and f"did you mean {right!r}?" in message, message
+        assert message.startswith(f"{name}: unexpected keyword argument {right[:-1]!r}")
+        assert f"({name} takes {', '.join(theirs)}, ties, convention, nan, order)" in message
+
+
+def test_misspelled_op_and_parameter_names_get_did_you_mean():
+    """symgrad.load and symgrad.torch.op: the CLI's suggestion for an op name and a keyword."""
+    cases = [(lambda: symgrad.load("max_pool2d", kernel_size=2, tie="split"), TypeError, "ties"),
+             (lambda: symgrad.load("relu", backnd="numpy"), TypeError, "backend"),
+             (lambda: symgrad.load("max_pol2d", kernel_size=2), ValueError, "max_pool2d"),
+             (lambda: st.op("max_pool2d", kernel_size=2, strid=1), TypeError, "stride"),
+             (lambda: st.op("max_pool2d", kernel_size=2, convension="torch"), TypeError, "convention"),
+             (lambda: st.op("amx", dim=1), ValueError, "amax")]
+    for call, kind, right in cases:
+        with pytest.raises(kind) as err:
+            call()
+        assert "\n" not in str(err.value) and f"did you mean {right!r}?" in str(err.value), err.value
+    with pytest.raises(TypeError, match=r"^relu: unexpected parameter 'zzz' \(relu takes backend, ties, "
+                                        r"convention, nan, order\)$"):
+        symgrad.load("relu", zzz=1)  # nothing close: no suggestion
+    with pytest.raises(TypeError, match=r"takes kernel_size, .*, return_indices, ties, convention, nan, order\)$"):
+        st.op("max_pool2d", kernel_size=2, backnd="cpu")  # symgrad.torch.op takes no backend=
+
+
+def test_sparse_tensors_are_refused_in_one_line():
+    f = st.op("relu")
+    for t in (torch.ones(4).to_sparse(), torch.eye(3).to_sparse_csr()):
+        with pytest.raises(TypeError, match=rf"^relu: x must be a dense \(strided\) tensor, got layout "
+                                            rf"{t.layout} \(convert it with .to_dense\(\)\)$"):
+            f(t)
+    pool = st.MaxPool2d(2)
+    with pytest.raises(TypeError, match="must be a dense"):
+        pool(torch.ones(1, 1, 2, 2).to_sparse())
 
 
 def test_import_symgrad_does_not_import_torch_and_a_missing_torch_is_explained():
