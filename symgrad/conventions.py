@@ -35,6 +35,8 @@ class Preset:
     # windows: the value every input element's gradient starts from before the terms of the
     # windows holding it are added (GRAD_STARTS), which decides the sign of a zero gradient
     grad_start: str = "+0"
+    # windows, bfloat16: how an element's windows' gradients are added (BFLOAT16_ADDS)
+    bfloat16_adds: str = "float32"
 
 
 ZERO_RULES = {
@@ -57,15 +59,25 @@ GRAD_STARTS = {
 }
 
 
+BFLOAT16_ADDS = {
+    "float32": "in float32 from +0, in output order, the sum rounded to bfloat16 once",
+    "bfloat16": "from +0 in output order (row-major), each add rounded to bfloat16, as PyTorch's "
+                "CPU pooling kernels (`grad_input[maxindex] += grad_output` in BFloat16) and XLA's "
+                "select_and_scatter in bfloat16 add them (max pooling with one winner per window)",
+}
+
+
 _POOL_TORCH = Preset("first", "last_nan", note=(
     "PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in scan order wins, the "
-    "last NaN wins); padding is never selected"))
+    "last NaN wins); padding is never selected; backward `grad_input[maxindex] += grad_output` in "
+    "output order, in the input's dtype"), bfloat16_adds="bfloat16")
 
 _ADAPTIVE_TORCH = Preset("first", "last_nan", note=(
     "PyTorch adaptive_max_pool*d (CPU kernel AdaptiveMaxPoolKernel.cpp): scan from maxval = -inf, "
     "maxindex = the window's first element, with `(val > maxval) || isnan(val)` (first tie in scan "
     "order wins, the last NaN wins; a window of -inf keeps its first element); backward "
-    "`grad_input[maxindex] += grad_output` in output order"))
+    "`grad_input[maxindex] += grad_output` in output order, in the input's dtype"),
+    bfloat16_adds="bfloat16")
 
 _FRACTIONAL_TORCH = Preset("first", "last_nan", note=(
     "PyTorch fractional_max_pool*d (CPU kernels FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = "
@@ -126,7 +138,8 @@ _POOL_JAX = Preset("first", "replace", note=(
     "restarts (the gradient goes to the first maximum after the last NaN, while the output is NaN); "
     "padding is -inf and takes part, so in an all -inf window next to padding the padding wins and "
     "the gradient is dropped. JAX has no VJP for dilated max pooling; forward XLA max (-0 below "
-    "+0)"), padding="neg_inf", zeros="ordered")
+    "+0); backward adds in output order in the input's dtype"), padding="neg_inf", zeros="ordered",
+    bfloat16_adds="bfloat16")
 
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
     "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows, x sliced (as "

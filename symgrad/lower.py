@@ -123,6 +123,9 @@ class WindowKernel:
     # what an element's gradient starts from before its windows' terms are added
     # (conventions.GRAD_STARTS): "+0", "-0" (the terms' sum exactly, a -0 kept), or "slices"
     grad_start: str = "+0"
+    # bfloat16: how an element's windows' gradients are added (conventions.BFLOAT16_ADDS);
+    # "bfloat16" (each add rounded) where the preset says so and each window has one winner
+    bfloat16_adds: str = "float32"
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -391,8 +394,9 @@ def _lower_window(d: Derivation) -> WindowKernel:
     # windows that never overlap (Kind.disjoint: maxout); elsewhere the terms are added into +0
     written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
+    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive") else "float32"
     return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", kind.axes(op.params), grad_start)
+                        op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds)
 
 
 # ----------------------------------------------------------------------------- linearity

@@ -122,6 +122,8 @@ class Op:
     half_in_float: bool = False
     # windows: the value an element's gradient starts from (conventions.GRAD_STARTS)
     grad_start: str = "+0"
+    # windows, bfloat16: how an element's windows' gradients are added (conventions.BFLOAT16_ADDS)
+    bfloat16_adds: str = "float32"
 
     @property
     def name(self) -> str:
@@ -316,8 +318,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
     half_in_float = bool(preset and spec.strategy.elementwise and preset.half == "float")
     grad_start = preset.grad_start if preset and not spec.strategy.elementwise else "+0"
+    bfloat16_adds = preset.bfloat16_adds if preset else "float32"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float, grad_start)
+            zeros, gradient, half_in_float, grad_start, bfloat16_adds)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

@@ -1,15 +1,16 @@
 """bfloat16 in the NumPy backend (ml_dtypes): computed in float32, each result rounded once.
 
 Oracles: PyTorch 2.13 CPU in bfloat16 under convention="torch", bit for bit (NaN as NaN, signs of
-zero compared), for the elementwise ops, maximum/minimum, the reductions and max pooling whose
-windows do not overlap; the float32 module on the widened inputs, rounded once (ml_dtypes' cast,
-to nearest even), under the default convention for every kind of op; and, for overlapping
-windows, float32 accumulation in output order rounded once (PyTorch's CPU kernel rounds to
-bfloat16 after every add there: the documented exception).
+zero compared), for the elementwise ops, maximum/minimum, the reductions and max pooling (where
+windows overlap, PyTorch and JAX add each window's gradient in bfloat16, each add rounded: so do
+the presets); the float32 module on the widened inputs, rounded once (ml_dtypes' cast, to nearest
+even), under the default convention for every kind of op.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 
@@ -138,24 +139,82 @@ def test_max_pooling_equal_pytorch_bfloat16(name, params, fn, shape):
         _check(name, m, fn, [x], g)
 
 
-def test_overlapping_windows_accumulate_in_float32_and_round_once():
-    """Where windows overlap, an element's gradient is the float32 sum of its windows' gradients in
-    output order, rounded once: the last bits can differ from PyTorch's CPU kernel, which rounds to
-    bfloat16 after every add (here, the documented exception, checked to happen)."""
-    m = symgrad.load("max_pool2d", convention="torch", kernel_size=3, stride=1, padding=1)
+OVERLAPPING = [  # windows that overlap: an element's windows' gradients are added up
+    ("max_pool2d", {"kernel_size": 3, "stride": 1, "padding": 1}, (2, 3, 7, 7)),
+    ("max_pool1d", {"kernel_size": 4, "stride": 2, "padding": 2}, (2, 3, 11)),
+    ("max_pool3d", {"kernel_size": 2, "stride": 1}, (1, 2, 4, 4, 5)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2}, (2, 2, 9, 8)),
+    ("adaptive_max_pool2d", {"output_size": (4, 5)}, (2, 3, 7, 7)),
+]
+
+
+def _torch_pool(name, params):
+    if name.startswith("adaptive"):
+        return lambda t: getattr(F, name)(t, params["output_size"])
+    return lambda t: getattr(F, name)(t, params["kernel_size"], params.get("stride"), params.get("padding", 0),
+                                      params.get("dilation", 1))
+
+
+def _jax_pool(params, spatial):
+    _, jnp, lax = _jax()
+    k, s, p = (params[n] for n in ("kernel_size", "stride", "padding"))
+    return lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 1) + (k,) * spatial, (1, 1) + (s,) * spatial,
+                                       [(0, 0)] * 2 + [(p, p)] * spatial)
+
+
+def _overlapping_inputs(rng, shape, y_shape_of):
+    """Tie-heavy bfloat16 input (small integers, with NaN, +-inf and +-0 in every other trial) and
+    a gradient whose sums round in bfloat16 (normal values times 3, +-0 among them)."""
+    for trial in range(8):
+        x = rng.integers(-2, 3, size=shape).astype(np.float32)
+        if trial % 2:
+            x.flat[rng.choice(x.size, 6)] = rng.choice(SPECIALS, 6)
+        x = x.astype(BF16)
+        g = (rng.standard_normal(y_shape_of(x)) * 3).astype(np.float32)
+        g.flat[rng.choice(g.size, 3)] = [0.0, -0.0, -0.0]
+        yield x, g.astype(BF16)
+
+
+@pytest.mark.parametrize("name,params,shape", OVERLAPPING, ids=[f"{o[0]}-{i}" for i, o in enumerate(OVERLAPPING)])
+def test_overlapping_windows_add_in_bfloat16_as_pytorch(name, params, shape):
+    """Where windows overlap, PyTorch's CPU kernel adds each window's gradient to its winner's in
+    output order in bfloat16 (each add rounded): the torch preset does too, bit for bit (before,
+    symgrad added in float32 and rounded once)."""
+    m = symgrad.load(name, convention="torch", **params)
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((2, 3, 6, 6)).astype(BF16)
-    (y, indices), _ = symgrad.load("max_pool2d", convention="torch", kernel_size=3, stride=1,
-                                   padding=1, return_indices=True).forward(x)
-    g = rng.standard_normal(y.shape).astype(BF16)
-    (got,) = m.backward(g, m.forward(x)[1])
-    want = np.zeros((6, 36), np.float32)
-    for p, (idx, gp) in enumerate(zip(indices.reshape(6, -1), g.astype(np.float32).reshape(6, -1))):
-        for i, v in zip(idx, gp):
-            want[p, i] += v  # float32, output order
-    assert _bits(got.reshape(6, -1)) == _bits(want.astype(BF16))
-    _, (torch_grad,) = _torch_run(lambda t: F.max_pool2d(t, 3, 1, 1), [x], g)
-    assert _bits(got) != _bits(torch_grad)  # the exception is real on this input
+    for x, g in _overlapping_inputs(rng, shape, lambda x: m.forward(x)[0].shape):
+        _check(name, m, _torch_pool(name, params), [x], g)
+
+
+@pytest.mark.parametrize("name,params,shape", OVERLAPPING[:3], ids=[o[0] for o in OVERLAPPING[:3]])
+def test_overlapping_windows_add_in_bfloat16_as_jax(name, params, shape):
+    """XLA's select_and_scatter (JAX's max pooling VJP) adds in bfloat16 in output order too, a
+    padding winner's gradient dropped: the jax preset equals it bit for bit."""
+    params = {"stride": params["kernel_size"], "padding": 0} | params
+    m = symgrad.load(name, convention="jax", **params)
+    fn = _jax_pool(params, len(shape) - 2)
+    rng = np.random.default_rng(5)
+    for x, g in _overlapping_inputs(rng, shape, lambda x: m.forward(x)[0].shape):
+        y, saved = m.forward(x)
+        (got,) = m.backward(g, saved)
+        want_y, (want,) = _jax_run(fn, [x], g)
+        assert _bits(y) == _bits(want_y) and got.dtype == BF16 and _bits(got) == _bits(want), (name, x, g)
+
+
+def test_cpu_backend_refuses_a_bfloat16_gradient_the_preset_adds_in_bfloat16():
+    """The compiled kernels add in float32: under a preset that adds bfloat16 gradients in bfloat16
+    the cpu backend's bfloat16 backward raises one TypeError naming the NumPy backend (forward and
+    jvp, which add nothing, are the NumPy module's bits)."""
+    if not any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))):
+        pytest.skip("no C compiler: the cpu backend needs one")
+    m = symgrad.load("max_pool1d", backend="cpu", convention="torch", kernel_size=3, stride=1)
+    ref = symgrad.load("max_pool1d", convention="torch", kernel_size=3, stride=1)
+    x = np.random.default_rng(6).standard_normal((2, 3, 9)).astype(BF16)
+    (y, saved), (y_ref, _) = m.forward(x), ref.forward(x)
+    assert _bits(y) == _bits(y_ref)
+    with pytest.raises(TypeError, match="backend='numpy'") as err:
+        m.backward(np.ones(y.shape, BF16), saved)
+    assert "\n" not in str(err.value)
 
 
 DEFAULT_OPS = [  # every kind of op under the default convention: (name, params, inputs)

@@ -286,6 +286,57 @@ def test_torch_amax_sign_of_zero_contradicts_itself():
     assert got != first and got != last and any(got)
 
 
+TORCH_DTYPES = {np.float64: torch.float64, np.float32: torch.float32, np.float16: torch.float16}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_torch_elementwise_lanes_contradict_the_scalar_path(dtype):
+    """Why the torch preset follows PyTorch's scalar path for maximum/minimum at +0 == -0 and for
+    hardtanh/relu6's gradient at NaN (README, Framework conventions): PyTorch's CPU kernels give
+    the same values a different result by position and length. On one contiguous tensor of n
+    elements the first floor(n / L) * L run in SIMD lanes of L elements and the rest on the scalar
+    path; maximum(+0, -0) returns the second operand (-0) in the lanes and the first (+0) on the
+    scalar path, hardtanh's gradient at NaN is 0 in the lanes and g on the scalar path. symgrad
+    gives every position the scalar path's result, whatever the length; one-element tensors (the
+    scalar path on every CPU) equal it bit for bit."""
+    t = TORCH_DTYPES[dtype]
+    lanes_seen = False
+    m = symgrad.load("maximum", convention="torch")
+    h = symgrad.load("hardtanh", convention="torch")
+    for n in range(1, 70):
+        a, b = np.zeros(n, dtype), np.full(n, -0.0, dtype)
+        torch_sign = torch.signbit(torch.maximum(torch.tensor(a), torch.tensor(b))).numpy()
+        x = torch.full((n,), float("nan"), dtype=t, requires_grad=True)
+        F.hardtanh(x).backward(torch.ones(n, dtype=t))
+        torch_g = x.grad.numpy()
+        lanes = torch_sign  # -0: the second operand, returned in a lane
+        assert np.array_equal(lanes, torch_g == 0)  # the same positions run in lanes in both kernels
+        lanes_seen |= bool(lanes.any())
+        # the lanes are a prefix whose length is a multiple of the lane count: the rest is the tail
+        assert not lanes.any() or (lanes[:lanes.sum()].all() and not lanes[lanes.sum():].any())
+        assert not np.signbit(m.forward(a, b)[0]).any()  # the scalar path's +0 (the first operand)
+        assert np.all(h.backward(np.ones(n, dtype), h.forward(np.full(n, np.nan, dtype))[1])[0] == 1)
+        if n == 1:  # one element: the scalar path, bit for bit
+            assert not torch_sign.any() and torch_g[0] == 1
+    assert lanes_seen  # PyTorch contradicts itself on this CPU: some lengths run in lanes
+
+
+def test_torch_amax_of_a_column_depends_on_the_column():
+    """amax over dim 0 reduces each column with the columns in SIMD lanes: of [-1, -0, +0] twice
+    side by side PyTorch returns -0 for the first column and +0 for the second (on an AVX512 CPU;
+    the same column alone gives -0), so no fold rule reproduces it: ("torch", "amax") is compared
+    with +0 == -0 (ZERO_SIGN_UNSET) and symgrad returns a zero there, equal to PyTorch's value."""
+    x = np.array([[-1.0, -1.0], [-0.0, -0.0], [0.0, 0.0]], np.float32)
+    want = torch.amax(torch.tensor(x), 0).numpy()
+    got = symgrad.load("amax", convention="torch", dim=0).forward(x)[0]
+    assert np.array_equal(got, want) and np.all(got == 0)
+    alone = [bool(torch.signbit(torch.amax(torch.tensor(x[:, k:k + 1]), 0))) for k in range(2)]
+    assert alone[0] == alone[1]  # the same values alone: the same zero
+    if np.signbit(want).tolist() != alone:  # where this CPU's lanes split them (AVX512 here)
+        assert np.signbit(want)[0] != np.signbit(want)[1]
+    assert ("torch", "amax") in ZERO_SIGN_UNSET
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 @given(data=st.data())
 @SETTINGS

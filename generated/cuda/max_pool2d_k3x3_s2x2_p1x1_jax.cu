@@ -31,7 +31,8 @@
 //     a NaN the selection restarts (the gradient goes to the first maximum after the last NaN,
 //     while the output is NaN); padding is -inf and takes part, so in an all -inf window next
 //     to padding the padding wins and the gradient is dropped. JAX has no VJP for dilated max
-//     pooling; forward XLA max (-0 below +0).
+//     pooling; forward XLA max (-0 below +0); backward adds in output order in the input's
+//     dtype.
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the

@@ -30,7 +30,8 @@ Convention 'jax': JAX reduce_window max VJP (select_and_scatter with ge): the ru
     a NaN the selection restarts (the gradient goes to the first maximum after the last NaN,
     while the output is NaN); padding is -inf and takes part, so in an all -inf window next
     to padding the padding wins and the gradient is dropped. JAX has no VJP for dilated max
-    pooling; forward XLA max (-0 below +0).
+    pooling; forward XLA max (-0 below +0); backward adds in output order in the input's
+    dtype.
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of max_pool2d_k3x3_s2x2_p1x1_jax.cu,

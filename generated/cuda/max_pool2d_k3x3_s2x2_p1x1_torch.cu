@@ -25,7 +25,8 @@
 //     gradient goes to the last NaN.
 //
 // Convention 'torch': PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in
-//     scan order wins, the last NaN wins); padding is never selected.
+//     scan order wins, the last NaN wins); padding is never selected; backward
+//     `grad_input[maxindex] += grad_output` in output order, in the input's dtype.
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the

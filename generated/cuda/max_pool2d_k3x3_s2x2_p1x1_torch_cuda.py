@@ -24,7 +24,8 @@ NaN rule 'last_nan': a NaN always takes over and a number never takes over from 
     gradient goes to the last NaN.
 
 Convention 'torch': PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in
-    scan order wins, the last NaN wins); padding is never selected.
+    scan order wins, the last NaN wins); padding is never selected; backward
+    `grad_input[maxindex] += grad_output` in output order, in the input's dtype.
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of max_pool2d_k3x3_s2x2_p1x1_torch.cu,

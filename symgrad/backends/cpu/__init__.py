@@ -35,6 +35,7 @@ from ..common import (docstring, expression_docstring, expression_header, grad_s
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from ..numpy import _bfloat16_context, computes_bfloat16
+from ..numpy import context as numpy_context
 from ..numpy import numpy_partials
 from ..numpy.printer import numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
@@ -878,12 +879,24 @@ def context(art: Artifacts) -> dict:
     return _CONTEXTS[art.op.spec.kind](art)
 
 
+def _bfloat16_refused(art: Artifacts) -> dict:
+    """Where the NumPy module computes a whole-bfloat16 op's forward, backward or jvp in bfloat16
+    (as the framework of its preset), the compiled kernels do not (they compute float16, float32
+    and float64 only): those calls raise a TypeError that names the NumPy backend."""
+    kernels = numpy_context(art)["bfloat16_kernels"]
+    what = ("each add of a window's gradient rounded" if isinstance(art.kernel, WindowKernel)
+            else "each constant, product and sum rounded")
+    return {"bfloat16_kernels": {k: v if v.startswith("_float_") else "_bfloat16_refused" for k, v in kernels.items()},
+            "bfloat16_refusal": f"bfloat16 arrays under this preset are computed in bfloat16 ({what}, as the "
+                                f"framework) by the NumPy backend only: load it with backend='numpy', or pass float32"}
+
+
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
-    ctx = context(art) | _bfloat16_context(art)
-    if computes_bfloat16(art):  # the NumPy module computes bfloat16 in bfloat16 here: refused
-        ctx["bfloat16_kernels"] = dict.fromkeys(("forward", "backward", "jvp"), "_bfloat16_refused")
+    ctx = context(art) | _bfloat16_context(art) | {"bfloat16_refusal": ""}
+    if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
+        ctx.update(_bfloat16_refused(art))
     env = _environment()
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),

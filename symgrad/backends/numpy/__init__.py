@@ -180,6 +180,20 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
                 "bfloat16 and whose products, sums and quotients are each rounded to bfloat16."]}
 
 
+def _window_bfloat16(kernel: WindowKernel) -> dict:
+    """Max pooling under a preset that adds bfloat16 gradients in bfloat16 (WindowKernel
+    bfloat16_adds, conventions.BFLOAT16_ADDS): backward's bfloat16 function (_bfloat16_adds), the
+    forward and jvp the float32 ones rounded once (no add rounds there)."""
+    if kernel.bfloat16_adds != "bfloat16":
+        return {"bfloat16_adds": False}
+    return {"bfloat16_adds": True,
+            "bfloat16_kernels": {"forward": "_float_forward", "backward": "_backward_bf16", "jvp": "_float_jvp"},
+            "bfloat16_note": [
+                "Under this preset a bfloat16 gradient is added up in bfloat16 instead, as the framework",
+                "does: _backward_bf16 (above) adds each window's gradient to its winner's in output",
+                "order, each add rounded to bfloat16."]}
+
+
 def _quiet(op, kernel: WindowKernel) -> dict:
     """The mask form's errstate blocks, backward's and jvp's: {"open": the block's lines (none where
     no operation inside can raise NumPy's floating-point warnings), "shift": its body's extra
@@ -304,6 +318,7 @@ def context(art: Artifacts) -> dict:
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
+    ctx.update(_window_bfloat16(kernel))
     # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
     # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from _<geometry>_scan/_mask)
     ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
