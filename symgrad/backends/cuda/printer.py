@@ -132,10 +132,19 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         return self._half_rounded(super()._print_Add(expr, *args, **kwargs))
 
     def _print_Pow(self, expr):
-        if expr.exp == 2:  # x*x: exact as NumPy's x**2 (np.square), where pow may not be
-            base = self.parenthesize(expr.base, 50, strict=True)
+        # the operations the NumPy module prints (SymPy's NumPy printer): x**2 as x*x (np.square,
+        # exact), x**(1/2) as sqrt, x**(-1/2) as 1/sqrt (so -inf at -0.0, as 1/np.sqrt), x**-1 as
+        # 1/x, any other power as pow, never cbrt (NaN for x < 0, as np.power, where cbrt is real)
+        base = self.parenthesize(expr.base, 50, strict=True)
+        if expr.exp == 2:
             return f"({base}*{base})"
-        return super()._print_Pow(expr)
+        if expr.exp in (sp.S.Half, -sp.S.Half):
+            root = f"{'sqrtf' if self.real_type == 'float' else 'sqrt'}({self._print(expr.base)})"
+            return root if expr.exp > 0 else f"{self._literal(1.0)}/{root}"
+        if expr.exp == -1:
+            return f"{self._literal(1.0)}/{base}"
+        fn = "powf" if self.real_type == "float" else "pow"
+        return f"{fn}({self._print(expr.base)}, {self._print(expr.exp)})"
 
     # comparisons and Booleans (ConditionPrinter, with C's operators)
     def _print_IeeeNot(self, expr):
