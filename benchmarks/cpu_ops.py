@@ -1,0 +1,197 @@
+"""Every op of the cpu backend (compiled C kernels), forward and backward, against PyTorch 2.13 CPU
+on one thread, side by side in one process.
+
+    python benchmarks/cpu_ops.py               # a few minutes on 2 cores (compiles every module first)
+    python benchmarks/cpu_ops.py --quick       # fewer rounds
+    python benchmarks/cpu_ops.py --only leaky_relu amax    # the cases whose label starts so
+
+Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints one table of ratios
+(symgrad / PyTorch) and asserts nothing.
+
+* symgrad: each op loaded with backend="cpu" and convention="torch" (PyTorch's tie policy and NaN
+  rule), called with threads=1; PyTorch with torch.set_num_threads(1).
+* Forward is a training forward on both sides: symgrad's forward (the output and what backward
+  keeps) against PyTorch's op on an input that requires grad (the output and its autograd node,
+  with the index where the op keeps one).  Backward is symgrad's backward against
+  torch.autograd.grad of that output (PyTorch's backward kernel and the engine's call), each
+  allocating the gradients it returns.
+* Every time is the median of interleaved rounds, each round running every contender of a case
+  once in an order shuffled afresh (numpy_pool.timed and round_orders), after warm-up rounds; the
+  clock is the process's CPU time (time.process_time: a machine shared with other work slows it
+  little; both contenders run in the calling thread).
+* Huge pages for both where the outputs are large: PyTorch's allocator asks for them only with
+  THP_MEM_ALLOC_ENABLE=1 (set here before torch is imported; without it a 64 MB result is
+  page-faulted in 4 KiB pages on every call), and NumPy (which allocates symgrad's results) asks for
+  them by default (np._core.multiarray._get_madvise_hugepage(), printed).
+* Targets (issue 28): at most 1.0x PyTorch for every op, at most 0.8x for pooling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")  # before torch is imported (numpy_pool imports it)
+CACHE = os.environ.get("SYMGRAD_CACHE_DIR")  # a cache given is kept (numpy_pool sets a fresh one)
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import numpy_pool as npb  # noqa: E402  (this checkout's symgrad, torch, the timing helpers)
+
+import symgrad  # noqa: E402
+
+if CACHE:
+    os.environ["SYMGRAD_CACHE_DIR"] = CACHE
+
+torch = npb.torch
+F = torch.nn.functional
+try:
+    import ml_dtypes
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    BFLOAT16 = None
+
+ELEMENTS = 16 * 2**20  # the elementwise ops' input: 16M float32 (64 MiB)
+
+
+def _pool(d: int, **p):
+    return lambda x: getattr(F, f"max_pool{d}d")(x, **p)
+
+
+def _adaptive(d: int, size):
+    return lambda x: getattr(F, f"adaptive_max_pool{d}d")(x, size)
+
+
+# (label, op, parameters, input shape, PyTorch's forward of the inputs, dtypes, kind): kind "pool"
+# for the pooling ops (target 0.8x), "other" for the rest (1.0x)
+POOL_A = dict(kernel_size=2)
+POOL_B = dict(kernel_size=3, stride=2, padding=1)
+HALVES = ("float32", "float16", "bfloat16")
+CASES = [
+    ("relu", "relu", {}, (ELEMENTS,), F.relu, ("float32",), "other"),
+    ("leaky_relu", "leaky_relu", {}, (ELEMENTS,), lambda x: F.leaky_relu(x, 0.01), ("float32",), "other"),
+    ("clamp(-1, 1)", "clamp", dict(min=-1.0, max=1.0), (ELEMENTS,), lambda x: torch.clamp(x, -1.0, 1.0),
+     ("float32",), "other"),
+    ("hardtanh", "hardtanh", {}, (ELEMENTS,), F.hardtanh, ("float32",), "other"),
+    ("relu6", "relu6", {}, (ELEMENTS,), F.relu6, ("float32",), "other"),
+    ("abs", "abs", {}, (ELEMENTS,), torch.abs, ("float32",), "other"),
+    ("maximum", "maximum", {}, (ELEMENTS,), torch.maximum, ("float32",), "other"),
+    ("minimum", "minimum", {}, (ELEMENTS,), torch.minimum, ("float32",), "other"),
+    ("amax dim -1 4096x4096", "amax", dict(dim=-1), (4096, 4096), lambda x: torch.amax(x, -1), ("float32",), "other"),
+    ("amax dim 0 4096x4096", "amax", dict(dim=0), (4096, 4096), lambda x: torch.amax(x, 0), ("float32",), "other"),
+    ("amin dim -1 4096x4096", "amin", dict(dim=-1), (4096, 4096), lambda x: torch.amin(x, -1), ("float32",), "other"),
+    ("amax all 4096x4096", "amax", {}, (4096, 4096), torch.amax, ("float32",), "other"),
+    ("logsumexp dim -1 4096x4096", "logsumexp", dict(dim=-1), (4096, 4096), lambda x: torch.logsumexp(x, -1),
+     ("float32",), "other"),
+    ("maxout 4 32x256x16x16", "maxout", dict(pieces=4), (32, 256, 16, 16),
+     lambda x: x.unflatten(1, (-1, 4)).amax(2), ("float32",), "other"),
+    ("max_pool2d A 8x64x112x112 k2", "max_pool2d", POOL_A, (8, 64, 112, 112), _pool(2, **POOL_A), HALVES, "pool"),
+    ("max_pool2d B 8x64x56x56 k3s2p1", "max_pool2d", POOL_B, (8, 64, 56, 56), _pool(2, **POOL_B), HALVES, "pool"),
+    ("max_pool2d C 1x1x512x512 k2", "max_pool2d", POOL_A, (1, 1, 512, 512), _pool(2, **POOL_A), ("float32",), "pool"),
+    ("max_pool1d 16x64x4096 k3s2p1", "max_pool1d", POOL_B, (16, 64, 4096), _pool(1, **POOL_B), ("float32",), "pool"),
+    ("max_pool3d 2x32x16x56x56 k3s2p1", "max_pool3d", POOL_B, (2, 32, 16, 56, 56), _pool(3, **POOL_B),
+     ("float32",), "pool"),
+    ("adaptive_max_pool2d 8x64x56x56 -> 7x7", "adaptive_max_pool2d", dict(output_size=(7, 7)), (8, 64, 56, 56),
+     _adaptive(2, (7, 7)), ("float32",), "pool"),
+    ("adaptive_max_pool1d 16x64x4096 -> 100", "adaptive_max_pool1d", dict(output_size=100), (16, 64, 4096),
+     _adaptive(1, 100), ("float32",), "pool"),
+    ("adaptive_max_pool3d 2x32x16x28x28 -> 4x7x7", "adaptive_max_pool3d", dict(output_size=(4, 7, 7)),
+     (2, 32, 16, 28, 28), _adaptive(3, (4, 7, 7)), ("float32",), "pool"),
+    ("fractional_max_pool2d 8x64x48x48 k3 -> 20x20", "fractional_max_pool2d",
+     dict(kernel_size=3, output_size=(20, 20)), (8, 64, 48, 48), None, ("float32",), "pool"),
+    ("max_unpool2d 8x64x56x56 k2", "max_unpool2d", POOL_A, (8, 64, 56, 56), None, ("float32",), "pool"),
+]
+
+
+def to_torch(a: np.ndarray):
+    """The same memory as a tensor (bfloat16 through its bits)."""
+    if BFLOAT16 is not None and a.dtype == BFLOAT16:
+        return torch.from_numpy(a.view(np.uint16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def inputs(op: str, params: dict, shape: tuple, dtype: np.dtype, rng):
+    """(symgrad's inputs, PyTorch's forward of them where it is not the case's, the index of the one
+    input that requires grad (None: all do))."""
+    x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
+    if op in ("maximum", "minimum"):
+        return (x, rng.standard_normal(shape, dtype=np.float32).astype(dtype)), None, None
+    if op.startswith("fractional"):
+        samples = (0.99 * rng.random(shape[:2] + (2,))).astype(dtype)
+        return (x, samples), (lambda t, s: F.fractional_max_pool2d(
+            t, params["kernel_size"], output_size=params["output_size"], _random_samples=s)), 0
+    if op.startswith("max_unpool"):
+        pooled = rng.standard_normal(shape[:2] + tuple(2 * s for s in shape[2:]), dtype=np.float32)
+        _, index = F.max_pool2d(torch.from_numpy(pooled), return_indices=True, **params)
+        return (x, index.numpy()), (lambda t, i: F.max_unpool2d(t, i, **params)), 0
+    return (x,), None, 0
+
+
+def contenders(label, op, params, shape, torch_forward, dtype, rng) -> dict:
+    m = symgrad.load(op, backend="cpu", convention="torch", **params)
+    args, special, wrt = inputs(op, params, shape, dtype, rng)
+    fwd = special or torch_forward
+    y, saved = m.forward(*args, threads=1)
+    g = rng.standard_normal(y.shape, dtype=np.float32).astype(dtype)
+    targs = [to_torch(a).clone() for a in args]
+    grads = targs if wrt is None else [targs[wrt]]
+    for t in grads:
+        t.requires_grad_(True)
+    with torch.no_grad():
+        ref = fwd(*targs)
+    assert tuple(ref.shape) == y.shape, (label, tuple(ref.shape), y.shape)
+    ty = fwd(*targs)
+    tg = to_torch(g)
+    return {
+        "sg fwd": (None, lambda: m.forward(*args, threads=1)),
+        "torch fwd": (1, lambda: fwd(*targs)),
+        "sg bwd": (None, lambda: m.backward(g, saved, threads=1)),
+        "torch bwd": (1, lambda: torch.autograd.grad(ty, grads, tg, retain_graph=True)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=11, help="timed rounds per case (median)")
+    ap.add_argument("--quick", action="store_true", help="3 timed rounds after 1 warm-up round")
+    ap.add_argument("--only", nargs="+", metavar="LABEL", help="the cases whose label starts with one of these")
+    args = ap.parse_args()
+    rounds, warm = (3, 1) if args.quick else (args.rounds, 3)
+    npb.CLOCK = time.process_time
+    cases = [c for c in CASES if not args.only or any(c[0].startswith(o) for o in args.only)]
+    print(npb.machine())
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (other processes share these cores)")
+    print(f"huge pages: THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')} (PyTorch), "
+          f"NumPy madvise hugepage {np._core.multiarray._get_madvise_hugepage()}; "
+          f"/sys/kernel/mm/transparent_hugepage/enabled: "
+          f"{Path('/sys/kernel/mm/transparent_hugepage/enabled').read_text().strip()}")
+    print(f"times: process CPU time, median of {rounds} interleaved shuffled rounds after {warm} warm-up; "
+          "symgrad cpu backend threads=1, convention='torch'; PyTorch torch.set_num_threads(1)\n")
+    print("| case | dtype | forward ms: symgrad / torch | ratio | backward ms: symgrad / torch | ratio | target |")
+    print("|---|---|---|---|---|---|---|")
+    worst = {}
+    for label, op, params, shape, torch_forward, dtypes, kind in cases:
+        for name in dtypes:
+            if name == "bfloat16" and BFLOAT16 is None:
+                continue
+            dtype = BFLOAT16 if name == "bfloat16" else np.dtype(name)
+            rng = np.random.default_rng(0)
+            t = npb.timed(contenders(label, op, params, shape, torch_forward, dtype, rng), rounds, warm)
+            rf, rb = t["sg fwd"] / t["torch fwd"], t["sg bwd"] / t["torch bwd"]
+            target = 0.8 if kind == "pool" else 1.0
+            worst[(label, name)] = max(rf, rb) / target
+            mark = lambda r: f"**{r:.2f}**" if r > target else f"{r:.2f}"  # noqa: E731
+            print(f"| {label} | {name} | {t['sg fwd'] * 1e3:.3g} / {t['torch fwd'] * 1e3:.3g} | {mark(rf)} | "
+                  f"{t['sg bwd'] * 1e3:.3g} / {t['torch bwd'] * 1e3:.3g} | {mark(rb)} | {target} |", flush=True)
+    over = [k for k, v in worst.items() if v > 1]
+    print(f"\n{len(worst) - len(over)} of {len(worst)} cases within target (bold: over it)")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
