@@ -217,6 +217,13 @@ class _Plan(NamedTuple):
     padded: bool  # padding takes part and some window holds padding: a winner may be padding
 
 
+def _divmod(a: np.ndarray, n: int) -> tuple:
+    """(a // n, a % n) of integers a >= 0: np.divmod takes ten times as long as these steps."""
+    q = a // n
+    r = np.multiply(q, n)
+    return q, np.subtract(a, r, out=r)
+
+
 SPATIAL = 2
 # padding never wins: a window's winner is always inside the input
 PADDING_TAKES_PART = False
@@ -344,7 +351,7 @@ def _origins(plan: _Plan, windows: np.ndarray) -> np.ndarray:
     origin = np.zeros(windows.shape, dtype=np.intp)
     step = 1  # element stride of a plane along the axis
     for axis in reversed(range(SPATIAL)):
-        windows, o = np.divmod(windows, plan.out_plane[axis])
+        windows, o = _divmod(windows, plan.out_plane[axis])
         origin += (o * STRIDE[axis] - PADDING[axis]) * step
         step *= plan.plane_shape[axis]
     return origin
@@ -356,8 +363,8 @@ def _inside(plan: _Plan, index: np.ndarray, windows: np.ndarray) -> np.ndarray:
     inside = np.ones(np.shape(index), dtype=bool)
     index = index.astype(np.intp)
     for axis in reversed(range(SPATIAL)):
-        index, j = np.divmod(index, KERNEL_SIZE[axis])
-        windows, o = np.divmod(windows, plan.out_plane[axis])
+        index, j = _divmod(index, KERNEL_SIZE[axis])
+        windows, o = _divmod(windows, plan.out_plane[axis])
         c = o * STRIDE[axis] + j * DILATION[axis] - PADDING[axis]
         inside &= (c >= 0) & (c < plan.plane_shape[axis])
     return inside
@@ -523,7 +530,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
 def _check_index(index, plan: _Plan) -> None:
     """saved.index as forward makes it: INDEX_DTYPE, one per output, each a window element that is
     inside the input where padding never wins (checked on the slabs of windows where some element
-    is padding: no larger than the output)."""
+    is padding: no larger than the output, one look-up per slab)."""
     if not isinstance(index, np.ndarray) or index.dtype != INDEX_DTYPE:
         raise TypeError(f"{OP}: saved.index must be an ndarray of {np.dtype(INDEX_DTYPE)}, got "
                         f"{_described(index)}")
@@ -533,10 +540,30 @@ def _check_index(index, plan: _Plan) -> None:
     if index.size and index.max() >= WINDOW:
         raise ValueError(f"{OP}: saved.index must hold window-local indices below {WINDOW}, got "
                          f"{index.max()}")
-    for e in plan.elements:
-        if e.valid is not None and any((index[at] == e.index).any() for at in _outside(e.valid)):
-            raise ValueError(f"{OP}: saved.index names element {e.index} of a window where it is "
+    padding = np.zeros(WINDOW, dtype=bool)  # per window-local index: padding in every window of a slab
+    for at, elements in _padding_slabs(plan):
+        padding[elements] = True
+        if np.take(padding, index[at]).any():  # a winner that is padding: forward saves none
+            named = index[at][np.take(padding, index[at])]
+            raise ValueError(f"{OP}: saved.index names element {named.flat[0]} of a window where it is "
                              f"padding, which never wins")
+        padding[elements] = False
+
+
+def _padding_slabs(plan: _Plan) -> list:
+    """(slab, elements) for every slab of windows at a border of the output plane where some
+    window elements are padding: the slab indexes saved.index (a range of output positions along
+    one axis, every position along the others), the elements are those padding in all its windows.
+    One slab per axis and range, shared by the elements it holds padding for (one look-up each,
+    not one comparison per element and slab)."""
+    slabs: dict = {}  # (axis, start, stop): window-local indices
+    for e in plan.elements:
+        for axis, box in enumerate(e.valid or ()):
+            for start, stop in ((0, box.start), (box.stop, plan.out_plane[axis])):
+                if stop > start:
+                    slabs.setdefault((axis, start, stop), []).append(e.index)
+    return [((slice(None),) * (axis + 1) + (slice(start, stop),), elements)
+            for (axis, start, stop), elements in slabs.items()]
 
 
 def _path(plan: _Plan, grad_bytes: int) -> str:
@@ -619,22 +646,31 @@ def _scatter(grads: np.ndarray, index: np.ndarray, plan: _Plan) -> np.ndarray:
     step = min(SCATTER, max(1024, grads.nbytes // 48))
     # steps: (windows i0:i1 (numbered over all planes), the first of their planes, the end of the
     # planes to zero first: a step's planes are zeroed just before it, in cache)
-    if count <= step:  # whole planes per step
+    if count <= step:  # whole planes per step: every step's windows sit where the first step's do
         per = max(1, min(plan.planes, step // max(1, count)))
         steps = [(b * count, min(b + per, plan.planes) * count, b, min(b + per, plan.planes) * size)
                  for b in range(0, plan.planes, per)]
+        # the flat position in grad from plane b on of element 0 of a step's windows, computed
+        # once (a division per window per step costs more than the scatter itself)
+        windows = np.arange(count)
+        origin = (_origins(plan, windows) + np.arange(per, dtype=np.intp)[:, None] * size).reshape(-1)
+        windows = np.tile(windows, per) if plan.padded else None  # a step's windows in their planes
     else:  # pieces of a plane per step; the first piece zeroes the plane
         steps = [(b * count + k, b * count + min(k + step, count), b, (b + 1) * size if k == 0 else None)
                  for b in range(plan.planes) for k in range(0, count, step)]
+    positions = np.empty(min(step, plan.planes * count), dtype=np.intp)
     for i0, i1, b, zero_to in steps:
         if zero_to is not None:
             grad[b * size:zero_to] = 0
-        planes, windows = np.divmod(np.arange(i0, i1), count)
-        position = np.take(offsets, index[i0:i1])
-        position += _origins(plan, windows) + (planes - b) * size  # in grad from plane b on
+        if count > step:  # this piece's windows of plane b and the positions of their element 0
+            windows = np.arange(i0 - b * count, i1 - b * count)
+            origin = _origins(plan, windows)
+        # (mode="wrap" never wraps, an index is below WINDOW; it lets np.take write in place)
+        position = np.take(offsets, index[i0:i1], out=positions[:i1 - i0], mode="wrap")
+        position += origin[:i1 - i0]
         values = g[i0:i1]
         if plan.padded:  # a padding winner's gradient is dropped: +0.0 at the start
-            inside = _inside(plan, index[i0:i1], windows)
+            inside = _inside(plan, index[i0:i1], windows[:i1 - i0])
             position[~inside] = 0
             values = np.where(inside, values, values.dtype.type(0))
         np.add.at(grad[b * size:], position, values)

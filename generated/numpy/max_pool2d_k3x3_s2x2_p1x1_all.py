@@ -224,6 +224,13 @@ class _Plan(NamedTuple):
     padded: bool  # padding takes part and some window holds padding: a winner may be padding
 
 
+def _divmod(a: np.ndarray, n: int) -> tuple:
+    """(a // n, a % n) of integers a >= 0: np.divmod takes ten times as long as these steps."""
+    q = a // n
+    r = np.multiply(q, n)
+    return q, np.subtract(a, r, out=r)
+
+
 SPATIAL = 2
 # padding never wins: a window's winner is always inside the input
 PADDING_TAKES_PART = False
@@ -351,7 +358,7 @@ def _origins(plan: _Plan, windows: np.ndarray) -> np.ndarray:
     origin = np.zeros(windows.shape, dtype=np.intp)
     step = 1  # element stride of a plane along the axis
     for axis in reversed(range(SPATIAL)):
-        windows, o = np.divmod(windows, plan.out_plane[axis])
+        windows, o = _divmod(windows, plan.out_plane[axis])
         origin += (o * STRIDE[axis] - PADDING[axis]) * step
         step *= plan.plane_shape[axis]
     return origin
@@ -363,8 +370,8 @@ def _inside(plan: _Plan, index: np.ndarray, windows: np.ndarray) -> np.ndarray:
     inside = np.ones(np.shape(index), dtype=bool)
     index = index.astype(np.intp)
     for axis in reversed(range(SPATIAL)):
-        index, j = np.divmod(index, KERNEL_SIZE[axis])
-        windows, o = np.divmod(windows, plan.out_plane[axis])
+        index, j = _divmod(index, KERNEL_SIZE[axis])
+        windows, o = _divmod(windows, plan.out_plane[axis])
         c = o * STRIDE[axis] + j * DILATION[axis] - PADDING[axis]
         inside &= (c >= 0) & (c < plan.plane_shape[axis])
     return inside
