@@ -35,6 +35,7 @@ import ast
 import keyword
 import operator
 import re
+import struct
 from dataclasses import dataclass
 
 import mpmath
@@ -198,14 +199,19 @@ def canonical_text(text: str) -> str:
 #
 # A constant part of an expression (no input in it: exp(10**29), sign(2), Max(1, 2), 1e308*1e308)
 # is folded to one number while the expression is built, so that the generated code holds only
-# plain literals.  Sums, products and powers of integers and decimals stay exact (SymPy's
-# rationals); anything else is computed with mpmath at 113 bits and rounded once when printed.
+# plain literals.  It is evaluated from its exact form, never from rounded parts: the builder keeps
+# each constant's tree as written (_Builder.exact), SymPy evaluates its closed forms exactly
+# (sums, products and powers of integers, decimals, pi and E, and sin/cos/tan of those:
+# sin(2*pi) is 0, cos(pi/2) is 0, tan(pi/2) is refused), and the rest is computed with mpmath
+# at increasing precision until two precisions round to the same double (sin(1e308) needs the
+# 1024 bits of 10**308), which is the value printed (rounded once).
 # A value beyond 2**4096 counts as infinite (as in every float type) and then follows IEEE rules
 # (exp(inf) = inf, 1/inf = 0); it is kept as the number BEYOND, which every printer writes as
 # +-inf.  An undefined constant (inf - inf, sin(inf)) is refused.  Heaviside(0) and sign(0) depend
 # on the tie policy: they stay as they are here and the derivation gives them the policy's value.
 
-_PREC = 113
+_PREC = 113  # bits of a folded constant (more where 113 bits would round to another double)
+_MAX_PREC = 2 ** 15  # the most bits a constant is evaluated with
 _LIMIT = mpmath.mpf(2) ** 4096
 BEYOND = sp.Float(sp.Integer(2) ** 4097, 30)  # an infinite constant (printed as inf)
 _ROOTS = {"sqrt", "log"}  # functions whose argument must be >= 0 (NaN below)
@@ -222,51 +228,51 @@ def _saturate(v):
 
 
 def _mp(e: sp.Expr):
-    """The value of a constant SymPy expression as an mpf (inf beyond 2**4096, nan if undefined)."""
-    with mpmath.workprec(_PREC):
-        if e.is_Rational:
-            return _saturate(mpmath.mpf(int(e.p)) / int(e.q))
-        if e.is_Float:
-            return _saturate(mpmath.mpf(e._mpf_))
-        if e is sp.pi:
-            return +mpmath.pi
-        if e is sp.E:
-            return +mpmath.e
-        args = [_mp(a) for a in e.args]
-        if e.is_Add:
-            v = mpmath.fsum(args)
-        elif e.is_Mul:
-            v = args[0]
-            for a in args[1:]:
-                v = v * a
-        elif e.is_Pow:
-            base, exp = args
-            if base < 0 and not (mpmath.isfinite(exp) and exp == int(exp)):
-                v = mpmath.nan
-            elif base == 0 and exp < 0:
-                v = mpmath.inf
-            else:
-                v = base ** exp if mpmath.isfinite(base) or exp != 0 else mpmath.mpf(1)
-        elif isinstance(e, (MaxOf, MinOf)):
-            v = mpmath.nan if any(mpmath.isnan(a) for a in args) else (max if e.kind == "max" else min)(args)
-        elif isinstance(e, HeavisideOf):
-            u = args[0]
-            if u == 0:
-                if len(args) == 1:
-                    raise _PolicyConstant
-                v = args[1]
-            else:
-                v = u if mpmath.isnan(u) else mpmath.mpf(u > 0)
-        elif isinstance(e, SignOf):
-            u = args[0]
-            if u == 0:
-                raise _PolicyConstant
-            v = u if mpmath.isnan(u) else mpmath.mpf(1 if u > 0 else -1)
-        elif type(e).__name__ in _MP_FUNCTIONS:
-            v = _MP_FUNCTIONS[type(e).__name__](args[0])
+    """The value of a constant SymPy expression as an mpf at mpmath's working precision (inf beyond
+    2**4096, nan if undefined); _value chooses the precision."""
+    if e.is_Rational:
+        return _saturate(mpmath.mpf(int(e.p)) / int(e.q))
+    if e.is_Float:
+        return _saturate(mpmath.mpf(e._mpf_))
+    if e is sp.pi:
+        return +mpmath.pi
+    if e is sp.E:
+        return +mpmath.e
+    args = [_mp(a) for a in e.args]
+    if e.is_Add:
+        v = mpmath.fsum(args)
+    elif e.is_Mul:
+        v = args[0]
+        for a in args[1:]:
+            v = v * a
+    elif e.is_Pow:
+        base, exp = args
+        if base < 0 and not (mpmath.isfinite(exp) and exp == int(exp)):
+            v = mpmath.nan
+        elif base == 0 and exp < 0:
+            v = mpmath.inf
         else:
-            raise ExprError(f"the constant part {sp.sstr(e)!r} cannot be evaluated")
-        return _saturate(v)
+            v = base ** exp if mpmath.isfinite(base) or exp != 0 else mpmath.mpf(1)
+    elif isinstance(e, (MaxOf, MinOf)):
+        v = mpmath.nan if any(mpmath.isnan(a) for a in args) else (max if e.kind == "max" else min)(args)
+    elif isinstance(e, HeavisideOf):
+        u = args[0]
+        if u == 0:
+            if len(args) == 1:
+                raise _PolicyConstant
+            v = args[1]
+        else:
+            v = u if mpmath.isnan(u) else mpmath.mpf(u > 0)
+    elif isinstance(e, SignOf):
+        u = args[0]
+        if u == 0:
+            raise _PolicyConstant
+        v = u if mpmath.isnan(u) else mpmath.mpf(1 if u > 0 else -1)
+    elif type(e).__name__ in _MP_FUNCTIONS:
+        v = _MP_FUNCTIONS[type(e).__name__](args[0])
+    else:
+        raise ExprError(f"the constant part {sp.sstr(e)!r} cannot be evaluated")
+    return _saturate(v)
 
 
 def _mp_exp(u):
@@ -298,23 +304,78 @@ _MP_FUNCTIONS = {
 }
 
 
+def _double(v) -> bytes:
+    """The double v rounds to, as its bits (so -0.0 and NaN compare as themselves)."""
+    return struct.pack("<d", float(v))
+
+
+def _value(e: sp.Expr):
+    """The value of a constant as an mpf, computed at increasing precision (from 113 bits more
+    than its largest integer, which is then exact) until two successive precisions round to the
+    same double: the double nearest to the exact value, rounded once.  A value within 2**-1075 of
+    0 that SymPy does not know to be 0 (log(8) - 3*log(2)) becomes +-0 there."""
+    bits = [int(a.p).bit_length() + int(a.q).bit_length() for a in sp.preorder_traversal(e) if a.is_Rational]
+    prec = _PREC + max(bits, default=0)
+    last = None
+    while True:
+        with mpmath.workprec(prec):
+            v = _mp(e)
+        if _double(v) == last or prec >= _MAX_PREC:
+            return v
+        last, prec = _double(v), 2 * prec
+
+
 def _as_sympy(v) -> sp.Expr:
     if mpmath.isinf(v):
         return BEYOND if v > 0 else -BEYOND
     if v == int(v) and abs(v) <= 2 ** 53:  # sign(2), Heaviside(1), Max(1, 2): exact
         return sp.Integer(int(v))
-    return sp.Float._new(v._mpf_, _PREC) if v != 0 else sp.S.Zero
+    if v == 0:
+        return sp.S.Zero
+    prec = max(_PREC, v._mpf_[3])  # the bits it was computed with, 113 where they round alike
+    with mpmath.workprec(_PREC):
+        if _double(+v) == _double(v):
+            prec = _PREC
+    return sp.Float._new(v._mpf_, prec)
+
+
+def _closed(e: sp.Expr) -> bool:
+    """A number SymPy computes with exactly: integers, decimals (rationals), pi and E joined by
+    sums, products and powers."""
+    return e.is_Rational or e in (sp.pi, sp.E) or (
+        isinstance(e, (sp.Add, sp.Mul, sp.Pow)) and all(_closed(a) for a in e.args))
+
+
+def exact_form(e: sp.Expr) -> sp.Expr:
+    """A constant (built unevaluated) with its closed-form parts evaluated exactly by SymPy:
+    sums, products and powers of closed forms, and sin, cos, tan of them (sin(2*pi) is 0, cos(pi/6)
+    is sqrt(3)/2); the other parts stay as written, for mpmath (_value).  A pole (tan(pi/2)) is
+    refused: the expression is infinite or undefined there."""
+    if not e.args or isinstance(e, PiecewiseOf) or e.has(Indicator):
+        return e
+    args = [exact_form(a) for a in e.args]
+    if all(_closed(a) for a in args) and isinstance(e, (sp.Add, sp.Mul, sp.Pow, sp.sin, sp.cos, sp.tan)):
+        value = e.func(*args)
+        if isinstance(e, (sp.sin, sp.cos, sp.tan)) and value.has(sp.zoo, sp.oo, sp.nan):
+            raise ExprError(f"the constant part {sp.sstr(e.func(*args, evaluate=False))!r} is undefined: {type(e).__name__} has "
+                            f"a pole there (infinite, no number)")
+        if _closed(value):
+            return value
+    with sp.evaluate(False):
+        return e.func(*args)
 
 
 def fold_constant(e: sp.Expr) -> sp.Expr:
     """e with a constant value folded to one number (e itself when it holds an input, is an exact
-    rational, or holds Heaviside(0)/sign(0), whose value is the tie policy's)."""
-    if not e.is_number or e.is_Rational or e.is_Float or e in (sp.pi, sp.E):
+    rational, or holds Heaviside(0)/sign(0), whose value is the tie policy's), from e's exact form
+    (exact_form: sin(2*pi) is 0), rounded once (_value)."""
+    if not e.is_number or isinstance(e, PiecewiseOf) or e.has(Indicator):
         return e
-    if isinstance(e, PiecewiseOf) or e.has(Indicator):
+    e = exact_form(e)
+    if e.is_Rational or e.is_Float or e in (sp.pi, sp.E):
         return e
     try:
-        v = _mp(e)
+        v = _value(e)
     except _PolicyConstant:
         return e
     if mpmath.isnan(v):
@@ -332,7 +393,7 @@ def policy_constants(e: sp.Expr, ties: str) -> sp.Expr:
     for a in sp.preorder_traversal(e):
         if isinstance(a, (HeavisideOf, SignOf)) and a.args[0].is_number:
             u = a.args[0]
-            if _mp(u) == 0:
+            if _value(exact_form(u)) == 0:
                 table[a] = (h0 if len(a.args) == 1 else a.args[1]) if isinstance(a, HeavisideOf) else s0
     return fold_constant(e.xreplace(table)) if table else e
 
@@ -374,11 +435,22 @@ class _Builder:
         self.symbols: dict[str, sp.Symbol] = {}
         self.needs: dict[int, frozenset] = {}  # id(AST node) -> bases that must be >= 0 (as written)
         self.values: dict[int, sp.Expr] = {}  # id(AST node) -> its value
+        # id(AST node) -> a constant's exact form as written (unevaluated), which its value and
+        # its parents' values are computed from (fold_constant), never from rounded parts
+        self.exact: dict[int, sp.Expr] = {}
+        self._exact_mode = False  # building a constant's exact form: its parts' exact forms
 
     def build(self, node: ast.AST) -> sp.Expr:
         """The SymPy value of an AST node, its constant parts folded to numbers (fold_constant),
         and what its domain needs as written (the bases of its roots, powers and logs)."""
-        e = fold_constant(self._build(node))
+        if self._exact_mode:  # a part of a constant, built already
+            return self.exact.get(id(node), self.values.get(id(node)))
+        e = self._build(node)
+        if e.is_number and not isinstance(e, PiecewiseOf):
+            exact = self._exact_form(node)
+            if exact.is_number:  # (not x*sin(pi), which is 0 once sin(pi) is)
+                self.exact[id(node)] = exact
+                e = fold_constant(exact)
         needs = set(self._child_needs(node))
         base = None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _ROOTS \
@@ -393,6 +465,16 @@ class _Builder:
         self.needs[id(node)] = frozenset(needs)
         self.values[id(node)] = e
         return e
+
+    def _exact_form(self, node: ast.AST) -> sp.Expr:
+        """A constant node as written, from its parts' exact forms, unevaluated (its checks were
+        made on the folded values): sin(2*pi) stays sin(2*pi), for exact_form to evaluate."""
+        self._exact_mode = True
+        try:
+            with sp.evaluate(False):
+                return self._build(node)
+        finally:
+            self._exact_mode = False
 
     def _built_base(self, node: ast.AST):
         return self.values.get(id(node))
@@ -433,6 +515,8 @@ class _Builder:
                 raise ExprError("division by zero in the expression")
             return _BINOPS[type(node.op)](a, b)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            if self._exact_mode:
+                return sp.Pow(self.build(node.left), self.build(node.right), evaluate=False)
             return self._power(self.build(node.left), self.build(node.right))
         if isinstance(node, ast.Call):
             return self._call(node)
@@ -556,7 +640,7 @@ class _Builder:
         rel = _COMPARE[type(node.ops[0])]
         if a.is_number and b.is_number:  # decided here, on the folded values
             try:
-                holds = _PY_COMPARE[type(node.ops[0])](_mp(a), _mp(b))
+                holds = _PY_COMPARE[type(node.ops[0])](_value(exact_form(a)), _value(exact_form(b)))
             except _PolicyConstant:
                 raise ExprError(f"Piecewise: the condition {ast.unparse(node)!r} compares constants "
                                 f"whose value depends on the tie policy (Heaviside(0), sign(0)); "

@@ -887,3 +887,57 @@ def test_max_of_x_and_x_is_maximum_of_a_and_a(ties):
     out2, saved2 = e.forward(a)
     np.testing.assert_array_equal(out2, out)
     np.testing.assert_array_equal(e.backward(np.ones(3), saved2)[0], want)
+
+
+# ----------------------------------------------------------------------------- exact constants (issue 28)
+
+def exact_double(value) -> float:
+    """value(mpmath), computed by mpmath with 4000 bits (the exact value for a double: 10**308 is
+    exact there, sin(2*pi) within 2**-3990 of 0) and rounded once to a double."""
+    import mpmath
+    with mpmath.workprec(4000):
+        return float(value(mpmath))
+
+
+# a constant written in an expression, its value (mpmath, independent of SymPy and symgrad)
+EXACT_CONSTANTS = [("sin(2*pi)", lambda m: m.sin(2 * m.pi)), ("sin(pi)", lambda m: m.sin(m.pi)),
+                   ("tan(pi)", lambda m: m.tan(m.pi)), ("cos(pi/2)", lambda m: m.cos(m.pi / 2)),
+                   ("sin(pi/2 + pi/2)", lambda m: m.sin(m.pi)), ("cos(3*pi/2)", lambda m: m.cos(3 * m.pi / 2)),
+                   ("sin(1e308)", lambda m: m.sin(m.mpf(10) ** 308)),
+                   ("cos(1e22)*tan(12345678901234567890)", lambda m: m.cos(m.mpf(10) ** 22) * m.tan(m.mpf(12345678901234567890))),
+                   ("sin(pi/7)", lambda m: m.sin(m.pi / 7)), ("exp(1) - 2.718281828459045", lambda m: m.e - m.mpf(2718281828459045) / 10**15)]
+
+
+@pytest.mark.parametrize("text,value", EXACT_CONSTANTS, ids=[t for t, _ in EXACT_CONSTANTS])
+def test_constant_parts_are_exact_values_rounded_once(text, value):
+    """A constant part is its exact value rounded once to a double (issue 28): sin(2*pi), sin(pi),
+    tan(pi), cos(pi/2) are 0 (not +-1e-34), sin(1e308) is sin(10**308) = -0.7876... (not 0.47, from
+    10**308 rounded to 113 bits), a cancellation keeps its leading bits.  Oracle: mpmath with 4000
+    bits; the forward of x + c at x = 0, +-1e-300 (where a 1e-34 shows) and 1 equals NumPy's x + c."""
+    c = exact_double(value)
+    x = np.array([0.0, 1e-300, -1e-300, 1.0])
+    out, _ = symgrad.load_expr(f"x + {text}").forward(x)
+    assert not mismatch(out, x + c), (text, out, x + c)
+
+
+def test_a_tie_with_an_exact_zero_constant_follows_the_policy():
+    """Max(x, sin(2*pi)) at x = 0 is a tie (sin(2*pi) is 0): under 'last' the constant wins and x's
+    gradient is 0 there (issue 28: it was 1, sin(2*pi) being -1.7e-34).  Oracle: the README's 'last'
+    (the last piece among the maxima wins), brute force over the pieces [x, sin(2*pi)] (mpmath)."""
+    c = exact_double(lambda m: m.sin(2 * m.pi))
+    x = np.array([-1.0, -0.0, 0.0, 1e-300, 1.0])
+    m = symgrad.load_expr("Max(x, sin(2*pi))", ties="last")
+    out, saved = m.forward(x)
+    (g,) = m.backward(np.ones_like(x), saved)
+    for xi, yi, gi in zip(x, out, g):
+        pieces = [xi, c]
+        winner = max(k for k, p in enumerate(pieces) if p == max(pieces))
+        assert yi == max(pieces) and gi == (1.0 if winner == 0 else 0.0), (xi, yi, gi)
+
+
+@pytest.mark.parametrize("text", ["x*tan(pi/2)", "x + tan(3*pi/2)", "Max(x, tan(-pi/2))"])
+def test_a_constant_at_a_pole_is_refused(text):
+    """tan(pi/2) has no value (issue 28: it was 2.3e34): one ValueError line naming the constant."""
+    with pytest.raises(ValueError, match=r"constant part 'tan\(-?3?\*?pi/2\)' is undefined") as info:
+        symgrad.load_expr(text)
+    assert "\n" not in str(info.value)
