@@ -91,6 +91,7 @@ UNPOOL_CASES = ([(*UNPOOLS[0], t) for t in POLICIES] + [(*UNPOOLS[1], "all"), (*
 EXPRESSIONS = [  # (text, inputs, wrt, shapes)
     ("Max(x*y, x + y, z)", None, None, [(2, 1, 4), (3, 1), (4,)]),
     ("Max(x*y, x + y, 0) + Min(x, 2*y)", None, ("x",), [(3, 4), (3, 4)]),
+    ("Max(threads, y) + Min(threads, 0)", None, None, [(3, 1), (4,)]),  # the loaders' keyword as an input
 ]
 
 
@@ -202,6 +203,54 @@ def test_expression_equals_numpy_bit_for_bit(text, names, wrt, shapes):
         _, saved = module.forward(*[x] * len(shapes))
         with pytest.raises(ValueError, match="must be None: the module differentiates only x"):
             module.jvp(x, x, saved)
+
+
+def _check_threads_input(module, reference) -> None:
+    """An expression of an input named threads: forward (the input positional, the thread count by
+    keyword), backward and jvp equal the NumPy module's, float32 and bfloat16."""
+    x = np.array([[-1.5, 0.0, 2.0], [0.5, -0.0, 3.0]], np.float32)
+    y = np.array([0.5, 0.0, -1.0], np.float32)
+    g = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    try:
+        import ml_dtypes
+        dtypes = (np.float32, ml_dtypes.bfloat16)
+    except ModuleNotFoundError:
+        dtypes = (np.float32,)
+    for dtype in dtypes:
+        xs = [a.astype(dtype) for a in (x, y)][:len(reference.INPUTS)]
+        out, saved = module.forward(*xs, threads=2)
+        out_ref, saved_ref = reference.forward(*xs)
+        assert out.tobytes() == out_ref.tobytes() and out.dtype == out_ref.dtype
+        got, want = module.backward(g.astype(dtype), saved, threads=1), reference.backward(g.astype(dtype), saved_ref)
+        assert [a.tobytes() for a in got] == [b.tobytes() for b in want]
+        tangents = [g.astype(dtype), y.astype(dtype)][:len(xs)]
+        assert module.jvp(*tangents, saved, threads=2).tobytes() == reference.jvp(*tangents, saved_ref).tobytes()
+
+
+def test_an_input_named_threads_works():
+    """The loaders' keyword threads as an expression's input name (a SyntaxError, duplicate
+    argument, before): symgrad.load_expr(..., backend="cpu") gives the NumPy module's results."""
+    for text in ("Max(threads, 0)", "Max(threads, y) - Min(y, 2*threads)"):
+        _check_threads_input(symgrad.load_expr(text, backend="cpu"), symgrad.load_expr(text))
+
+
+def test_the_cli_writes_a_working_loader_for_an_input_named_threads(tmp_path):
+    """`symgrad generate --expr ... --backend cpu` with an input named threads: exit 0 and a loader
+    that imports and gives the NumPy module's results (it wrote one with a SyntaxError before)."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(Path(symgrad.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    text = "Max(threads, y) - Min(y, 2*threads)"
+    proc = subprocess.run([sys.executable, "-m", "symgrad", "generate", "--expr", text, "--name", "k",
+                           "--backend", "cpu", "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    path = next(tmp_path.glob("k_*_cpu.py"))
+    spec = importlib.util.spec_from_file_location("cli_threads_input", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _check_threads_input(module, symgrad.load_expr(text))
 
 
 def test_a_large_broadcast_gradient_is_summed_as_numpy_sums_it():

@@ -897,10 +897,19 @@ def _bfloat16_refused(art: Artifacts) -> dict:
                                 f"framework) by the NumPy backend only: load it with backend='numpy', or pass float32"}
 
 
+def _input_variables(names: list) -> dict:
+    """forward's parameter for each input (input_vars; input_pairs: (name, parameter)): its name,
+    but _input_threads for an input named threads, the loaders' own keyword (no input name starts
+    with _, so the parameter is no other input's), so that any valid input name works."""
+    params = [f"_input_{name}" if name == "threads" else name for name in names]
+    return {"input_vars": params, "input_pairs": list(zip(names, params))}
+
+
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
     ctx = context(art) | _bfloat16_context(art) | {"bfloat16_refusal": ""}
+    ctx |= _input_variables(ctx["input_names"])
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
     env = _environment()
