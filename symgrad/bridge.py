@@ -97,8 +97,9 @@ class Layouts:
         """The layout of a signature, found by running the module on zeros the first time."""
         layout = self._known.get(signature)
         if layout is None:
+            from .backends.cpu import framework_threads  # the cpu backend's module: one thread
             zeros = [self._zeros(shape, dtype=dtype) for shape, dtype in signature]
-            output, saved = self.module.forward(*zeros)
+            output, saved = self.module.forward(*zeros, **framework_threads(self.module, lambda: 1))
             layout, _ = split(zeros, output, saved)
             self.remember(signature, layout)
         return layout

@@ -61,6 +61,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
 from . import api, bridge
+from .backends.cpu import framework_threads
 
 __all__ = ["op", "expr", "wrap"]
 
@@ -148,7 +149,7 @@ class _Op:
         def host(*xs):
             xs = [np.asarray(x) for x in xs]
             try:
-                output, saved = self.module.forward(*xs)
+                output, saved = self.module.forward(*xs, **_threads(self.module))
             except (ValueError, TypeError) as exc:
                 self._host_error = exc  # for __call__, which raises it where it can (eagerly)
                 exc.symgrad_reraised = getattr(_EAGER, "active", False)  # JAX need not log it
@@ -165,12 +166,12 @@ class _Op:
         saved = self._saved(list(xs), output, list(arrays))
         given = dict(zip(active, tangents))
         ts = [np.asarray(given[k]) if k in given else None for k in range(len(xs))]
-        return np.asarray(self.module.jvp(*ts, saved))
+        return np.asarray(self.module.jvp(*ts, saved, **_threads(self.module)))
 
     def _host_backward(self, active, xs, output, arrays, g):
         """The gradients of the inputs in active: the module's backward."""
         saved = self._saved(list(xs), output, list(arrays))
-        grads = self.module.backward(np.asarray(g), saved)
+        grads = self.module.backward(np.asarray(g), saved, **_threads(self.module))
         return tuple(np.asarray(grads[k]) for k in active)
 
     # -- the JAX functions
@@ -292,6 +293,13 @@ def _batch_linear_call() -> None:
 
 
 _batch_linear_call()
+
+
+def _threads(module) -> dict:
+    """threads= for the cpu backend's module: 1 in the host callbacks (XLA's CPU runtime has its
+    own thread pool), unless its THREADS or $SYMGRAD_NUM_THREADS is set."""
+    return framework_threads(module, lambda: 1)
+
 
 _OPS: dict = {}
 _OPS_LOCK = threading.Lock()

@@ -51,6 +51,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
 from . import api, bridge
+from .backends.cpu import framework_threads
 from .suggest import unexpected
 
 __all__ = ["op", "expr", "wrap", "SymgradOp",
@@ -185,7 +186,7 @@ class SymgradOp:
     def _forward_impl(self, tensors: list) -> list:
         module, layouts, to_array, from_array = self._backend(tensors)
         arrays = [to_array(t) for t in tensors]
-        output, saved = module.forward(*arrays)
+        output, saved = module.forward(*arrays, **_threads(module))
         layout, extra = bridge.split(arrays, output, saved)
         layouts.remember(_signature(tensors), layout)
         out = from_array(output)
@@ -202,7 +203,7 @@ class SymgradOp:
 
     def _backward_impl(self, grad_output, inputs: list, output, arrays: list) -> list:
         module, to_array, from_array, saved = self._saved(inputs, output, arrays)
-        grads = module.backward(to_array(grad_output.contiguous()), saved)
+        grads = module.backward(to_array(grad_output.contiguous()), saved, **_threads(module))
         return [from_array(g) for g in grads if g is not None]
 
     def _jvp_impl(self, tangents: list, inputs: list, output, arrays: list):
@@ -210,7 +211,7 @@ class SymgradOp:
         differentiable = iter(tangents)
         ts = [to_array(next(differentiable).contiguous()) if k in self._differentiable else None
               for k in range(len(self.inputs))]
-        return from_array(module.jvp(*ts, saved))
+        return from_array(module.jvp(*ts, saved, **_threads(module)))
 
     # -- registration
 
@@ -372,6 +373,12 @@ _NUMPY_DTYPES: dict = {torch.float16: np.dtype(np.float16), torch.float32: np.dt
                        torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32),
                        torch.uint64: np.dtype(np.uint64), torch.bool: np.dtype(np.bool_)}
 _TORCH_DTYPES: dict = {d: t for t, d in _NUMPY_DTYPES.items()}
+
+
+def _threads(module) -> dict:
+    """threads= for the cpu backend's module: PyTorch's intra-op thread count (torch.set_num_threads),
+    unless its THREADS or $SYMGRAD_NUM_THREADS is set (OpenMP's default would oversubscribe)."""
+    return framework_threads(module, torch.get_num_threads)
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:

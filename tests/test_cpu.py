@@ -131,10 +131,11 @@ def test_the_same_bits_with_one_and_two_threads():
 
 @pytest.mark.parametrize("op,params,shape,settings", FORM_SETTINGS,
                          ids=[f"{case_id(op, params, shape)}-{next(iter(st.values()))}" for op, params, shape, st in FORM_SETTINGS])
-def test_backward_forms_equal_numpy_with_rests_bands_and_threads(op, params, shape, settings):
+def test_backward_forms_equal_numpy_with_rests_bands_and_threads(monkeypatch, op, params, shape, settings):
     """backward (write or scatter form) equals the NumPy backend's bit for bit with 1, 2 and 3
     threads (more threads than planes: bands of rows), NCHW and channels-last, float64/32/16, on
     tie-heavy inputs and gradients whose sums round differently by order."""
+    monkeypatch.setattr(cpu, "max_threads", lambda: 3)  # 3 threads, whatever the CPUs
     module = symgrad.load(op, backend="cpu", **settings, **params)
     reference = symgrad.load(op, **settings, **params)
     rng = np.random.default_rng(11)
@@ -216,12 +217,136 @@ def test_a_process_forked_after_openmp_threads_ran_does_not_hang():
 
 
 def test_threads_argument_is_checked():
+    """threads= and $SYMGRAD_NUM_THREADS: a positive integer, else one error line naming it."""
     m = symgrad.load("max_pool1d", backend="cpu", kernel_size=2)
     x = np.zeros((1, 2, 4), np.float32)
     with pytest.raises(ValueError, match="threads must be a positive int"):
         m.forward(x, threads=0)
-    with pytest.raises(TypeError, match="threads must be a positive int"):
-        m.forward(x, threads=1.5)
+    for bad in (1.5, True, "2", np.zeros((3, 3))):
+        with pytest.raises(TypeError, match="threads must be a positive int") as info:
+            m.forward(x, threads=bad)
+        assert "\n" not in str(info.value)
+    for bad in ("0", "-2", "two", "1.5", "\u00b2"):
+        os.environ["SYMGRAD_NUM_THREADS"] = bad
+        try:
+            with pytest.raises(ValueError, match=r"\$SYMGRAD_NUM_THREADS must be a positive integer"):
+                m.forward(x)
+        finally:
+            del os.environ["SYMGRAD_NUM_THREADS"]
+
+
+# the thread counts issue 28 found crashing libgomp (threads=100000: a segfault; 2**31-1: abort,
+# "Out of memory allocating 481036338272 bytes"), through the argument and the environment
+_HUGE_THREADS_SCRIPT = """
+import os
+import numpy as np
+import symgrad
+pool = symgrad.load("max_pool2d", backend="cpu", kernel_size=3, stride=2, padding=1)
+relu = symgrad.load("relu", backend="cpu")
+x = np.random.default_rng(0).standard_normal((2, 3, 9, 8)).astype(np.float32)
+os.environ["SYMGRAD_NUM_THREADS"] = str(10**9)  # for threads=None
+for m in (pool, relu):
+    y1, s1 = m.forward(x, threads=1)
+    (g1,) = m.backward(np.ones_like(y1), s1, threads=1)
+    for n in (100000, 2**31 - 1, 2**63, 10**30, None):
+        y, s = m.forward(x, threads=n)
+        (g,) = m.backward(np.ones_like(y), s, threads=n)
+        assert y.tobytes() == y1.tobytes() and g.tobytes() == g1.tobytes(), (m.OP, n)
+"""
+
+
+def test_huge_thread_counts_run_on_at_most_the_cpus():
+    """threads= (and $SYMGRAD_NUM_THREADS) beyond the CPUs this process may use run on that many
+    (at most), with the results of one thread; in a subprocess, where a crash fails the test."""
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(__import__("pathlib").Path(symgrad.__file__).parent.parent), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _HUGE_THREADS_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
+
+def _recorded_threads(monkeypatch, module) -> list:
+    """(role, thread count) of each of the module's kernel calls, as its _call receives them."""
+    seen = []
+    real = module._call
+
+    def counted(role, *args):
+        seen.append((role, args[-1]))
+        return real(role, *args)
+    monkeypatch.setattr(module, "_call", counted)
+    return seen
+
+
+def test_numpy_callers_threads_come_from_the_call_the_module_or_the_environment(monkeypatch):
+    """A call's threads=, else the module's THREADS, else $SYMGRAD_NUM_THREADS, else 0 (OpenMP's
+    default) reach the kernels."""
+    m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2)
+    seen = _recorded_threads(monkeypatch, m)
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    monkeypatch.delenv("SYMGRAD_NUM_THREADS", raising=False)
+    m.forward(x)
+    m.forward(x, threads=2)
+    monkeypatch.setenv("SYMGRAD_NUM_THREADS", "3")
+    m.forward(x)
+    m.forward(x, threads=2)
+    monkeypatch.setattr(m, "THREADS", 1)
+    m.forward(x)
+    assert [n for _, n in seen] == [0, 2, 3, 2, 1]
+
+
+def test_symgrad_torch_runs_the_kernels_on_torchs_thread_count(monkeypatch):
+    """Under symgrad.torch the cpu backend's forward, backward and jvp (double backward) run on
+    torch.get_num_threads() threads (not OpenMP's default: every core, which oversubscribed),
+    or on $SYMGRAD_NUM_THREADS where it is set."""
+    torch = pytest.importorskip("torch")
+    import symgrad.torch as st
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    monkeypatch.delenv("SYMGRAD_NUM_THREADS", raising=False)
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    pool = st.op("max_pool2d", **params)
+    seen = _recorded_threads(monkeypatch, symgrad.load("max_pool2d", backend="cpu", **params))
+    x = torch.randn(2, 3, 9, 8, requires_grad=True)
+    before = torch.get_num_threads()
+
+    def counts() -> set:
+        seen.clear()
+        y = pool(x)
+        go = torch.ones_like(y, requires_grad=True)
+        (gx,) = torch.autograd.grad(y, x, go, create_graph=True)
+        torch.autograd.grad(gx.sum(), go)  # the derivative of backward in grad_output: jvp
+        assert {role for role, _ in seen} == {"forward", "backward", "jvp"}, seen
+        return {n for _, n in seen}
+    try:
+        for n in (1, 3, 2):
+            torch.set_num_threads(n)
+            assert counts() == {n}
+        monkeypatch.setenv("SYMGRAD_NUM_THREADS", "3")
+        assert counts() == {3}
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_symgrad_jax_runs_the_kernels_on_one_thread_or_the_setting(monkeypatch):
+    """Under symgrad.jax (XLA's CPU runtime has its own threads) the cpu backend's kernels run on
+    one thread in the callbacks (OpenMP's default, every core, made a jit(grad) 10x slower), or
+    on $SYMGRAD_NUM_THREADS where it is set, read at each call (no new trace)."""
+    jax = pytest.importorskip("jax")
+    import symgrad.jax as sj
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    monkeypatch.delenv("SYMGRAD_NUM_THREADS", raising=False)
+    f = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1)
+    seen = _recorded_threads(monkeypatch, f.cpu_op.module)
+    x = jax.numpy.asarray(np.random.default_rng(1).standard_normal((2, 3, 9, 8)), jax.numpy.float32)
+    grad = jax.jit(jax.grad(lambda v: f(v).sum()))
+
+    def counts() -> set:
+        seen.clear()
+        jax.block_until_ready(grad(x))
+        jax.block_until_ready(jax.jvp(f, (x,), (x,)))
+        assert {"forward", "backward", "jvp"} <= {role for role, _ in seen}, seen
+        return {n for _, n in seen}
+    assert counts() == {1}
+    monkeypatch.setenv("SYMGRAD_NUM_THREADS", "2")
+    assert counts() == {2}
 
 
 # ----------------------------------------------------------------------------- the library and its cache

@@ -54,22 +54,74 @@ C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 _C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 
+# ----------------------------------------------------------------------------- threads
+#
+# A loader's call runs its kernels on: its threads= argument, else the module's THREADS, else
+# $SYMGRAD_NUM_THREADS, else OpenMP's default (OMP_NUM_THREADS, else every core).  symgrad.torch
+# and symgrad.jax, which have thread pools of their own, pass one (framework_threads).
+
+THREADS_ENV = "SYMGRAD_NUM_THREADS"
+
+
+def env_threads() -> int | None:
+    """$SYMGRAD_NUM_THREADS: the kernels' thread count where a call names none (None: unset or
+    empty); a ValueError unless it is a positive integer."""
+    value = os.environ.get(THREADS_ENV, "").strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise ValueError(f"${THREADS_ENV} must be a positive integer (the cpu backend's threads), got {value!r}")
+    return int(value)
+
+
+def requested_threads(op: str, threads) -> int:
+    """The thread count a loader's call asks for: threads (an int >= 1: else a ValueError, or a
+    TypeError for a non-integer), else $SYMGRAD_NUM_THREADS, else 0 (OpenMP's default)."""
+    if threads is None:
+        return env_threads() or 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"{op}: threads must be a positive int or None, got {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"{op}: threads must be a positive int or None, got {int(threads)}")
+    return int(threads)
+
+
+def framework_threads(module, default) -> dict:
+    """The keyword arguments for a call of module from a framework with a thread pool of its own:
+    {"threads": n} for the cpu backend's modules (those with THREADS), n being the module's
+    THREADS, else $SYMGRAD_NUM_THREADS, else default() (the framework's count); {} for others."""
+    if not hasattr(module, "THREADS"):
+        return {}
+    threads = module.THREADS if module.THREADS is not None else env_threads()
+    return {"threads": threads if threads is not None else default()}
+
+
+@functools.lru_cache(maxsize=None)
+def max_threads() -> int:
+    """The most threads a kernel call runs: the CPUs this process may run on (more only wait for
+    each other; results do not depend on the count, and libgomp crashed on 100000 threads)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
 _threads_ran_in: int | None = None  # the process whose kernels ran OpenMP threads (one libgomp for all)
 
 
-def fork_safe_threads(threads: int) -> int:
-    """The thread count for a kernel call (0: OpenMP's default): 1 in a process forked after its
-    parent's kernels ran OpenMP threads, since GNU libgomp's thread pool does not survive fork()
-    (a parallel region of several threads there waits forever for threads the child does not
-    have; one thread runs without the pool); else threads, noting the process when it asks for
-    more than one.  Every loader calls it, so the note covers every op's library."""
+def kernel_threads(threads: int) -> int:
+    """The thread count handed to a kernel (0: OpenMP's default): threads, at most max_threads();
+    1 in a process forked after its parent's kernels ran OpenMP threads, since GNU libgomp's
+    thread pool does not survive fork() (a parallel region of several threads there waits forever
+    for threads the child does not have; one thread runs without the pool), noting the process
+    when it asks for more than one.  Every loader calls it, so the note covers every op's library."""
     global _threads_ran_in
     pid = os.getpid()
     if _threads_ran_in is not None and _threads_ran_in != pid:
         return 1
     if threads != 1:
         _threads_ran_in = pid
-    return threads
+    return min(threads, max_threads())
 
 
 def source_name(op: Op) -> str:
@@ -266,8 +318,9 @@ def _loader_note(op: Op, layout: str, over: str, extra: str = "") -> list[str]:
         f"float64{layout}) and run the C kernels of {source_name(op)}, compiled with the system C "
         f"compiler on first use (flags: {' '.join(CFLAGS)}) and kept beside this module, named by "
         f"the source's hash.  threads: OpenMP threads over {over} (default: THREADS, else "
-        f"OpenMP's default; 1 in a process forked after OpenMP threads ran, where libgomp's "
-        f"threads are gone); results do not depend on it." + extra, indent="")
+        f"${THREADS_ENV}, else OpenMP's default; at most the CPUs this process may use; 1 in a "
+        f"process forked after OpenMP threads ran, where libgomp's threads are gone); results do "
+        f"not depend on it." + extra, indent="")
 
 
 def _selection_parts(kernel: WindowKernel, jvp_scan: str, jvp_mask: str) -> dict:
