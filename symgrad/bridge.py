@@ -31,12 +31,25 @@ class Field(NamedTuple):
     value: object = None
 
 
+class Used(NamedTuple):
+    """What a layout's fields refer to besides the saved arrays."""
+
+    inputs: frozenset  # positions of the inputs Saved holds
+    output: bool  # whether Saved holds the output
+
+
 class Layout(NamedTuple):
     """The forward's results for one input signature."""
 
     fields: tuple  # one Field per field of Saved
     arrays: tuple  # (shape, NumPy dtype) of every saved array, in order
     output: tuple  # (shape, NumPy dtype) of the output
+
+    @property
+    def used(self) -> Used:
+        """The inputs and whether the output join() reads (the others may be passed as None)."""
+        return Used(frozenset(f.at for f in self.fields if f.source == "input"),
+                    any(f.source == "output" for f in self.fields))
 
 
 def contiguous(a: np.ndarray) -> np.ndarray:
@@ -88,6 +101,9 @@ class Layouts:
         self._zeros = zeros  # (shape, dtype) -> an array of the module's kind (NumPy or CuPy)
         self._known: dict = {}
         self._lock = threading.Lock()
+
+    def known(self, signature: tuple) -> bool:
+        return signature in self._known
 
     def remember(self, signature: tuple, layout: Layout) -> None:
         with self._lock:

@@ -84,10 +84,13 @@ def _to_contiguous(t: torch.Tensor) -> np.ndarray:
 
 def _from_numpy(a: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing a's memory (a copy only when a is strided or read-only)."""
-    a = bridge.contiguous(np.asarray(a))
-    if not a.flags.writeable:
-        a = a.copy()
-    if a.dtype.name == "bfloat16":  # ml_dtypes' bfloat16: the same bits, through int16
+    a = np.asarray(a)
+    flags = a.flags
+    if not (flags.c_contiguous and flags.writeable):
+        a = bridge.contiguous(a)
+        if not a.flags.writeable:
+            a = a.copy()
+    if a.dtype.kind == "V":  # ml_dtypes' bfloat16 (NumPy's own dtypes are no kind V): through int16
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 
@@ -139,6 +142,8 @@ class SymgradOp:
         if torch.compiler.is_compiling():  # the registered operators, which tracing sees
             output, *_ = self._ops[0](list(tensors))
             return output
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+            return self._forward_impl(list(tensors))[0]  # no graph to record: the implementation
         # eagerly, the same implementations through autograd.Function: no dispatcher round trips
         return _Forward.apply(self, *tensors)
 
@@ -188,7 +193,9 @@ class SymgradOp:
         arrays = [to_array(t) for t in tensors]
         output, saved = module.forward(*arrays, **_threads(module))
         layout, extra = bridge.split(arrays, output, saved)
-        layouts.remember(_signature(tensors), layout)
+        signature = _signature(tensors)
+        if not layouts.known(signature):
+            layouts.remember(signature, layout)
         out = from_array(output)
         if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
             out = out.clone()  # an operator's output never aliases its input
@@ -197,8 +204,10 @@ class SymgradOp:
     def _saved(self, inputs, output, arrays):
         """(module, from_array, its Saved value) for the operators' tensors."""
         module, layouts, to_array, from_array = self._backend(inputs)
-        saved = bridge.join(module, layouts.get(_signature(inputs)), [to_array(t) for t in inputs],
-                            to_array(output), [to_array(a) for a in arrays])
+        layout = layouts.get(_signature(inputs))
+        used = layout.used  # only the tensors the saved state holds become arrays
+        saved = bridge.join(module, layout, [to_array(t) if k in used.inputs else None for k, t in enumerate(inputs)],
+                            to_array(output) if used.output else None, [to_array(a) for a in arrays])
         return module, to_array, from_array, saved
 
     def _backward_impl(self, grad_output, inputs: list, output, arrays: list) -> list:
@@ -338,6 +347,8 @@ class _Forward(torch.autograd.Function):
 
         def backward(g, tensors, out, arrays):
             return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
+        # without create_graph nothing differentiates the backward: its implementation directly
+        backward = backward if torch.is_grad_enabled() else op._backward_impl
         return (None, *op._input_grads(backward, grad_output, *_unpack(ctx.saved_tensors, ctx.n_inputs)))
 
 
