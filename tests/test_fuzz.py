@@ -26,6 +26,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -657,6 +658,9 @@ def test_fuzz_parameter_values_compute_correctly():
 
 # ----------------------------------------------------------------------------- forged saved values
 
+CPU_COMPILER = next((shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))
+                     if shutil.which(c)), None) or os.environ.get("CI")  # required under CI
+
 SAVED_OPS = [
     ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, [(2, 3, 7, 6)]),
     ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split"}, [(2, 3, 7, 6)]),
@@ -685,7 +689,10 @@ def _saved_mutations(saved, rng):
     for i, name in enumerate(fields):
         v = saved[i]
         values = [None, 1, "x", [1, 2], (1 << 40,), (), (2,) * 40, np.float32, np.dtype("int8"),
-                  np.dtype(np.float64), np.ones((1,) * 33)]
+                  np.dtype(np.float64), np.ones((1,) * 33),
+                  # values whose repr has newlines or is long (in a message: one line, always)
+                  np.zeros((2, 2)), np.zeros((3, 3), np.int64), [np.zeros((2, 2))], "a\nb" * 100,
+                  tuple(range(1000)), {"k": np.zeros((2, 2))}]
         if isinstance(v, np.ndarray):
             values += [v.astype(np.int64), v.astype(np.float64), v.astype(np.float16), v.astype(bool),
                        v.astype(object), v[..., :1], v.reshape(-1), v[None]]
@@ -705,14 +712,23 @@ def _saved_mutations(saved, rng):
         yield f"{fields[a]}<->{fields[b]}", saved._replace(**{fields[a]: saved[b], fields[b]: saved[a]})
 
 
-@pytest.mark.parametrize("op,params,shapes", SAVED_OPS,
-                         ids=[f"{o}-{p.get('ties', p.get('convention', 'default'))}-{i}"
-                              for i, (o, p, _) in enumerate(SAVED_OPS)])
-def test_fuzz_forged_saved_values(op, params, shapes):
+# the cpu backend: a module of each loader template (each compiles on first use, 2-3 s)
+CPU_SAVED = ("max_pool2d", "adaptive_max_pool2d", "maxout", "amax", "maximum", "max_unpool2d", "logsumexp",
+             "fractional_max_pool2d")
+SAVED_CASES = [c + ("numpy",) for c in SAVED_OPS] + [
+    next(c for c in SAVED_OPS if c[0] == op) + ("cpu",) for op in CPU_SAVED]
+
+
+@pytest.mark.parametrize("op,params,shapes,backend", SAVED_CASES,
+                         ids=[f"{o}-{p.get('ties', p.get('convention', 'default'))}-{b}" for o, p, _, b in SAVED_CASES])
+def test_fuzz_forged_saved_values(op, params, shapes, backend):
     """A forged or mutated saved value: backward and jvp raise TypeError or ValueError (naming a
-    saved field) or compute, and nothing allocates more than a few MiB."""
+    saved field, in one line: a forged array's repr put newlines in it) or compute, and nothing
+    allocates more than a few MiB; in the NumPy module and the cpu backend's loader."""
     import tracemalloc
-    m = symgrad.load(op, **params)
+    if backend == "cpu" and not CPU_COMPILER:
+        pytest.skip("no C compiler for the cpu backend")
+    m = symgrad.load(op, backend=backend, **params)
     rng = np.random.default_rng(16)
     if shapes is None:  # unpooling: values and their indices
         xs = [rng.normal(size=(2, 3, 2, 2)), rng.integers(0, 16, size=(2, 3, 2, 2))]
@@ -732,6 +748,8 @@ def test_fuzz_forged_saved_values(op, params, shapes):
                     call()
                 except (TypeError, ValueError) as exc:
                     assert "saved" in str(exc) or "tangent" in str(exc) or "grad_output" in str(exc), str(exc)
+                    if "\n" in str(exc) or len(str(exc)) > 500:
+                        escapes.append(f"{name}: not one short line: {str(exc)[:300]!r}")
                 except Exception as exc:  # noqa: BLE001 - the point of the test
                     escapes.append(f"{name}: {type(exc).__name__}: {exc}")
         peak = tracemalloc.get_traced_memory()[1]

@@ -123,6 +123,18 @@ def _as_input(cp, name: str, value):
     return value
 
 
+def _shown(value) -> str:
+    """A value as an error message shows it, on one line: an array by its dtype and shape,
+    anything else by its repr with each run of whitespace one space, cut to 80 characters."""
+    if getattr(value, "ndim", 0) and hasattr(value, "dtype") and isinstance(getattr(value, "shape", None), tuple):
+        return f"an array of {value.dtype} with shape {value.shape}"
+    try:
+        text = " ".join(repr(value).split())
+    except Exception:  # noqa: BLE001 - a repr that fails: the type names the value
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check_saved(saved) -> None:
     """saved as forward returns it, checked before any kernel reads it: its dtype and shapes, and
     every array it holds (``_saved_arrays``: field, shape, dtype, bound of its values, memory
@@ -133,15 +145,15 @@ def _check_saved(saved) -> None:
                         f"got {type(saved).__name__}")
     if not isinstance(saved.dtype, np.dtype) or saved.dtype.name not in _DTYPES:
         raise TypeError(f"{OP}: saved.dtype must be the dtype float16, bfloat16, float32 or float64, "
-                        f"got {saved.dtype!r}"[:300])
+                        f"got {_shown(saved.dtype)}")
     for name, value in zip(Saved._fields, saved):
         if name.endswith("_shape") and not (
                 isinstance(value, tuple) and len(value) <= 32
                 and all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0 for n in value)):
             raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), got "
-                            f"{value!r}"[:300])
+                            f"{_shown(value)}")
     if "layout" in Saved._fields and (not isinstance(saved.layout, str) or saved.layout not in ("nchw", "nhwc")):
-        raise ValueError(f"{OP}: saved.layout must be 'nchw' or 'nhwc', got {saved.layout!r}"[:300])
+        raise ValueError(f"{OP}: saved.layout must be 'nchw' or 'nhwc', got {_shown(saved.layout)}")
     cp = cupy()
     try:
         expected = _saved_arrays(saved)

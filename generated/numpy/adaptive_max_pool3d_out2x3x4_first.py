@@ -103,6 +103,18 @@ def _described(value) -> str:
     return type(value).__name__
 
 
+def _shown(value) -> str:
+    """A value as an error message shows it, on one line: an array by its dtype and shape,
+    anything else by its repr with each run of whitespace one space, cut to 80 characters."""
+    if getattr(value, "ndim", 0) and hasattr(value, "dtype") and isinstance(getattr(value, "shape", None), tuple):
+        return f"an array of {value.dtype} with shape {value.shape}"
+    try:
+        text = " ".join(repr(value).split())
+    except Exception:  # noqa: BLE001 - a repr that fails: the type names the value
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check_saved(saved) -> None:
     """saved as forward returns it: its shapes, a floating dtype, arrays where arrays are kept
     (what each module reads from them, with index ranges, is checked where it is read)."""
@@ -111,13 +123,13 @@ def _check_saved(saved) -> None:
                         f"got {type(saved).__name__}")
     if not isinstance(saved.dtype, np.dtype) or saved.dtype.type not in _FLOATS:
         raise TypeError(f"{OP}: saved.dtype must be the dtype float16, bfloat16, float32 or float64, got "
-                        f"{saved.dtype!r}")
+                        f"{_shown(saved.dtype)}")
     for name, value in zip(Saved._fields, saved):
         if name.endswith("_shape"):
             if not (isinstance(value, tuple) and len(value) <= 32
                     and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
                 raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
-                                f"got {value!r}"[:300])
+                                f"got {_shown(value)}")
             size = saved.dtype.itemsize
             for n in value:
                 size *= n
