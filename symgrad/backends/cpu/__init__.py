@@ -705,7 +705,18 @@ def _adaptive_context(art: Artifacts) -> dict:
         grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
     arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
     axes = range(spatial)
+    # backward: the windows holding an element along each axis (w<a>), in row-major order, or
+    # reversed (WindowKernel.grad_order: the last window's term added first)
+    if kernel.grad_order == "reversed":
+        holder_bounds = [f"const I w{a}_first = sg_window_start(i{a}, l{a}, o{a});  // the windows holding "
+                         f"i{a}: from here, last first" for a in axes]
+        holder_loops = [f"for (I w{a} = sg_window_end(i{a}, l{a}, o{a}); w{a}-- > w{a}_first;)" for a in axes]
+    else:
+        holder_bounds = [f"const I w{a}_end = sg_window_end(i{a}, l{a}, o{a});  // the windows holding i{a}: "
+                         f"up to here" for a in axes]
+        holder_loops = [f"for (I w{a} = sg_window_start(i{a}, l{a}, o{a}); w{a} < w{a}_end; ++w{a})" for a in axes]
     return _base_context(art) | _select_parts(kernel, "adaptive", {
+        "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
         **numpy_partials(kernel),
