@@ -37,6 +37,8 @@ class Preset:
     grad_start: str = "+0"
     # windows, bfloat16: how an element's windows' gradients are added (BFLOAT16_ADDS)
     bfloat16_adds: str = "float32"
+    # adaptive windows: the order in which an element's windows' gradients are added (GRAD_ORDERS)
+    grad_order: str = "output"
 
 
 ZERO_RULES = {
@@ -56,6 +58,14 @@ GRAD_STARTS = {
     "written": "none: where windows do not overlap, a window's winner gets grad_output itself, "
                "written into zeros (a -0 gradient stays -0), the other elements +0, as PyTorch's "
                "max(dim) backward (zeros.scatter)",
+}
+
+
+GRAD_ORDERS = {
+    "output": "the windows in output (row-major) order, as PyTorch's kernels add them",
+    "reversed": "the last window first, each window's gradient rounded to the dtype, as JAX's "
+                "autodiff adds the gradients of a function written window by window (each slice's "
+                "gradient an array of the dtype; the backward pass meets the last window's first)",
 }
 
 
@@ -144,8 +154,9 @@ _POOL_JAX = Preset("first", "replace", note=(
 _ADAPTIVE_JAX = Preset("split", "nan", note=(
     "JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's windows, x sliced (as "
     "one writes it in JAX): a tie is split evenly, a window holding NaN gives NaN to every element; "
-    "forward XLA max (-0 below +0); each slice's gradient is padded with +0"), zeros="ordered",
-    grad_start="slices")
+    "forward XLA max (-0 below +0); each slice's gradient is padded with +0, and the slices' "
+    "gradients are added last window first"), zeros="ordered", grad_start="slices",
+    grad_order="reversed")
 
 _FRACTIONAL_JAX = Preset("split", "nan", note=(
     "JAX has no fractional max pooling; this is jnp.max over each of PyTorch's windows (as one "

@@ -126,6 +126,8 @@ class WindowKernel:
     # bfloat16: how an element's windows' gradients are added (conventions.BFLOAT16_ADDS);
     # "bfloat16" (each add rounded) where the preset says so and each window has one winner
     bfloat16_adds: str = "float32"
+    # adaptive windows: the order an element's windows' gradients are added (conventions.GRAD_ORDERS)
+    grad_order: str = "output"
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -395,8 +397,10 @@ def _lower_window(d: Derivation) -> WindowKernel:
     written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
     bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive") else "float32"
+    grad_order = op.grad_order if kind.geometry == "adaptive" else "output"
     return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
-                        op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds)
+                        op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,
+                        grad_order)
 
 
 # ----------------------------------------------------------------------------- linearity

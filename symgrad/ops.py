@@ -124,6 +124,8 @@ class Op:
     grad_start: str = "+0"
     # windows, bfloat16: how an element's windows' gradients are added (conventions.BFLOAT16_ADDS)
     bfloat16_adds: str = "float32"
+    # adaptive windows: the order an element's windows' gradients are added (conventions.GRAD_ORDERS)
+    grad_order: str = "output"
 
     @property
     def name(self) -> str:
@@ -319,8 +321,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     half_in_float = bool(preset and spec.strategy.elementwise and preset.half == "float")
     grad_start = preset.grad_start if preset and not spec.strategy.elementwise else "+0"
     bfloat16_adds = preset.bfloat16_adds if preset else "float32"
+    grad_order = preset.grad_order if preset else "output"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float, grad_start, bfloat16_adds)
+            zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

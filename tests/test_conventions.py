@@ -546,6 +546,28 @@ def test_adaptive_max_pool(framework, data):
                 grad_zeros=(framework, "adaptive") not in GRAD_ZERO_SIGN_UNSET)
 
 
+@pytest.mark.parametrize("out,spatial", [((3, 4), (5, 7)), ((2, 3), (5, 5)), ((4,), (7,))])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_jax_adaptive_gradient_adds_the_windows_last_first(out, spatial, dtype):
+    """JAX's autodiff of adaptive pooling written window by window adds the slices' gradients last
+    window first, each an array of the dtype: with gradients whose sums round (split ties: g / 3),
+    the jax preset equals it bit for bit (before: output order, and float16 terms unrounded)."""
+    op, params = f"adaptive_max_pool{len(out)}d", {"output_size": out}
+    boxes = [_adaptive_windows(n, o) for n, o in zip(spatial, out)]
+
+    def jfn(v):
+        if len(out) == 1:
+            return jnp.stack([jnp.max(v[:, s:e], axis=-1) for s, e in boxes[0]], -1)
+        return jnp.stack([jnp.stack([jnp.max(v[:, s0:e0, s1:e1], axis=(-2, -1))
+                                     for s1, e1 in boxes[1]], -1) for s0, e0 in boxes[0]], -2)
+    rng = np.random.default_rng(11)
+    for trial in range(6):
+        x = rng.integers(0, 2, size=(2,) + spatial).astype(dtype)  # 2- and 3-way ties
+        x.flat[rng.choice(x.size, 2)] = [-0.0, 0.0] if trial % 2 else [np.inf, 1.0]
+        g = (rng.standard_normal((2,) + out) * 3).astype(dtype)
+        assert_same(ours(op, "jax", params, [x], g), jax_vjp(jfn, [x], g))
+
+
 ZERO_ROWS = np.array([[-0.0 if (k >> i) & 1 else 0.0 for i in range(3)] for k in range(8)])
 
 

@@ -34,7 +34,7 @@
 // Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
 //     windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
 //     gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
-//     padded with +0.
+//     padded with +0, and the slices' gradients are added last window first.
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -279,10 +279,10 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     const long long ow = (long long)b * os.sb + (long long)ch * os.sc;
     const acc v = tr::load(x[t]);
     acc g = (sg_window_start(i0, l0, o0) == 0 && sg_window_end(i0, l0, o0) == o0 && sg_window_start(i1, l1, o1) == 0 && sg_window_end(i1, l1, o1) == o1) ? -(acc)0 : (acc)0;  // -0.0 inside every window, else +0.0: as the windows' gradients of x's slices, each padded with +0.0, added
-    const long long w0_end = sg_window_end(i0, l0, o0);  // windows holding i0: up to here
-    for (long long w0 = sg_window_start(i0, l0, o0); w0 < w0_end; ++w0) {
-      const long long w1_end = sg_window_end(i1, l1, o1);  // windows holding i1: up to here
-      for (long long w1 = sg_window_start(i1, l1, o1); w1 < w1_end; ++w1) {
+    const long long w0_first = sg_window_start(i0, l0, o0);  // windows holding i0: from here, last first
+    for (long long w0 = sg_window_end(i0, l0, o0); w0-- > w0_first;) {
+      const long long w1_first = sg_window_start(i1, l1, o1);  // windows holding i1: from here, last first
+      for (long long w1 = sg_window_end(i1, l1, o1); w1-- > w1_first;) {
         const long long o = ow + w0 * os.s0 + w1 * os.s1;
         g += sg_weight(tr::load(grad_output[o]), v, tr::load(output[o]), (acc)count[o]);
       }

@@ -33,7 +33,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
     windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
     gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
-    padded with +0.
+    padded with +0, and the slices' gradients are added last window first.
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of adaptive_max_pool2d_out7x7_jax.cu,

@@ -33,7 +33,7 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 Convention 'jax': JAX has no adaptive max pooling; this is jnp.max over each of PyTorch's
     windows, x sliced (as one writes it in JAX): a tie is split evenly, a window holding NaN
     gives NaN to every element; forward XLA max (-0 below +0); each slice's gradient is
-    padded with +0.
+    padded with +0, and the slices' gradients are added last window first.
 """
 
 from __future__ import annotations
@@ -444,19 +444,21 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):
         if _per_window(axes, planes, passes):
             lead = batched[:2]
-            for pos, block, sizes, _ in _windows(axes):
+            for pos, block, sizes, _ in reversed(list(_windows(axes))):
                 e = extremum[pos][..., None]
                 hit = _hit(_rows(x[block], lead), e)
                 count = np.sum(hit, axis=-1, keepdims=True, dtype=np.intp).astype(count_type)
                 weight = _weight(grad_output[pos][..., None], hit, count, e)
+                weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype
                 grad[block] += weight.reshape(lead + sizes)
             return (grad.reshape(saved.input_shape),)
         count = _count(x, extremum, axes, count_type)
         box = _box_strides(axes)
-        for m in np.ndindex(*(a.most for a in axes)):
+        for m in reversed(list(np.ndindex(*(a.most for a in axes)))):
             at, _, valid = _holder(axes, m, box)
             e = extremum[at]
             weight = _weight(grad_output[at], _hit(x, e), count[at], e)
+            weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype
             np.add(grad, weight, out=grad, where=True if valid is None else valid)
     return (grad.reshape(saved.input_shape),)
 

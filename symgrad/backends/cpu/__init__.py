@@ -760,10 +760,22 @@ def _adaptive_context(art: Artifacts) -> dict:
     axes = range(spatial)
     # backward of a scan scatters, one plane a thread: O(outputs) work, where the gather form's
     # every element finds its holders (8x64x56x56 -> 7x7: 30 ms against PyTorch's 1 ms); gather
-    # where an element's start depends on its position (grad_start "slices")
-    scatter = scan and kernel.grad_start != "slices"
+    # where an element's start depends on its position (grad_start "slices") or its windows' terms
+    # are added last window first (grad_order "reversed"; the scatter adds in window order)
+    scatter = scan and kernel.grad_start != "slices" and kernel.grad_order != "reversed"
+    # gather-form backward: the windows holding an element along each axis (w<a>), in row-major
+    # order, or reversed (WindowKernel.grad_order: the last window's term added first)
+    if kernel.grad_order == "reversed":
+        holder_bounds = [f"const I w{a}_first = sg_window_start(i{a}, l{a}, o{a});  // the windows holding "
+                         f"i{a}: from here, last first" for a in axes]
+        holder_loops = [f"for (I w{a} = sg_window_end(i{a}, l{a}, o{a}); w{a}-- > w{a}_first;)" for a in axes]
+    else:
+        holder_bounds = [f"const I w{a}_end = sg_window_end(i{a}, l{a}, o{a});  // the windows holding i{a}: "
+                         f"up to here" for a in axes]
+        holder_loops = [f"for (I w{a} = sg_window_start(i{a}, l{a}, o{a}); w{a} < w{a}_end; ++w{a})" for a in axes]
     return _base_context(art) | _select_parts(kernel, "adaptive", {
         **(_SELECT_BACKWARD["scatter"] if scatter else {}),
+        "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
         **numpy_partials(kernel),

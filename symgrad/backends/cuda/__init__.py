@@ -404,6 +404,20 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
 _GATHER_LAYOUTS = {"pool": "spatial", "adaptive": "spatial", "fractional": "spatial", "maxout": "channels"}
 
 
+def _holder_loops(kernel: WindowKernel, axes) -> dict:
+    """Adaptive pooling's gather backward: the windows holding an element along each axis (w<a>),
+    in row-major order, or reversed (WindowKernel.grad_order: the last window's term added first)."""
+    if kernel.grad_order == "reversed":
+        return {"holder_bounds": [f"const long long w{a}_first = sg_window_start(i{a}, l{a}, o{a});  // windows "
+                                  f"holding i{a}: from here, last first" for a in axes],
+                "holder_loops": [f"for (long long w{a} = sg_window_end(i{a}, l{a}, o{a}); w{a}-- > w{a}_first;)"
+                                 for a in axes]}
+    return {"holder_bounds": [f"const long long w{a}_end = sg_window_end(i{a}, l{a}, o{a});  // windows holding "
+                              f"i{a}: up to here" for a in axes],
+            "holder_loops": [f"for (long long w{a} = sg_window_start(i{a}, l{a}, o{a}); w{a} < w{a}_end; ++w{a})"
+                             for a in axes]}
+
+
 def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
     """The finished strings cuda/gather.cu.jinja and its selection partials place where the
     geometries differ: an element of a window (its raw value, its compute-type value, the offset
@@ -488,6 +502,7 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
                 # adaptive: where the scan tests a winner, the start of each window holding it
                 holder_starts=[[f"const long long s{a} = sg_window_start(w{a}, o{a}, l{a});"] if scan else []
                                for a in axes],
+                **_holder_loops(kernel, axes),
                 gather_doc=["Gather form: one thread per input element visits the windows that hold it (a contiguous range",
                             "along each axis) in output (row-major) order, and adds each window's gradient where the element",
                             "is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics."])

@@ -368,6 +368,15 @@ def context(art: Artifacts) -> dict:
         ctx["grad_zeros"] = (f"np.broadcast_to(np.where({inside}, saved.dtype.type(-0.0), "
                              f"saved.dtype.type(0)), batched).copy()"
                              if kernel.grad_start == "slices" else "np.zeros(batched, dtype=saved.dtype)")
+        # the order backward adds an element's windows' gradients in (WindowKernel.grad_order):
+        # the windows, and each element's m-th holders, in row-major order or reversed
+        # and, reversed (JAX's slices), each window's gradient rounded to the dtype before it is added
+        windows, holders = "_windows(axes)", "np.ndindex(*(a.most for a in axes))"
+        rounding = []
+        if kernel.grad_order == "reversed":
+            windows, holders = f"reversed(list({windows}))", f"reversed(list({holders}))"
+            rounding = ["weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype"]
+        ctx.update(backward_windows=windows, backward_holders=holders, weight_rounding=rounding)
         ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
                    window_end=numpy_integer_code(ADAPTIVE.end),
                    first_holder=numpy_integer_code(ADAPTIVE.first_holder),
