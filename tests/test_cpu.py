@@ -600,3 +600,22 @@ def test_float16_without_a_convention_is_numpy_float16(op, params):
     assert not mismatch(y, want_y) and not mismatch(grad, want_g), (mismatch(y, want_y), mismatch(grad, want_g))
     assert not mismatch(y_cpu, y) and not mismatch(grad_cpu, grad), (mismatch(y_cpu, y), mismatch(grad_cpu, grad))
     assert not mismatch(tangent_cpu, tangent), mismatch(tangent_cpu, tangent)
+
+
+def test_constant_parts_are_exact_in_the_cpu_module():
+    """The cpu module's constants are the exact values rounded once (issue 28), as the NumPy
+    module's: Max(x, sin(2*pi)) ties at x = 0 (sin(2*pi) is 0, not -1.7e-34), so under 'last' x's
+    gradient is 0 there, and sin(1e308) is sin(10**308).  Oracle: mpmath with 4000 bits, rounded
+    once, and the README's 'last' by brute force over the pieces."""
+    import mpmath
+    with mpmath.workprec(4000):
+        zero, s = float(mpmath.sin(2 * mpmath.pi)), float(mpmath.sin(mpmath.mpf(10) ** 308))
+    x = np.array([-1.0, -0.0, 0.0, 1e-300, 1.0])
+    y = np.array([1.0, -2.0, 0.5, 3.0, 1e-300])
+    module = symgrad.load_expr("Max(x, sin(2*pi)) + y*sin(1e308)", ties="last", backend="cpu")
+    out, saved = module.forward(x, y)
+    gx, gy = module.backward(np.ones_like(x), saved)
+    winners = [max(k for k, p in enumerate((xi, zero)) if p == max(xi, zero)) for xi in x]
+    assert not mismatch(out, np.maximum(x, zero) + y * s), (out, np.maximum(x, zero) + y * s)
+    assert not mismatch(gx, np.array([1.0 if w == 0 else 0.0 for w in winners])), gx
+    assert not mismatch(gy, np.full_like(y, s)), gy
