@@ -1,6 +1,7 @@
 """The native CPU backend (symgrad/backends/cpu): C kernels compiled on first use, called through
 ctypes.  Oracle: the NumPy backend, bit for bit (tests/cuda_harness/check.py's comparison and
-tie-heavy inputs with +-0, NaN, +-inf; float16 against NumPy in float32 rounded once), for every
+tie-heavy inputs with +-0, NaN, +-inf; float16 against NumPy in float32 rounded once, or in
+float16 where the NumPy module computes an elementwise op's float16 in float16), for every
 tie policy x NaN rule, both framework presets, float16/32/64, NCHW, channels-last and strided
 inputs, several geometries; the same bits with 1 and 2 threads; the compile cache; the errors.
 
@@ -659,3 +660,84 @@ def test_powers_as_numpy_computes_them():
             assert not same(out_cpu, out), (dtype, out_cpu, out)
             for g_cpu, g in zip(grads_cpu, grads):
                 assert not same(g_cpu, g), (dtype, g_cpu, g)
+
+
+# ----------------------------------------------------------------------------- float16 without a convention (issue 28)
+
+def _max16(a, b):
+    """README (Framework conventions): without a convention max is np.maximum, which in float16
+    returns the first of two equal values (+0 and -0 included) and propagates NaN."""
+    return np.where(np.isnan(a) | (a >= b), a, b)
+
+
+def _min16(a, b):
+    return np.where(np.isnan(a) | (a <= b), a, b)
+
+
+def _select16(c, v):
+    """A gradient's term: v where its piece wins, +0 elsewhere (README: a sum of selects)."""
+    return np.where(c, v, np.float16(0))
+
+
+def _float16_oracle(op: str, x: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) of op under ties='first' (the default) in NumPy's float16 (each
+    constant, product and sum rounded to float16), written from the ops' definitions and the
+    README: a piece wins a max where it is NaN or not below the other (the first of equals), the
+    pieces of leaky_relu and abs compared through x (x >= 0), and the gradient is the sum of the
+    winning pieces' terms."""
+    nan = np.isnan(x)
+    if op == "relu":  # max(0, x)
+        return _max16(np.float16(0), x), _select16(nan | (x > 0), g)
+    if op == "leaky_relu":  # max(x, 0.01*x)
+        slope = np.float16(0.01)
+        wins = nan | (x >= 0)
+        return _max16(x, slope * x), _select16(wins, g) + _select16(~wins, slope * g)
+    if op in ("hardtanh", "clamp"):  # min(max(x, -1), 1)
+        inner = _max16(x, np.float16(-1))
+        wins = (nan | (x >= -1)) & (np.isnan(inner) | (inner <= 1))
+        return _min16(inner, np.float16(1)), _select16(wins, g)
+    if op == "abs":  # max(x, -x)
+        wins = nan | (x >= 0)
+        return _max16(x, -x), _select16(wins, g) + _select16(~wins, -g)
+    raise ValueError(op)
+
+
+@pytest.mark.parametrize("op,params", [("relu", {}), ("leaky_relu", {}), ("hardtanh", {}),
+                                       ("clamp", {"min": -1.0, "max": 1.0}), ("abs", {})])
+def test_float16_without_a_convention_is_numpy_float16(op, params):
+    """Every float16 value (issue 28): without a convention the cpu module computes float16 as the
+    NumPy module does (NumPy's float16: the constants and each product and sum rounded to float16,
+    np.maximum's first of equal values), so forward, backward and jvp agree bit for bit
+    (relu(-0.0) was -0.0 on the cpu backend, +0.0 in NumPy; leaky_relu's backward differed on
+    8,624 of these 65,536), and both equal the oracle written from the README."""
+    x = np.arange(65536, dtype=np.uint16).view(np.float16)
+    g = (np.random.default_rng(0).standard_normal(x.shape) * 4).astype(np.float16)
+    g[::7] = -0.0
+    numpy_module, cpu_module = symgrad.load(op, **params), symgrad.load(op, backend="cpu", **params)
+    with np.errstate(all="ignore"):
+        want_y, want_g = _float16_oracle(op, x, g)
+        (y, saved), (y_cpu, saved_cpu) = numpy_module.forward(x), cpu_module.forward(x)
+        (grad,), (grad_cpu,) = numpy_module.backward(g, saved), cpu_module.backward(g, saved_cpu)
+        tangent, tangent_cpu = numpy_module.jvp(g, saved), cpu_module.jvp(g, saved_cpu)
+    assert not mismatch(y, want_y) and not mismatch(grad, want_g), (mismatch(y, want_y), mismatch(grad, want_g))
+    assert not mismatch(y_cpu, y) and not mismatch(grad_cpu, grad), (mismatch(y_cpu, y), mismatch(grad_cpu, grad))
+    assert not mismatch(tangent_cpu, tangent), mismatch(tangent_cpu, tangent)
+
+
+def test_constant_parts_are_exact_in_the_cpu_module():
+    """The cpu module's constants are the exact values rounded once (issue 28), as the NumPy
+    module's: Max(x, sin(2*pi)) ties at x = 0 (sin(2*pi) is 0, not -1.7e-34), so under 'last' x's
+    gradient is 0 there, and sin(1e308) is sin(10**308).  Oracle: mpmath with 4000 bits, rounded
+    once, and the README's 'last' by brute force over the pieces."""
+    import mpmath
+    with mpmath.workprec(4000):
+        zero, s = float(mpmath.sin(2 * mpmath.pi)), float(mpmath.sin(mpmath.mpf(10) ** 308))
+    x = np.array([-1.0, -0.0, 0.0, 1e-300, 1.0])
+    y = np.array([1.0, -2.0, 0.5, 3.0, 1e-300])
+    module = symgrad.load_expr("Max(x, sin(2*pi)) + y*sin(1e308)", ties="last", backend="cpu")
+    out, saved = module.forward(x, y)
+    gx, gy = module.backward(np.ones_like(x), saved)
+    winners = [max(k for k, p in enumerate((xi, zero)) if p == max(xi, zero)) for xi in x]
+    assert not mismatch(out, np.maximum(x, zero) + y * s), (out, np.maximum(x, zero) + y * s)
+    assert not mismatch(gx, np.array([1.0 if w == 0 else 0.0 for w in winners])), gx
+    assert not mismatch(gy, np.full_like(y, s)), gy

@@ -147,20 +147,38 @@ __device__ __forceinline__ long long sg_thread_count() {
 
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
-__device__ __forceinline__ float sg_output(const float sg_in_x) {
+struct sg_any_tag {};
+template <typename T> struct sg_tag_of { typedef sg_any_tag type; };
+// float16 as the NumPy module computes it: its constants, products and sums rounded
+// to float16, as NumPy's float16 computes them
+__device__ __forceinline__ float sg_hround(const float v) {
+  return sg_half_to_float(sg_float_to_half(v));
+}
+struct sg_half_tag : sg_any_tag {};
+template <> struct sg_tag_of<sg_half> { typedef sg_half_tag type; };
+
+__device__ __forceinline__ float sg_output(const float sg_in_x, sg_any_tag) {
   return (sg_isnan(sg_in_x) || sg_in_x > 0.0f) ? sg_in_x : 0.0f;
 }
 
-__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x) {
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x, sg_any_tag) {
   sg_grad_x = (sg_isnan(sg_in_x) || (sg_in_x >= 0.0f)) ? grad_output : 0.0f;
 }
 
-__device__ __forceinline__ double sg_output(const double sg_in_x) {
+__device__ __forceinline__ double sg_output(const double sg_in_x, sg_any_tag) {
   return (sg_isnan(sg_in_x) || sg_in_x > 0.0) ? sg_in_x : 0.0;
 }
 
-__device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_x, double& sg_grad_x) {
+__device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_x, double& sg_grad_x, sg_any_tag) {
   sg_grad_x = (sg_isnan(sg_in_x) || (sg_in_x >= 0.0)) ? grad_output : 0.0;
+}
+
+__device__ __forceinline__ float sg_output(const float sg_in_x, sg_half_tag) {
+  return (sg_isnan(sg_in_x) || sg_in_x >= 0.0f) ? sg_in_x : 0.0f;
+}
+
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x, sg_half_tag) {
+  sg_grad_x = (sg_isnan(sg_in_x) || (sg_in_x >= 0.0f)) ? grad_output : 0.0f;
 }
 
 // ---------------------------------------------------------------------------- kernels
@@ -169,7 +187,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ sg_in_x, T*
   typedef sg_traits<T> tr;
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
     const I i = (I)t;
-    out[i] = tr::store(sg_output(tr::load(sg_in_x[i])));
+    out[i] = tr::store(sg_output(tr::load(sg_in_x[i]), typename sg_tag_of<T>::type()));
   }
 }
 
@@ -180,7 +198,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
     const I i = (I)t;
     acc sg_g_x;
-    sg_gradients(tr::load(grad_output[i]), tr::load(sg_in_x[i]), sg_g_x);
+    sg_gradients(tr::load(grad_output[i]), tr::load(sg_in_x[i]), sg_g_x, typename sg_tag_of<T>::type());
     sg_grad_x[i] = tr::store(sg_g_x);
   }
 }
@@ -196,7 +214,7 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ sg_tangent_x, c
     bool any = false;
     if (given & 1) {
       acc sg_g_x;
-      sg_gradients(tr::load(sg_tangent_x[i]), tr::load(sg_in_x[i]), sg_g_x);
+      sg_gradients(tr::load(sg_tangent_x[i]), tr::load(sg_in_x[i]), sg_g_x, typename sg_tag_of<T>::type());
       total = any ? total + sg_g_x : sg_g_x;
       any = true;
     }

@@ -157,8 +157,8 @@ __device__ __forceinline__ long long sg_thread_count() {
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
 struct sg_any_tag {};
 template <typename T> struct sg_tag_of { typedef sg_any_tag type; };
-// float16 under this preset: its constants, products and sums rounded to float16,
-// as NumPy's float16 computes them
+// float16 as the NumPy module computes it: its constants, products and sums rounded
+// to float16, as NumPy's float16 computes them
 __device__ __forceinline__ float sg_hround(const float v) {
   return sg_half_to_float(sg_float_to_half(v));
 }
@@ -203,7 +203,7 @@ __device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_i
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b, sg_half_tag) {
   const bool cmp0 = sg_in_a >= sg_in_b;
   const bool cmp1 = sg_in_b >= sg_in_a;
-  const float t0 = (1.0f) / ((float)(cmp0) + (float)(cmp1));
+  const float t0 = sg_hround((1.0f) / ((float)(cmp0) + (float)(cmp1)));
   sg_grad_a = sg_hround(grad_output*(cmp0 ? t0 : 0.0f));
   sg_grad_b = sg_hround(grad_output*(cmp1 ? t0 : 0.0f));
 }

@@ -151,11 +151,21 @@ __device__ __forceinline__ long long sg_thread_count() {
 
 // ---------------------------------------------------------------------------- the op
 // printed from the lowered derivation (symgrad.lower) by symgrad.printers.CudaPrinter
-__device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b) {
+struct sg_any_tag {};
+template <typename T> struct sg_tag_of { typedef sg_any_tag type; };
+// float16 as the NumPy module computes it: its constants, products and sums rounded
+// to float16, as NumPy's float16 computes them
+__device__ __forceinline__ float sg_hround(const float v) {
+  return sg_half_to_float(sg_float_to_half(v));
+}
+struct sg_half_tag : sg_any_tag {};
+template <> struct sg_tag_of<sg_half> { typedef sg_half_tag type; };
+
+__device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b, sg_any_tag) {
   return (sg_isnan(sg_in_a) || sg_in_a < sg_in_b) ? sg_in_a : sg_in_b;
 }
 
-__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b) {
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b, sg_any_tag) {
   const bool cond0 = sg_isnan(sg_in_a) || (sg_in_a <= sg_in_b);
   const bool cond1 = sg_isnan(sg_in_b) || (sg_in_b <= sg_in_a);
   const float count0 = (float)(cond0) + (float)(cond1);
@@ -163,16 +173,28 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
   sg_grad_b = (cond1 ? grad_output : 0.0f) / count0;
 }
 
-__device__ __forceinline__ double sg_output(const double sg_in_a, const double sg_in_b) {
+__device__ __forceinline__ double sg_output(const double sg_in_a, const double sg_in_b, sg_any_tag) {
   return (sg_isnan(sg_in_a) || sg_in_a < sg_in_b) ? sg_in_a : sg_in_b;
 }
 
-__device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_a, const double sg_in_b, double& sg_grad_a, double& sg_grad_b) {
+__device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_a, const double sg_in_b, double& sg_grad_a, double& sg_grad_b, sg_any_tag) {
   const bool cond0 = sg_isnan(sg_in_a) || (sg_in_a <= sg_in_b);
   const bool cond1 = sg_isnan(sg_in_b) || (sg_in_b <= sg_in_a);
   const double count0 = (double)(cond0) + (double)(cond1);
   sg_grad_a = (cond0 ? grad_output : 0.0) / count0;
   sg_grad_b = (cond1 ? grad_output : 0.0) / count0;
+}
+
+__device__ __forceinline__ float sg_output(const float sg_in_a, const float sg_in_b, sg_half_tag) {
+  return (sg_isnan(sg_in_a) || sg_in_a <= sg_in_b) ? sg_in_a : sg_in_b;
+}
+
+__device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_a, const float sg_in_b, float& sg_grad_a, float& sg_grad_b, sg_half_tag) {
+  const bool cond0 = sg_isnan(sg_in_a) || (sg_in_a <= sg_in_b);
+  const bool cond1 = sg_isnan(sg_in_b) || (sg_in_b <= sg_in_a);
+  const float count0 = (float)(cond0) + (float)(cond1);
+  sg_grad_a = sg_hround((cond0 ? grad_output : 0.0f) / count0);
+  sg_grad_b = sg_hround((cond1 ? grad_output : 0.0f) / count0);
 }
 
 // ---------------------------------------------------------------------------- kernels
@@ -181,7 +203,7 @@ __device__ __forceinline__ void forward_kernel(const T* __restrict__ sg_in_a, co
   typedef sg_traits<T> tr;
   for (long long t = sg_first_thread(); t < (long long)n; t += sg_thread_count()) {
     const I i = (I)t;
-    out[i] = tr::store(sg_output(tr::load(sg_in_a[i]), tr::load(sg_in_b[i])));
+    out[i] = tr::store(sg_output(tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), typename sg_tag_of<T>::type()));
   }
 }
 
@@ -193,7 +215,7 @@ __device__ __forceinline__ void backward_kernel(const T* __restrict__ grad_outpu
     const I i = (I)t;
     acc sg_g_a;
     acc sg_g_b;
-    sg_gradients(tr::load(grad_output[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+    sg_gradients(tr::load(grad_output[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b, typename sg_tag_of<T>::type());
     sg_grad_a[i] = tr::store(sg_g_a);
     sg_grad_b[i] = tr::store(sg_g_b);
   }
@@ -211,14 +233,14 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ sg_tangent_a, c
     if (given & 1) {
       acc sg_g_a;
       acc sg_g_b;
-      sg_gradients(tr::load(sg_tangent_a[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+      sg_gradients(tr::load(sg_tangent_a[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b, typename sg_tag_of<T>::type());
       total = any ? total + sg_g_a : sg_g_a;
       any = true;
     }
     if (given & 2) {
       acc sg_g_a;
       acc sg_g_b;
-      sg_gradients(tr::load(sg_tangent_b[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b);
+      sg_gradients(tr::load(sg_tangent_b[i]), tr::load(sg_in_a[i]), tr::load(sg_in_b[i]), sg_g_a, sg_g_b, typename sg_tag_of<T>::type());
       total = any ? total + sg_g_b : sg_g_b;
       any = true;
     }

@@ -4,9 +4,9 @@ Used with the CPU stand-in for CuPy (``fake_cupy``) in the normal test suite and
 GPU in the tests marked ``gpu``.  The NumPy module is the reference: float64 and float32 inputs
 are compared in their own type; float16 inputs (which the CUDA kernels compute in float32 and
 round once) are compared with the NumPy module run in float32 on the same values, rounded to
-float16, except for an elementwise op under a preset that computes float16 in float16
-(``half_in_numpy``: NumPy's float16 with constants rounded to float16, as JAX): compared with the
-NumPy module run in float16 itself.  Values are equal bit for bit, the sign of zero included; any
+float16, except for an elementwise op whose NumPy module computes float16 in float16, without a
+convention or under a preset that does (``half_in_numpy``: NumPy's float16 with constants rounded
+to float16, as JAX): compared with the NumPy module run in float16 itself.  Values are equal bit for bit, the sign of zero included; any
 NaN equals any NaN.
 """
 
@@ -81,10 +81,11 @@ def settings_of(ties) -> dict:
 
 
 def half_in_numpy(op: str, params: dict, ties) -> bool:
-    """Whether the NumPy module computes float16 in float16 under a preset (Preset.half "half"):
-    an elementwise op under a convention whose float16 is not computed in float32."""
+    """Whether the NumPy module computes float16 in float16, as the C kernels then do: an
+    elementwise op without a convention (NumPy's float16) or under a preset whose float16 is not
+    computed in float32 (Preset.half "half")."""
     resolved = resolve(op, **settings_of(ties), **params)
-    return resolved.spec.kind == "elementwise" and bool(resolved.convention) and not resolved.half_in_float
+    return resolved.spec.kind == "elementwise" and not resolved.half_in_float
 
 
 def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,

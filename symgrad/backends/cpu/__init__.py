@@ -561,17 +561,20 @@ def _elementwise_context(art: Artifacts) -> dict:
             "grad_locals": [names.get(a.name, a.name) for a in kernel.grads],
         }
     real_types = [printed(rt, rt) for rt in C_REAL_TYPES]
-    # A preset that computes float16 in float16 (Preset.half "half": NumPy's float16, the constants
-    # rounded to float16 and each product and sum rounded) gets float16 functions of their own
-    # (suffix half) where that prints differently; the float16 kernels call them
+    # An op whose NumPy module computes float16 in float16 (no convention, or a preset whose half is
+    # "half": NumPy's float16, the constants rounded to float16, each product and sum rounded, and
+    # np.maximum's first of equal values) gets float16 functions of their own (suffix half) where
+    # that prints differently; the float16 kernels call them.  (Not yet expressions: NumPy rounds
+    # each binary operation of their products and sums, and their functions' values.)
     half_fn, half_helpers = "float", []
-    half = printed("float", "half", half=True) if op.convention and not op.half_in_float else None
+    half = (printed("float", "half", half=True)
+            if not op.half_in_float and not op.spec.strategy.expression else None)
     code = ("intermediates", "backward_intermediates", "adjoints", "output", "grads")
     if half is not None and [half[k] for k in code] != [real_types[0][k] for k in code]:
         real_types.append(half)
         half_fn = "half"
-        half_helpers = ["// float16 under this preset: its constants, products and sums rounded to float16, as",
-                        "// NumPy's float16 computes them",
+        half_helpers = ["// float16 as the NumPy module computes it: its constants, products and sums rounded",
+                        "// to float16, as NumPy's float16 computes them",
                         "SG_INLINE float sg_hround(const float v) { return sg_half_to_float(sg_float_to_half(v)); }",
                         ""]
     dtypes = [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st, "fn": half_fn if n == "f16" else a}

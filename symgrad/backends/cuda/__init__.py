@@ -302,16 +302,17 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                 "tag_param": "",
             }
         real_types = [printed(rt) for rt in CUDA_REAL_TYPES]
-        # A preset that computes float16 in float16 (Preset.half "half": NumPy's float16 with the
-        # constants rounded to float16) gets float16 functions of their own where a constant
-        # differs once rounded, and bfloat16 ones as the NumPy module computes bfloat16 there
-        # (_output_bf16); overloads chosen by a tag type (each 16-bit one derives from the others')
+        # An op whose NumPy module computes float16 in float16 (no convention, or a preset whose
+        # half is "half": NumPy's float16 with the constants rounded to float16, np.maximum's first
+        # of equal values) gets float16 functions of their own where they print differently, and
+        # under a preset bfloat16 ones as the NumPy module computes bfloat16 there (_output_bf16);
+        # overloads chosen by a tag type (each 16-bit one derives from the others')
         tag_types, tag_arg = [], ""
         variants = []  # (printed functions, storage type, tag, rounding function's lines)
-        if op.convention and not op.half_in_float:
+        if not op.half_in_float and not op.spec.strategy.expression:  # (as the cpu backend's)
             variants = [(printed("float", half=True), "sg_half", "sg_half_tag", [
-                "// float16 under this preset: its constants, products and sums rounded to float16,",
-                "// as NumPy's float16 computes them",
+                "// float16 as the NumPy module computes it: its constants, products and sums rounded",
+                "// to float16, as NumPy's float16 computes them",
                 "__device__ __forceinline__ float sg_hround(const float v) {",
                 "  return sg_half_to_float(sg_float_to_half(v));",
                 "}"]), (printed("float", bf16=True), "sg_bfloat16", "sg_bfloat16_tag", [
@@ -319,7 +320,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                 "// as the NumPy module computes them (as the framework does)",
                 "__device__ __forceinline__ float sg_bround(const float v) {",
                 "  return sg_bfloat16_to_float(sg_float_to_bfloat16(v));",
-                "}"])]
+                "}"])][:2 if op.convention else 1]  # bfloat16 without one: widened, rounded once
             variants = [v for v in variants if v[0] != real_types[0]]
         if variants:
             for rt in real_types:

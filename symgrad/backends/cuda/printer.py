@@ -125,6 +125,11 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
             return f"sg_bround({_bare(text)})"
         return f"sg_hround({_bare(text)})" if self._settings["half_constants"] else text
 
+    def _half_only(self, text: str) -> str:
+        # a quotient or a function's value rounded to float16 as NumPy's float16 computes it (the
+        # bfloat16 functions' NumPy module rounds products, sums and quotients)
+        return f"sg_hround({_bare(text)})" if self._settings["half_constants"] else text
+
     def _print_Mul(self, expr, *args, **kwargs):
         return self._half_rounded(super()._print_Mul(expr, *args, **kwargs))
 
@@ -135,16 +140,17 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         # the operations the NumPy module prints (SymPy's NumPy printer): x**2 as x*x (np.square,
         # exact), x**(1/2) as sqrt, x**(-1/2) as 1/sqrt (so -inf at -0.0, as 1/np.sqrt), x**-1 as
         # 1/x, any other power as pow, never cbrt (NaN for x < 0, as np.power, where cbrt is real)
-        base = self.parenthesize(expr.base, 50, strict=True)
+        # (half_constants: each operation's value rounded to float16, as NumPy's float16 does)
+        base, r = self.parenthesize(expr.base, 50, strict=True), self._half_only
         if expr.exp == 2:
-            return f"({base}*{base})"
+            return r(f"({base}*{base})")
         if expr.exp in (sp.S.Half, -sp.S.Half):
-            root = f"{'sqrtf' if self.real_type == 'float' else 'sqrt'}({self._print(expr.base)})"
-            return root if expr.exp > 0 else f"{self._literal(1.0)}/{root}"
+            root = r(f"{'sqrtf' if self.real_type == 'float' else 'sqrt'}({self._print(expr.base)})")
+            return root if expr.exp > 0 else r(f"{self._literal(1.0)}/{root}")
         if expr.exp == -1:
-            return f"{self._literal(1.0)}/{base}"
+            return r(f"{self._literal(1.0)}/{base}")
         fn = "powf" if self.real_type == "float" else "pow"
-        return f"{fn}({self._print(expr.base)}, {self._print(expr.exp)})"
+        return r(f"{fn}({self._print(expr.base)}, {self._print(expr.exp)})")
 
     # comparisons and Booleans (ConditionPrinter, with C's operators)
     def _print_IeeeNot(self, expr):
@@ -177,7 +183,7 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
         return f"({self._print(cond)} ? {self._print(a)} : {self._print(b)})"
 
     def _print_Quotient(self, expr):
-        return f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}"
+        return self._half_only(f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}")
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the compute type
@@ -191,7 +197,11 @@ class CudaPrinter(ConditionPrinter, C99CodePrinter):
 
     def _fold(self, args, rel):
         # np.maximum/np.minimum exactly: a when a is NaN or beats b strictly, else b (so NaN
-        # propagates, and of two equal values, +0 and -0 included, the second is returned)
+        # propagates, and of two equal values, +0 and -0 included, the second is returned); in
+        # float16 (half_constants) a when a is NaN or beats or equals b: NumPy's float16 maximum
+        # and minimum return the first of equal values (np.maximum(+0, -0) is +0 there)
+        if self._settings["half_constants"]:
+            rel += "="
         out = self._print(args[0])
         for a in args[1:]:
             b = self._print(a)
