@@ -296,3 +296,34 @@ def test_more_than_32_dims_is_a_value_error(load, op, args):
         module.forward(*[x] * args)
     y, saved = module.forward(*[np.ones((1,) * 32)] * args)  # 32 still works
     assert y.ndim in (0, 32)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_an_output_larger_than_memory_is_a_value_error(load, backend):
+    """A broadcast view (8 bytes of memory) whose output, gradient or intermediates would take
+    8 TB: one ValueError naming the input and the machine's memory, before anything is made (relu
+    tried to allocate 7.28 TiB, MemoryError; logsumexp hung); inputs broadcasting to such an
+    output, an adaptive output_size, an unpooling whose input fits and output does not; a view that fits is
+    computed."""
+    import math
+    import os
+    huge = (10**6, 10**6)
+    if 8 * 10**12 <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"):
+        pytest.skip("this machine holds 8 TB")
+    view = np.broadcast_to(np.ones(1), huge)
+    n = math.isqrt(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 16)  # n*n float64 fit, 4*n*n do not
+    calls = [("relu", {}, (view,)), ("logsumexp", {"dim": -1}, (view,)), ("amax", {"dim": 0}, (view,)),
+             ("max_pool2d", {"kernel_size": 2}, (view[None, None],)),
+             ("maximum", {}, (np.ones((10**6, 1)), np.ones((1, 10**6)))), ("maximum", {}, (view, view)),
+             ("adaptive_max_pool2d", {"output_size": huge}, (np.ones((1, 1, 2, 2)),)),
+             ("max_unpool2d", {"kernel_size": 2}, (np.broadcast_to(np.ones(1), (1, 1, n, n)),
+                                                   np.broadcast_to(np.zeros(1, np.int64), (1, 1, n, n))))]
+    for op, params, args in calls:
+        module = load(op, backend=backend, **params)
+        with pytest.raises(ValueError) as info:
+            module.forward(*args)
+        msg = str(info.value)
+        size = 8 * 4 * n * n if op == "max_unpool2d" else 8 * 10**12
+        assert "\n" not in msg and "memory" in msg and f"{size} bytes" in msg, (op, msg)
+    y, _ = load("relu", backend=backend).forward(np.broadcast_to(np.full(1, -2.0), (1000, 1000)))
+    np.testing.assert_array_equal(y, np.zeros((1000, 1000)))

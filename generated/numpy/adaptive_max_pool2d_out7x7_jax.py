@@ -99,6 +99,8 @@ def _as_input(name: str, value) -> np.ndarray:
                         f"got dtype {array.dtype}")
     if array.ndim > 32:  # NumPy's broadcasting (np.broadcast, nditer) stops at 32
         raise ValueError(f"{OP}: {name} must have at most 32 dims, got {array.ndim}")
+    _check_fits(f"{name} of shape", array.shape, array.dtype, "the arrays computed from it (its output, "
+                "its gradient) would not fit; a broadcast view is not computed lazily")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
@@ -138,17 +140,23 @@ def _check_saved(saved) -> None:
                     and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
                 raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
                                 f"got {_shown(value)}")
-            size = saved.dtype.itemsize
-            for n in value:
-                size *= n
-            if size > _memory():
-                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
-                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
-                                 f"that forward saw")
+            _check_fits(f"saved.{name}", value, saved.dtype, "not the shape of an array that forward saw")
         elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
             raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
         elif isinstance(value, np.ndarray) and value.ndim > 32:
             raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _check_fits(what: str, shape: tuple, dtype, why: str) -> None:
+    """A ValueError where an array of this shape and dtype would take more than this machine's
+    memory, before anything of its size is made (a broadcast view's output or gradient; a forged
+    shape)."""
+    size = np.dtype(dtype).itemsize
+    for n in shape:
+        size *= n
+    if size > 2**30 and size > _memory():  # (no system call for the sizes any machine holds)
+        raise ValueError(f"{OP}: {what} {shape} would take {size} bytes, more than this machine's "
+                         f"memory ({_memory()} bytes): {why}")
 
 
 def _memory() -> int:
@@ -390,6 +398,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     _check_rank(x)
     batched, axes, out_batched, out_shape = _layout(x.shape)
+    _check_fits("the output of shape", out_shape, x.dtype, "output_size makes more than it holds")
     xb = x.reshape(batched)
     offsets = list(np.ndindex(*(a.extent for a in axes)))
     planes, windows = batched[0] * batched[1], int(np.prod(out_batched[2:]))

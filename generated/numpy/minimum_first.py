@@ -83,6 +83,8 @@ def _as_input(name: str, value) -> np.ndarray:
                         f"got dtype {array.dtype}")
     if array.ndim > 32:  # NumPy's broadcasting (np.broadcast, nditer) stops at 32
         raise ValueError(f"{OP}: {name} must have at most 32 dims, got {array.ndim}")
+    _check_fits(f"{name} of shape", array.shape, array.dtype, "the arrays computed from it (its output, "
+                "its gradient) would not fit; a broadcast view is not computed lazily")
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))  # byte-swapped: compute natively
     return array
@@ -122,17 +124,23 @@ def _check_saved(saved) -> None:
                     and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)):
                 raise TypeError(f"{OP}: saved.{name} must be a tuple of at most 32 sizes (ints >= 0), "
                                 f"got {_shown(value)}")
-            size = saved.dtype.itemsize
-            for n in value:
-                size *= n
-            if size > _memory():
-                raise ValueError(f"{OP}: saved.{name} {value} would take {size} bytes, more than this "
-                                 f"machine's memory ({_memory()} bytes): not the shape of an array "
-                                 f"that forward saw")
+            _check_fits(f"saved.{name}", value, saved.dtype, "not the shape of an array that forward saw")
         elif name != "dtype" and value is not None and not isinstance(value, np.ndarray):
             raise TypeError(f"{OP}: saved.{name} must be an ndarray, got {_described(value)}")
         elif isinstance(value, np.ndarray) and value.ndim > 32:
             raise ValueError(f"{OP}: saved.{name} must have at most 32 dims, got {value.ndim}")
+
+
+def _check_fits(what: str, shape: tuple, dtype, why: str) -> None:
+    """A ValueError where an array of this shape and dtype would take more than this machine's
+    memory, before anything of its size is made (a broadcast view's output or gradient; a forged
+    shape)."""
+    size = np.dtype(dtype).itemsize
+    for n in shape:
+        size *= n
+    if size > 2**30 and size > _memory():  # (no system call for the sizes any machine holds)
+        raise ValueError(f"{OP}: {what} {shape} would take {size} bytes, more than this machine's "
+                         f"memory ({_memory()} bytes): {why}")
 
 
 def _memory() -> int:
@@ -214,10 +222,11 @@ def _forward(output_of, a, b) -> tuple[np.ndarray, Saved]:
     b = _as_input("b", b)
     dtype = np.result_type(a, b)
     try:
-        np.broadcast_shapes(a.shape, b.shape)
+        shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
         raise ValueError(f"{OP}: inputs a and b must broadcast together, got shapes "
                          f"{a.shape} and {b.shape}") from None
+    _check_fits("the output of shape", shape, dtype, "the inputs broadcast to more than it holds")
     output = output_of(a, b, dtype)
     return output, Saved(a, b, output.shape, dtype)
 
