@@ -92,7 +92,8 @@ _ADAPTIVE_TORCH = Preset("first", "last_nan", note=(
 _FRACTIONAL_TORCH = Preset("first", "last_nan", note=(
     "PyTorch fractional_max_pool*d (CPU kernels FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = "
     "-inf, maxIndex = the window's first element, with `val > maxVal || isnan(val)` (first tie in "
-    "scan order wins, the last NaN wins); backward `gradInput[index] += gradOutput` in output order"))
+    "scan order wins, the last NaN wins); backward `gradInput[index] += gradOutput` in output "
+    "order, in the input's dtype"), bfloat16_adds="bfloat16")
 
 TORCH = {
     "maximum": Preset("split", "each", zeros="first", note=(

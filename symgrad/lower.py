@@ -396,7 +396,7 @@ def _lower_window(d: Derivation) -> WindowKernel:
     # windows that never overlap (Kind.disjoint: maxout); elsewhere the terms are added into +0
     written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
-    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive") else "float32"
+    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive", "fractional") else "float32"
     grad_order = op.grad_order if kind.geometry == "adaptive" else "output"
     return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,

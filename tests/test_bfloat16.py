@@ -186,6 +186,23 @@ def test_overlapping_windows_add_in_bfloat16_as_pytorch(name, params, shape):
         _check(name, m, _torch_pool(name, params), [x], g)
 
 
+@pytest.mark.parametrize("spatial", [2, 3])
+def test_overlapping_fractional_windows_add_in_bfloat16_as_pytorch(spatial):
+    """PyTorch's fractional_max_pool2d/3d backward (gradInput[index] += gradOutput in bfloat16)
+    adds overlapping windows' gradients in output order, each add rounded: so does the preset.
+    The windows' arithmetic is exact here (stride (9 - 3) / (4 - 1) = 2, samples multiples of 1/4):
+    PyTorch computes it in bfloat16 for a bfloat16 input, which can move a window elsewhere."""
+    name, out = f"fractional_max_pool{spatial}d", (4,) * spatial
+    m = symgrad.load(name, convention="torch", kernel_size=3, output_size=out)
+    rng = np.random.default_rng(9)
+    for x, g in _overlapping_inputs(rng, (2, 2) + (9,) * spatial, lambda x: (2, 2) + out):
+        samples = rng.choice([0.0, 0.25, 0.5, 0.75], size=(2, 2, spatial)).astype(BF16)
+        fn = lambda t: getattr(F, name)(t, 3, output_size=out, _random_samples=_to_torch(samples))  # noqa: E731
+        y, saved = m.forward(x, samples)
+        (got, none), (want_y, (want,)) = m.backward(g, saved), _torch_run(fn, [x], g)
+        assert none is None and _bits(y) == _bits(want_y) and got.dtype == BF16 and _bits(got) == _bits(want)
+
+
 @pytest.mark.parametrize("name,params,shape", OVERLAPPING[:3], ids=[o[0] for o in OVERLAPPING[:3]])
 def test_overlapping_windows_add_in_bfloat16_as_jax(name, params, shape):
     """XLA's select_and_scatter (JAX's max pooling VJP) adds in bfloat16 in output order too, a

@@ -34,7 +34,7 @@
 // Convention 'torch': PyTorch fractional_max_pool*d (CPU kernels
 //     FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = -inf, maxIndex = the window's first
 //     element, with `val > maxVal || isnan(val)` (first tie in scan order wins, the last NaN
-//     wins); backward `gradInput[index] += gradOutput` in output order.
+//     wins); backward `gradInput[index] += gradOutput` in output order, in the input's dtype.
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the

@@ -33,7 +33,7 @@ NaN rule 'last_nan': a NaN always takes over and a number never takes over from 
 Convention 'torch': PyTorch fractional_max_pool*d (CPU kernels
     FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = -inf, maxIndex = the window's first
     element, with `val > maxVal || isnan(val)` (first tie in scan order wins, the last NaN
-    wins); backward `gradInput[index] += gradOutput` in output order.
+    wins); backward `gradInput[index] += gradOutput` in output order, in the input's dtype.
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of

@@ -33,7 +33,7 @@ NaN rule 'last_nan': a NaN always takes over and a number never takes over from 
 Convention 'torch': PyTorch fractional_max_pool*d (CPU kernels
     FractionalMaxPool2d.cpp/3d.cpp): scan from maxVal = -inf, maxIndex = the window's first
     element, with `val > maxVal || isnan(val)` (first tie in scan order wins, the last NaN
-    wins); backward `gradInput[index] += gradOutput` in output order.
+    wins); backward `gradInput[index] += gradOutput` in output order, in the input's dtype.
 """
 
 from __future__ import annotations
@@ -433,12 +433,50 @@ def jvp(tangent_x, tangent_random_samples, saved: Saved) -> np.ndarray:
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 
+def _winner_positions(saved: Saved) -> tuple:
+    """(the flat position of each window's winner in its (N, C) plane of the input, per plane and
+    window (row-major); the size of a plane)."""
+    view = _saved_view(saved)
+    return _winners(saved.index, view), math.prod(view.plane_shape)
+
+
+def _backward_bf16(grad_output, saved: Saved) -> tuple:
+    """backward of a bfloat16 op (saved widened to float32, grad_output's values bfloat16 ones):
+    each input element's gradient starts from +0 and its windows' gradients are added in output
+    order, each add rounded to bfloat16, as the framework's kernel adds them (grad_input[winner] +=
+    grad_output in bfloat16); a padding winner's gradient is dropped."""
+    import ml_dtypes  # present: a bfloat16 array came in
+
+    grad_output = _check_backward(grad_output, saved)
+    position, size = _winner_positions(saved)
+    kept = position.reshape(-1) >= 0
+    target = (position + np.arange(position.shape[0], dtype=np.intp)[:, None] * size).reshape(-1)[kept]
+    terms = grad_output.reshape(-1)[kept]
+    order = np.argsort(target, kind="stable")  # each element's windows, in output order
+    target, terms = target[order], terms[order]
+    first = np.ones(target.size, dtype=bool)  # where an element's run of windows starts
+    np.not_equal(target[1:], target[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    rank = np.arange(target.size) - np.repeat(starts, np.diff(np.append(starts, target.size)))
+    grad = np.zeros(position.shape[0] * size, dtype=np.float32)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    for r in range(int(rank.max(initial=-1)) + 1):  # the r-th window of every element at once
+        at = rank == r
+        t = target[at]
+        with np.errstate(invalid="ignore"):  # inf - inf: NaN, as the framework adds it
+            grad[t] = (grad[t] + terms[at]).astype(bf16)
+    return (grad.reshape(saved.input_shape),) + (None,) * (len(INPUTS) - 1)  # (fractional: samples get None)
+
+
 # ----------------------------------------------------------------------------- bfloat16
 # bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
 # kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32
 # code above, and each result rounded once to bfloat16 (to nearest, ties to even).  saved keeps
 # bfloat16 arrays and dtype.  Where bfloat16 meets float32 or float64 (elementwise inputs) the
 # result is the wider type, and a bfloat16 input still gets a bfloat16 gradient.
+# Under this preset a bfloat16 gradient is added up in bfloat16 instead, as the framework
+# does: _backward_bf16 (above) adds each window's gradient to its winner's in output
+# order, each add rounded to bfloat16.
 DTYPE_INPUTS = ('x',)  # the inputs whose dtype is the output's
 _float_forward, _float_backward, _float_jvp = forward, backward, jvp
 
@@ -509,7 +547,7 @@ def forward(x, random_samples):
     # under a bfloat16 op the other float inputs (random samples) are read in bfloat16, as PyTorch
     wide = [_widened(name, v) if name in DTYPE_INPUTS or not whole else _through(name, v, bf16)
             for name, v in zip(INPUTS, inputs)]
-    output, saved = _float_forward(*wide)
+    output, saved = (_float_forward if whole else _float_forward)(*wide)
     if whole:
         output = (_rounded(output[0], bf16),) + output[1:] if isinstance(output, tuple) else \
             _rounded(output, bf16)
@@ -524,8 +562,10 @@ def backward(grad_output, saved):
     wide, bf16, whole, fields = _widened_saved(saved)
     if bf16 is None:
         return _float_backward(_widened("grad_output", grad_output), saved)
-    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
-                            _widened("grad_output", grad_output), wide)
+    if whole:
+        grads = _backward_bf16(_through("grad_output", grad_output, bf16), wide)
+    else:
+        grads = _float_backward(_widened("grad_output", grad_output), wide)
     return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
 
 

@@ -775,7 +775,7 @@ def _backward_bf16(grad_output, saved: Saved) -> tuple:
         t = target[at]
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, as the framework adds it
             grad[t] = (grad[t] + terms[at]).astype(bf16)
-    return (grad.reshape(saved.input_shape),)
+    return (grad.reshape(saved.input_shape),) + (None,) * (len(INPUTS) - 1)  # (fractional: samples get None)
 
 
 # ----------------------------------------------------------------------------- bfloat16
