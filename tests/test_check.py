@@ -166,7 +166,7 @@ def test_report_and_errors():
     m = symgrad.load("maximum", ties="last")
     report = symgrad.check(_altered(m, lambda grads, xs, g: grads), np.array([1.0]), np.array([1.0]), ties="first")
     text = str(report)
-    assert "1 tied windows" in text and "tie of 2" in text and "input 0 at [0]" in text
+    assert "1 tied windows" in text and "2 elements tied" in text and "input 0 at [0]" in text
     with pytest.raises(ValueError, match="ties must be one of first, last, split, all"):
         symgrad.check(m, np.ones(2), np.ones(2), ties="middle")
     with pytest.raises(TypeError, match="fn must be a generated module"):
