@@ -741,3 +741,27 @@ def test_constant_parts_are_exact_in_the_cpu_module():
     assert not mismatch(out, np.maximum(x, zero) + y * s), (out, np.maximum(x, zero) + y * s)
     assert not mismatch(gx, np.array([1.0 if w == 0 else 0.0 for w in winners])), gx
     assert not mismatch(gy, np.full_like(y, s)), gy
+
+
+@pytest.mark.parametrize("settings", [{"convention": "torch"}, {"convention": "jax"}, {"ties": "last"}],
+                         ids=["torch", "jax", "last"])
+def test_float16_write_backward_equals_numpy_for_every_half_gradient(settings):
+    """The write-form backward (windows that tile the input) makes float16 gradients on the bits,
+    with no conversion to float and back per element: every half as grad_output (+-0, subnormals,
+    +-inf and every NaN among them) gets the NumPy module's bits, a NaN where it gives a NaN (the
+    cpu backend rounds every NaN to the quiet NaN of its sign, as its float16 conversion does)."""
+    m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2, **settings)
+    reference = symgrad.load("max_pool2d", kernel_size=2, **settings)
+    x = np.random.default_rng(0).standard_normal((2, 8, 128, 131)).astype(np.float16)  # 66,560 windows
+    x[0, 0, :2, :4] = np.nan
+    x[0, 1] = -0.0
+    y, saved = m.forward(x, threads=1)
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    assert y.size >= every.size
+    for shift in (0, 3):  # each half at two window positions
+        g = np.roll(np.resize(every, y.shape), shift)
+        (got,) = m.backward(g, saved, threads=1)
+        (want,) = reference.backward(g, reference.forward(x)[1])
+        nan = np.isnan(want)
+        assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+        assert np.isnan(got[nan]).all()
