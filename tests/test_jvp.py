@@ -225,7 +225,7 @@ def test_bad_tangents():
     _, saved = module.forward(x)
     with pytest.raises(ValueError, match=r"tangent_x must have its input's shape \(1, 4, 4\)"):
         module.jvp(np.zeros((1, 4, 5)), saved)
-    with pytest.raises(TypeError, match="tangent_x must be an array of float16, float32 or float64"):
+    with pytest.raises(TypeError, match="tangent_x must be an array of float16, bfloat16, float32 or float64"):
         module.jvp(np.zeros((1, 4, 4), dtype=np.int64), saved)
     with pytest.raises(TypeError, match="saved must be the Saved value"):
         module.jvp(x, (1, 2))

@@ -61,7 +61,7 @@ ELEMENTWISE_CFLAGS = CFLAGS + ("-fno-tree-pre",)
 
 def cflags(op: Op) -> tuple[str, ...]:
     """The compiler's flags for an op's source (its header states them, its loader uses them)."""
-    return ELEMENTWISE_CFLAGS if op.spec.kind in ("elementwise", "expression") else CFLAGS
+    return ELEMENTWISE_CFLAGS if op.spec.strategy.lowering in ("elementwise", "expression") else CFLAGS
 
 
 # (name in kernel names, storage type, compute type, load, store): float16 as its bits, computed in float
