@@ -356,23 +356,25 @@ _TORCH_VECTOR_BYTES = 32
 
 def _cascade(terms: np.ndarray) -> np.ndarray:
     """SumKernel.cpp's multi_row_sum along axis 0 (every other axis a separate sum): runs of
-    2**p terms (p >= 4) summed from +0, the runs' sums carried up to 4 levels."""
+    2**p terms (p >= 4) each summed from +0 in order (cumsum is sequential; a -0 it leaves
+    becomes +0 where it is added to the next level, which never holds -0), the runs' sums
+    carried up to 4 levels."""
     size = terms.shape[0]
     power = max(4, (size - 1).bit_length() // 4 if size > 2 else 0)
     step, mask = 1 << power, (1 << power) - 1
+    runs = size // step
+    run_sums = np.cumsum(terms[:runs * step].reshape((runs, step) + terms.shape[1:]), axis=1)[:, -1]
     acc = [np.zeros(terms.shape[1:], dtype=terms.dtype) for _ in range(4)]
-    i = 0
-    while i + step <= size:
-        for _ in range(step):
-            acc[0] = acc[0] + terms[i]
-            i += 1
-        for j in range(1, 4):
+    for r in range(runs):
+        acc[1] = acc[1] + run_sums[r]
+        done = (r + 1) * step  # the terms summed so far
+        for j in range(2, 4):
+            if done & (mask << ((j - 1) * power)):
+                break
             acc[j] = acc[j] + acc[j - 1]
             acc[j - 1] = np.zeros_like(acc[j - 1])
-            if i & (mask << (j * power)):
-                break
-    for k in range(i, size):
-        acc[0] = acc[0] + terms[k]
+    if runs * step < size:
+        acc[0] = np.cumsum(terms[runs * step:], axis=0)[-1]
     return acc[0] + acc[1] + acc[2] + acc[3]
 
 
