@@ -39,6 +39,9 @@ class Preset:
     bfloat16_adds: str = "float32"
     # adaptive windows: the order in which an element's windows' gradients are added (GRAD_ORDERS)
     grad_order: str = "output"
+    # reductions (amax/amin): how jvp (the derivative of backward in grad_output) adds a slice's
+    # terms (TANGENT_SUMS)
+    tangent_sum: str = "weights"
 
 
 ZERO_RULES = {
@@ -74,6 +77,15 @@ BFLOAT16_ADDS = {
     "bfloat16": "from +0 in output order (row-major), each add rounded to bfloat16, as PyTorch's "
                 "CPU pooling kernels (`grad_input[maxindex] += grad_output` in BFloat16) and XLA's "
                 "select_and_scatter in bfloat16 add them (max pooling with one winner per window)",
+}
+
+
+TANGENT_SUMS = {
+    "weights": "each element's weight (backward's, the tangent in place of grad_output) added up "
+               "along the slice in row order",
+    "torch": "sum(tangent * hit) in the order of PyTorch's CPU at::sum (SumKernel.cpp's cascade "
+             "sum, 32-byte vectors), then divided by the count once, as the "
+             "derivative of PyTorch's (g / count) * mask in g",
 }
 
 
@@ -121,9 +133,9 @@ TORCH = {
         "x*0 and g*0 (NaN at x = -inf and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(
         "torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN; forward fabs (+0 at -0)")),
-    "amax": Preset("split", "nan", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
+    "amax": Preset("split", "nan", tangent_sum="torch", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
                    "slice holding NaN gets NaN everywhere"),
-    "amin": Preset("split", "nan", note="torch.amin: as amax"),
+    "amin": Preset("split", "nan", tangent_sum="torch", note="torch.amin: as amax"),
     "max": Preset("split", "dominate", note=(
         "torch.max(x) without dim: evenly_distribute_backward: g / count to each element equal to "
         "the max, and where the max is NaN, g / count to each NaN element (0 elsewhere): the NaNs "

@@ -128,6 +128,10 @@ class WindowKernel:
     bfloat16_adds: str = "float32"
     # adaptive windows: the order an element's windows' gradients are added (conventions.GRAD_ORDERS)
     grad_order: str = "output"
+    # reductions under conventions.TANGENT_SUMS "torch": jvp adds this term (hit times the tangent,
+    # in GRAD_OUTPUT and HIT) along each slice in PyTorch's at::sum order, then divides the sum by
+    # the count once; None: jvp adds the weights
+    tangent_term: sp.Expr | None = None
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -398,9 +402,13 @@ def _lower_window(d: Derivation) -> WindowKernel:
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
     bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive", "fractional") else "float32"
     grad_order = op.grad_order if kind.geometry == "adaptive" else "output"
+    # the sum, then one division, where the weight is (g / count) * hit (the split as arithmetic)
+    split_arithmetic = sel.form == "mask" and sel.weight == Quotient(GRAD_OUTPUT, COUNT) * HIT
+    tangent_term = HIT * GRAD_OUTPUT if (op.tangent_sum == "torch" and kind.geometry == "reduction"
+                                         and split_arithmetic) else None
     return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,
-                        grad_order)
+                        grad_order, tangent_term)
 
 
 # ----------------------------------------------------------------------------- linearity

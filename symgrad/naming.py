@@ -140,6 +140,8 @@ def canonical(op: Op, backend: str) -> dict:
         out["gradient"] = op.gradient
     if op.half_in_float:
         out["half_in_float"] = True
+    if op.tangent_sum != "weights":
+        out["tangent_sum"] = op.tangent_sum
     return out
 
 

@@ -126,6 +126,8 @@ class Op:
     bfloat16_adds: str = "float32"
     # adaptive windows: the order an element's windows' gradients are added (conventions.GRAD_ORDERS)
     grad_order: str = "output"
+    # reductions: how jvp adds a slice's terms (conventions.TANGENT_SUMS)
+    tangent_sum: str = "weights"
 
     @property
     def name(self) -> str:
@@ -322,8 +324,9 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     grad_start = preset.grad_start if preset and not spec.strategy.elementwise else "+0"
     bfloat16_adds = preset.bfloat16_adds if preset else "float32"
     grad_order = preset.grad_order if preset else "output"
+    tangent_sum = preset.tangent_sum if preset else "weights"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order)
+            zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order, tangent_sum)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

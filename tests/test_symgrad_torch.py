@@ -522,3 +522,41 @@ def test_torch_compile_traces_the_cpu_backends_ops(monkeypatch):
     torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-12, atol=1e-12)
     for a, b in zip(got, eager):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("choice", ["numpy", "cpu"])
+def test_amax_double_backward_is_pytorchs_bit_for_bit(monkeypatch, choice):
+    """amax/amin under the torch preset: the gradient of the gradient in grad_output (backward's
+    derivative, the module's jvp) equals PyTorch's bit for bit: PyTorch differentiates
+    (g / count) * mask, so its sum(v * mask) is at::sum's (cascade sum: vector lanes, four
+    interleaved partial sums, blocks of columns) and one division by the count follows.  Tie-heavy
+    float32/float64 input, dims -1 and 0, rows shorter and longer than a vector, column counts on
+    both sides of a block of vectors; the NumPy module and the cpu backend."""
+    if choice == "cpu" and not _compiler():
+        pytest.skip("no C compiler: the cpu backend is not available")
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
+    rng = np.random.default_rng(14)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (inputs this small are summed on one thread anyway)
+    try:
+        for name, reference in (("amax", torch.amax), ("amin", torch.amin)):
+            for dim, shapes in ((-1, [(6, 3), (5, 9), (4, 17), (3, 40), (2, 75)]),
+                                (0, [(9, 6), (40, 3), (7, 37), (5, 70), (17, 3, 5)])):
+                f = st.op(name, dim=dim, convention="torch")
+                monkeypatch.setattr(f, "_cpu", {})  # the choice made from now on
+                for shape in shapes:
+                    x0 = rng.integers(0, 3, size=shape).astype(np.float64)  # ties everywhere
+                    g0 = rng.standard_normal(np.amax(x0, axis=dim).shape)
+                    v0 = rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, size=shape)
+                    for dtype in (torch.float32, torch.float64):
+                        assert (f._backend([torch.zeros(1, dtype=dtype)])[0] is not f.module) == (choice == "cpu")
+                        got = []
+                        for fn in (f, lambda t: reference(t, dim)):
+                            x = torch.tensor(x0, dtype=dtype, requires_grad=True)
+                            g = torch.tensor(g0, dtype=dtype, requires_grad=True)
+                            (gx,) = torch.autograd.grad(fn(x), x, g, create_graph=True)
+                            (gg,) = torch.autograd.grad(gx, g, torch.tensor(v0, dtype=dtype))
+                            got.append(gg.numpy().tobytes())
+                        assert got[0] == got[1], (name, dim, shape, dtype)
+    finally:
+        torch.set_num_threads(threads)

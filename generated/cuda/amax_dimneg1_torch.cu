@@ -5,7 +5,7 @@
 // convention: torch
 // tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 // NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-// key: 4472f49f73e95578760c
+// key: 8dffd0fe41ecd5b3a297
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amax forward and backward under the tie policy 'split'.
@@ -154,6 +154,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_hit(v, extremum): an element attains its window's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
+// sg_term(grad_output, v, extremum): element v's term of jvp's sum, which is divided by the count once
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
   return (sg_isnan(best) || best > v) ? best : v;
 }
@@ -164,6 +165,10 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   const bool hit = sg_hit(v, extremum);
   return hit*(grad_output) / (count);
 }
+__device__ __forceinline__ float sg_term(const float grad_output, const float v, const float extremum) {
+  const bool hit = sg_hit(v, extremum);
+  return grad_output*hit;
+}
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
   return (sg_isnan(best) || best > v) ? best : v;
 }
@@ -173,6 +178,10 @@ __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
 __device__ __forceinline__ double sg_weight(const double grad_output, const double v, const double extremum, const double count) {
   const bool hit = sg_hit(v, extremum);
   return hit*(grad_output) / (count);
+}
+__device__ __forceinline__ double sg_term(const double grad_output, const double v, const double extremum) {
+  const bool hit = sg_hit(v, extremum);
+  return grad_output*hit;
 }
 
 // ---------------------------------------------------------------------------- kernels
@@ -236,9 +245,9 @@ __device__ __forceinline__ void jvp_kernel(const T* __restrict__ tangent_x,
     const acc extremum = tr::load(output[r]);
     acc sum = 0;
     for (long long k = 0; k < n; ++k) {
-      sum += sg_weight(tr::load(tangent_x[r * n + k]), tr::load(x[r * n + k]), extremum, (acc)count[r]);
+      sum += sg_term(tr::load(tangent_x[r * n + k]), tr::load(x[r * n + k]), extremum);
     }
-    out[r] = tr::store(sum);
+    out[r] = tr::store(sum / (acc)count[r]);
   }
 }
 

@@ -5,7 +5,7 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 4472f49f73e95578760c
+# key: 8dffd0fe41ecd5b3a297
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 

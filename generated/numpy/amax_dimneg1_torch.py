@@ -5,7 +5,7 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 91835c0d54d43aa50af0
+# key: 0355de357fcf13fc7aa6
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 
@@ -343,6 +343,88 @@ def _weight(grad_output, hit, count, extremum):
     return hit*(grad_output) / (count)
 
 
+def _term(grad_output, hit):
+    """An element's term of jvp's sum, which is divided by the count once (TANGENT_SUMS "torch")."""
+    return grad_output*hit
+
+
+# the width of the vectors of PyTorch's CPU sum kernel in bytes: its AVX2 code (AVX512 machines run
+# it too: SumKernel.cpp's REGISTER_DISPATCH registers no AVX512 variant) and its scalar fallback
+# (Vectorized of 32 bytes) alike; at::sum's order depends on it
+_TORCH_VECTOR_BYTES = 32
+
+
+def _cascade(terms: np.ndarray) -> np.ndarray:
+    """SumKernel.cpp's multi_row_sum along axis 0 (every other axis a separate sum): runs of
+    2**p terms (p >= 4) each summed from +0 in order (cumsum is sequential; a -0 it leaves
+    becomes +0 where it is added to the next level, which never holds -0), the runs' sums
+    carried up to 4 levels."""
+    size = terms.shape[0]
+    power = max(4, (size - 1).bit_length() // 4 if size > 2 else 0)
+    step, mask = 1 << power, (1 << power) - 1
+    runs = size // step
+    run_sums = np.cumsum(terms[:runs * step].reshape((runs, step) + terms.shape[1:]), axis=1)[:, -1]
+    acc = [np.zeros(terms.shape[1:], dtype=terms.dtype) for _ in range(4)]
+    for r in range(runs):
+        acc[1] = acc[1] + run_sums[r]
+        done = (r + 1) * step  # the terms summed so far
+        for j in range(2, 4):
+            if done & (mask << ((j - 1) * power)):
+                break
+            acc[j] = acc[j] + acc[j - 1]
+            acc[j - 1] = np.zeros_like(acc[j - 1])
+    if runs * step < size:
+        acc[0] = np.cumsum(terms[runs * step:], axis=0)[-1]
+    return acc[0] + acc[1] + acc[2] + acc[3]
+
+
+def _row_sum(terms: np.ndarray) -> np.ndarray:
+    """SumKernel.cpp's row_sum along axis 0: four interleaved cascades, the leftover terms added
+    to the first, then the four added in order."""
+    quarter = terms.shape[0] // 4
+    parts = _cascade(terms[:4 * quarter].reshape((quarter, 4) + terms.shape[1:]))
+    total = parts[0]
+    for k in range(4 * quarter, terms.shape[0]):
+        total = total + terms[k]
+    return total + parts[1] + parts[2] + parts[3]
+
+
+def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray:
+    """Each window's terms (kept..., n) added up in the order of PyTorch's CPU at::sum over dims
+    of a contiguous tensor of input_shape, one thread (cascade_sum): along a contiguous slice of at
+    least a vector, the vectors' lanes (each a row_sum over the vectors), then the leftover terms
+    and the lanes added to +0 in order; a shorter one, a row_sum; a strided slice (the dims after
+    it, C elements, are kept), a cascade for the columns that fill whole blocks of 4 vectors (4
+    elements where C is under a vector), else a row_sum.  Reduced dims that are not adjacent: in
+    row order (not PyTorch's)."""
+    shape = [s for s in input_shape]
+    reduced = [d for d in dims if shape[d] != 1]
+    n = terms.shape[-1]
+    flat = np.moveaxis(terms.reshape((-1, n)), -1, 0)  # (n, windows)
+    if reduced and reduced != list(range(reduced[0], reduced[-1] + 1)):
+        out = flat[0] if n else np.zeros(flat.shape[1:], dtype=terms.dtype)
+        for k in range(1, n):
+            out = out + flat[k]
+        return (out + 0).reshape(terms.shape[:-1])
+    width = _TORCH_VECTOR_BYTES // terms.dtype.itemsize
+    inner = int(np.prod([s for d, s in enumerate(shape) if not reduced or d > reduced[-1]], dtype=np.int64))
+    if inner == 1 and n >= width:
+        lanes = _row_sum(flat[:n // width * width].reshape((n // width, width) + flat.shape[1:]))
+        out = np.zeros(flat.shape[1:], dtype=terms.dtype)
+        for k in range(n // width * width, n):
+            out = out + flat[k]
+        for lane in lanes:
+            out = out + lane
+    elif inner == 1:
+        out = _row_sum(flat)
+    else:
+        block = 4 * width if inner >= width else 4
+        column = np.arange(flat.shape[1]) % inner
+        whole = column < inner // block * block
+        out = np.where(whole, _cascade(flat), _row_sum(flat))
+    return (out + 0).reshape(terms.shape[:-1])  # (added into a zero-filled output: -0 becomes +0)
+
+
 
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
@@ -366,15 +448,17 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
 
 
 def jvp(tangent_x, saved: Saved) -> np.ndarray:
-    """Return the output's tangent for a tangent of x: each slice's weights (backward's, with the tangent of each element in place of grad_output) summed along it (the
+    """Return the output's tangent for a tangent of x: each slice's tangent times its hits, added up in the order of PyTorch's CPU at::sum and divided by the count once (the
     transpose of backward: <jvp(t), g> == <t, backward(g)>)."""
     tangent = _as_tangent("tangent_x", tangent_x, saved)
     view = _saved_view(saved)
     # NaN, silently: 0 / 0 where a window has no hit (its count is 0 under this NaN
     #   rule); inf * 0 where an element is not hit
     with np.errstate(divide="ignore", invalid="ignore"):
-        weights = _weight(_gathered(tangent, view), *_hits(saved, view))
-    out = _summed(weights, saved.dtype, view)
+        hit, count, _ = _hits(saved, view)
+        # the terms added in PyTorch's at::sum order, then divided by the count once
+        terms = _term(_gathered(tangent, view).astype(count.dtype), hit)
+        out = _torch_sum(terms, view.input_shape, view.dims) / count[..., 0]
     return np.asarray(out, dtype=saved.dtype).reshape(saved.output_shape)
 
 

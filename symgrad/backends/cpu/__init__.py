@@ -36,8 +36,8 @@ from ..common import (docstring, expression_docstring, expression_header, grad_s
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from ..numpy import _bfloat16_context, computes_bfloat16
 from ..numpy import context as numpy_context
-from ..numpy import numpy_partials
-from ..numpy.printer import numpy_integer_code
+from ..numpy import TORCH_TANGENT_SUM_DOC, numpy_partials
+from ..numpy.printer import numpy_code, numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -751,6 +751,11 @@ def _reduction_context(art: Artifacts) -> dict:
         # jvp's sum starts from its first term, as NumPy's cumsum (a -0 first term stays -0)
         "jvp_sum": "k ? sum + w : w", "jvp_sum_doc": "from the first term, as NumPy's cumsum (a -0 first term stays -0)",
         "window_order": "row order", "threads_over": "the reduced slices (the rows)",
+        # jvp under TANGENT_SUMS "torch": the NumPy module's terms and sum in at::sum's order,
+        # placed in the loader (the two backends add in one order)
+        "numpy_hit": numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
+        "tangent_term": numpy_code(kernel.tangent_term, select=True) if kernel.tangent_term is not None else "",
+        **({"jvp_doc": TORCH_TANGENT_SUM_DOC} if kernel.tangent_term is not None else {}),
         "typedefs": [],
         "saved": _signatures(arrays if scan else [], arrays),
         "selection_doc": selection_doc, "real_types": real_types,

@@ -95,6 +95,11 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                        f"gradient of element v of a window", "{rt}", "sg_weight",
                        (GRAD_OUTPUT, V, EXTREMUM, *count), sel.weight,
                        (f"const bool {HIT} = sg_hit(v, extremum);",))]
+        if kernel.tangent_term is not None:  # conventions.TANGENT_SUMS "torch": jvp divides once
+            functions.append(_CFunction("sg_term(grad_output, v, extremum): element v's term of jvp's "
+                                        "sum, which is divided by the count once", "{rt}", "sg_term",
+                                        (GRAD_OUTPUT, V, EXTREMUM), kernel.tangent_term,
+                                        (f"const bool {HIT} = sg_hit(v, extremum);",)))
     real_types = []
     for rt in CUDA_REAL_TYPES:
         real_types.append({"name": rt, "functions": [
@@ -105,6 +110,10 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
            # the mask form's lines that count each window's hits, where the weight shares the gradient
            "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
            "selection_doc": [f.doc for f in functions],
+           # reductions' jvp: the weights added up, or (TANGENT_SUMS "torch") the terms added up in
+           # row order (not at::sum's: the NumPy and cpu backends' order) and divided once
+           "tangent_term": kernel.tangent_term is not None,
+           "jvp_out": "sum / (acc)count[r]" if kernel.tangent_term is not None else "sum",
            "padding_takes_part": "true" if kernel.padding_takes_part else "false",
            # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
            "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",

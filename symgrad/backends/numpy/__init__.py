@@ -300,6 +300,7 @@ def context(art: Artifacts) -> dict:
         fold_out=fold("out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
+        tangent_term=numpy_code(kernel.tangent_term, select=True) if kernel.tangent_term is not None else "",
         padding_takes_part=kernel.padding_takes_part,
         grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
@@ -324,6 +325,8 @@ def context(art: Artifacts) -> dict:
     ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
     ctx["saved_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
     ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
+    if kernel.tangent_term is not None:  # (conventions.TANGENT_SUMS "torch")
+        ctx["form_doc"]["jvp"] = TORCH_TANGENT_SUM_DOC
     # window.py.jinja's plan, gather.py.jinja's view
     ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
@@ -453,6 +456,11 @@ _FORM_DOCS = {
                 "mask": "each slice's weights (backward's, with the tangent of each element in place of "
                         "grad_output) summed along it"}},
 }
+
+
+# jvp's docstring phrase under conventions.TANGENT_SUMS "torch" (a reduction's mask form)
+TORCH_TANGENT_SUM_DOC = ("each slice's tangent times its hits, added up in the order of PyTorch's CPU "
+                         "at::sum and divided by the count once")
 
 
 # window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
