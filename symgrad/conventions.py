@@ -42,6 +42,9 @@ class Preset:
     # reductions (amax/amin): how jvp (the derivative of backward in grad_output) adds a slice's
     # terms (TANGENT_SUMS)
     tangent_sum: str = "weights"
+    # elementwise with broadcasting: how a broadcast input's gradient is summed back to its shape
+    # (BROADCAST_SUMS)
+    broadcast_sum: str = "numpy"
 
 
 ZERO_RULES = {
@@ -88,6 +91,13 @@ TANGENT_SUMS = {
              "derivative of PyTorch's (g / count) * mask in g",
 }
 
+BROADCAST_SUMS = {
+    "numpy": "NumPy's sum (pairwise) over the broadcast dims, in at least float32, rounded once",
+    "torch": "the order of PyTorch's autograd, at::sum_to: one CPU at::sum over the leading and "
+             "the broadcast dims (SumKernel.cpp's cascade sum in its TensorIterator's dim order, "
+             "32-byte vectors), in at least float32, rounded once",
+}
+
 
 _POOL_TORCH = Preset("first", "last_nan", note=(
     "PyTorch max_pool*d: scan with `val > maxval || isnan(val)` (first tie in scan order wins, the "
@@ -112,8 +122,10 @@ TORCH = {
         "torch.maximum: where(a == b, g/2, g), 0 where a < b: a tie is split 1/2-1/2, and a NaN "
         "operand gives BOTH operands the whole g. Forward of +0 and -0: the scalar code path "
         "returns the first operand, SIMD lanes the second (PyTorch contradicts itself); this "
-        "preset follows the scalar path")),
-    "minimum": Preset("split", "each", zeros="first", note="torch.minimum: as maximum, mirrored"),
+        "preset follows the scalar path. A broadcast input's gradient: at::sum_to's order"),
+        broadcast_sum="torch"),
+    "minimum": Preset("split", "each", zeros="first", broadcast_sum="torch",
+                      note="torch.minimum: as maximum, mirrored"),
     "relu": Preset("last", "keep", "reversed", gradient="nested", zeros="first", note=(
         "F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0, g at NaN; written "
         "max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0)")),

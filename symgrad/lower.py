@@ -85,6 +85,8 @@ class ElementwiseKernel:
     broadcast: bool  # several inputs: gradients are summed back to each input's shape
     adjoints: tuple[Assign, ...] = ()  # expressions: g_<node> = dy/d<node> * grad_output, outermost first
     wrt: tuple[str, ...] | None = None  # expressions: the inputs whose gradients backward returns
+    # broadcast: how a broadcast input's gradient is summed back (conventions.BROADCAST_SUMS)
+    broadcast_sum: str = "numpy"
 
 
 @dataclass(frozen=True)
@@ -382,6 +384,7 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         grads=grads,
         saved=tuple(str(s) for s in d.inputs),
         broadcast=len(d.inputs) > 1,
+        broadcast_sum=op.broadcast_sum if len(d.inputs) > 1 else "numpy",
     )
 
 

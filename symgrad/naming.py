@@ -142,6 +142,8 @@ def canonical(op: Op, backend: str) -> dict:
         out["half_in_float"] = True
     if op.tangent_sum != "weights":
         out["tangent_sum"] = op.tangent_sum
+    if op.broadcast_sum != "numpy":
+        out["broadcast_sum"] = op.broadcast_sum
     return out
 
 

@@ -128,6 +128,9 @@ class Op:
     grad_order: str = "output"
     # reductions: how jvp adds a slice's terms (conventions.TANGENT_SUMS)
     tangent_sum: str = "weights"
+    # elementwise with broadcasting: how a broadcast input's gradient is summed
+    # (conventions.BROADCAST_SUMS)
+    broadcast_sum: str = "numpy"
 
     @property
     def name(self) -> str:
@@ -325,8 +328,10 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     bfloat16_adds = preset.bfloat16_adds if preset else "float32"
     grad_order = preset.grad_order if preset else "output"
     tangent_sum = preset.tangent_sum if preset else "weights"
+    broadcast_sum = preset.broadcast_sum if preset else "numpy"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
-            zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order, tangent_sum)
+            zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order, tangent_sum,
+            broadcast_sum)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

@@ -389,14 +389,38 @@ def _row_sum(terms: np.ndarray) -> np.ndarray:
     return total + parts[1] + parts[2] + parts[3]
 
 
+def _line_sum(flat: np.ndarray, contiguous: bool, width: int) -> np.ndarray:
+    """SumKernel.cpp's sum along axis 0 of flat (n, outputs) where the reduced dim is innermost:
+    along a contiguous slice of at least a vector, the vectors' lanes (each a row_sum over the
+    vectors), then the leftover terms and the lanes added to +0 in order (vectorized_inner_sum);
+    else a row_sum (scalar_inner_sum)."""
+    n = flat.shape[0]
+    if not (contiguous and n >= width):
+        return _row_sum(flat)
+    lanes = _row_sum(flat[:n // width * width].reshape((n // width, width) + flat.shape[1:]))
+    out = np.zeros(flat.shape[1:], dtype=flat.dtype)
+    for k in range(n // width * width, n):
+        out = out + flat[k]
+    for lane in lanes:
+        out = out + lane
+    return out
+
+
+def _column_sum(flat: np.ndarray, inner: int, width: int) -> np.ndarray:
+    """SumKernel.cpp's sum along axis 0 of flat (n, outputs) of a strided slice (the dims after
+    it, inner elements, are kept): a cascade for the columns that fill whole blocks of 4 vectors
+    (4 elements where inner is under a vector: vectorized_outer_sum, scalar_outer_sum), else a
+    row_sum."""
+    block = 4 * width if inner >= width else 4
+    whole = np.arange(flat.shape[1]) % inner < inner // block * block
+    return np.where(whole, _cascade(flat), _row_sum(flat))
+
+
 def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray:
     """Each window's terms (kept..., n) added up in the order of PyTorch's CPU at::sum over dims
-    of a contiguous tensor of input_shape, one thread (cascade_sum): along a contiguous slice of at
-    least a vector, the vectors' lanes (each a row_sum over the vectors), then the leftover terms
-    and the lanes added to +0 in order; a shorter one, a row_sum; a strided slice (the dims after
-    it, C elements, are kept), a cascade for the columns that fill whole blocks of 4 vectors (4
-    elements where C is under a vector), else a row_sum.  Reduced dims that are not adjacent: in
-    row order (not PyTorch's)."""
+    of a contiguous tensor of input_shape, one thread (cascade_sum): _line_sum along the last
+    dims, _column_sum along others.  Reduced dims that are not adjacent: in row order (not
+    PyTorch's)."""
     shape = [s for s in input_shape]
     reduced = [d for d in dims if shape[d] != 1]
     n = terms.shape[-1]
@@ -408,20 +432,7 @@ def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray
         return (out + 0).reshape(terms.shape[:-1])
     width = _TORCH_VECTOR_BYTES // terms.dtype.itemsize
     inner = int(np.prod([s for d, s in enumerate(shape) if not reduced or d > reduced[-1]], dtype=np.int64))
-    if inner == 1 and n >= width:
-        lanes = _row_sum(flat[:n // width * width].reshape((n // width, width) + flat.shape[1:]))
-        out = np.zeros(flat.shape[1:], dtype=terms.dtype)
-        for k in range(n // width * width, n):
-            out = out + flat[k]
-        for lane in lanes:
-            out = out + lane
-    elif inner == 1:
-        out = _row_sum(flat)
-    else:
-        block = 4 * width if inner >= width else 4
-        column = np.arange(flat.shape[1]) % inner
-        whole = column < inner // block * block
-        out = np.where(whole, _cascade(flat), _row_sum(flat))
+    out = _line_sum(flat, True, width) if inner == 1 else _column_sum(flat, inner, width)
     return (out + 0).reshape(terms.shape[:-1])  # (added into a zero-filled output: -0 becomes +0)
 
 

@@ -637,6 +637,7 @@ def _elementwise_context(art: Artifacts) -> dict:
         "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
         "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
         "real_types": real_types, "half_helpers": half_helpers, "dtypes": dtypes, "broadcast": kernel.broadcast,
+        "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
         "partial": any(name not in wrt for name in kernel.inputs),

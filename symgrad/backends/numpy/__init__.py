@@ -273,6 +273,7 @@ def context(art: Artifacts) -> dict:
                 (backward_wide if wide else []) + [(a.name, numpy_code(a.expr)) for a in back_inter],
                 [(a.name, numpy_code(a.expr, select=True)) for a in shared + grads])],
             broadcast=kernel.broadcast,
+            torch_sum_to=kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
             forward_quiet=_forward_quiet(kernel),
             returns=[(name, True) for name in kernel.inputs],
             gradient_values=["next(grads)" for _ in kernel.inputs],  # every input in wrt
@@ -533,6 +534,7 @@ def _expression_context(art: Artifacts) -> dict:
                                               [(a.name, numpy_code(a.expr)) for a in back_inter],
                                               [(a.name, numpy_code(a.expr)) for a in adjoints + grads])],
         "broadcast": kernel.broadcast,
+        "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
         "forward_quiet": "",
         "returns": [(name, name in wrt) for name in kernel.inputs],
         # backward's value per input where some are outside wrt: its gradient, or None
