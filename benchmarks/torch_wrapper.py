@@ -10,8 +10,8 @@ backward through symgrad.torch (autograd: forward, then backward into x.grad) ag
 and backward of the module it runs for CPU tensors (the cpu backend's where a C compiler is found,
 else the NumPy module: symgrad.bridge.module_for_cpu, $SYMGRAD_CPU_BACKEND) called directly on
 the same data (through zero-copy views), and PyTorch's own max_pool2d for scale, on the wall
-clock and in process CPU time (the fairer figure on a loaded machine; the cpu backend's OpenMP
-threads count in it too: OMP_NUM_THREADS=1 leaves them out).  Every time is the median of
+clock and in process CPU time (the fairer figure on a loaded machine).  Both sides run the cpu
+backend with the thread count symgrad.torch passes it (torch.get_num_threads(): 1 here).  Every time is the median of
 interleaved rounds (each round runs every contender once, in an order shuffled afresh each round:
 numpy_pool.round_orders) after warm-up rounds, all in this one process.  The overhead is
 symgrad.torch / that module - 1 (the target: at most 10%).
@@ -40,6 +40,7 @@ except ImportError:
 import symgrad  # noqa: E402
 import symgrad.torch as st  # noqa: E402
 from symgrad import bridge  # noqa: E402
+from symgrad.backends.cpu import framework_threads  # noqa: E402
 from numpy_pool import round_orders  # noqa: E402  (this directory is on sys.path: a script)
 
 PARAMS = {"kernel_size": 3, "stride": 2, "padding": 1}
@@ -59,13 +60,16 @@ def main() -> None:
                                    bridge.cpu_backend_choice())
     direct = ("cpu" if module is not numpy else "NumPy") + " module"
     op = st.op("max_pool2d", **PARAMS)
-    g_np = np.ones(module.forward(x_np)[0].shape, dtype=np.float32)
+    # the thread count symgrad.torch hands the cpu backend (torch.get_num_threads(), 1 here), not
+    # OpenMP's default: like with like
+    threads = framework_threads(module, torch.get_num_threads)
+    g_np = np.ones(module.forward(x_np, **threads)[0].shape, dtype=np.float32)
     x = torch.from_numpy(x_np.copy()).requires_grad_()
     g = torch.from_numpy(g_np)
 
     def module_direct():
-        _, saved = module.forward(x_np)
-        module.backward(g_np, saved)
+        _, saved = module.forward(x_np, **threads)
+        module.backward(g_np, saved, **threads)
 
     def symgrad_torch():
         x.grad = None
