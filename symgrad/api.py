@@ -159,11 +159,9 @@ def _write_entry(folder: Path, names: list, files: dict) -> Path:
             return folder
         except OSError:
             pass
-    import atexit
     import tempfile
     try:
-        private = Path(tempfile.mkdtemp(prefix="symgrad-"))  # mode 0700, this process's own
-        atexit.register(_remove_private, private, os.getpid())
+        private = _cache.temporary_directory()  # mode 0700, this process's own, removed at exit
         for n in names:
             _cache.write_entry(private / n, files[n])
     except OSError as exc:
@@ -171,13 +169,6 @@ def _write_entry(folder: Path, names: list, files: dict) -> Path:
                          f"({shown(folder)}), nor into a temporary directory "
                          f"({shown(exc.filename or tempfile.gettempdir())}: {exc.strerror or exc})") from None
     return private
-
-
-def _remove_private(folder: Path, pid: int) -> None:
-    """At exit, the private directory of a process's own modules (not from a forked child's)."""
-    if os.getpid() == pid:
-        import shutil
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- expressions
