@@ -581,7 +581,7 @@ def test_jax_preset_bfloat16_unpool_and_adaptive():
 def test_generator_rounds_numbers_to_bfloat16_as_ml_dtypes():
     """The generator's pure-Python rounding of a constant (symgrad imports no ml_dtypes) equals
     ml_dtypes' cast from float64: to nearest, ties to even, subnormals, overflow to inf."""
-    from symgrad.backends.numpy.printer import bfloat16_value
+    from symgrad.backends.printing import bfloat16_value
     rng = np.random.default_rng(0)
     values = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-45, 40, 2000),
                              [0.3, -0.1, 0.01, 1 + 2.0**-8, 1 + 3 * 2.0**-8, 3.3961e38, 3.4e38, 1e39,

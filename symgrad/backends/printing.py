@@ -6,6 +6,7 @@ through Heaviside or a subtraction (``inf - inf`` is NaN)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,6 +31,19 @@ def float_value(expr) -> float:
         except OverflowError:
             return math.inf if expr > 0 else -math.inf
     return float(expr)  # a Float: mpmath rounds to the nearest double, inf beyond the range
+
+
+def bfloat16_value(value: float) -> float:
+    """A double rounded to the nearest bfloat16 (8 significant bits, ties to even; subnormals
+    below 2**-126 in steps of 2**-133; +-inf beyond its range), as a double: the value JAX gives a
+    Python number used with a bfloat16 array.  Pure Python (the generator needs no ml_dtypes)."""
+    if value != value or value in (math.inf, -math.inf) or value == 0:
+        return value
+    step = max(math.frexp(value)[1] - 8, -133)  # the bfloat16 spacing at value
+    out = round(math.ldexp(value, -step)) * 2.0 ** step  # round(): ties to even, exact scaling
+    if abs(out) >= 2.0 ** 128:
+        return math.copysign(math.inf, value)
+    return math.copysign(out, value) if out == 0 else out
 
 
 class ConditionPrinter:

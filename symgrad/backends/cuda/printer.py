@@ -15,8 +15,7 @@ import sympy as sp
 from sympy.printing.c import C99CodePrinter
 
 from ..printing import ConditionPrinter
-from ..numpy.printer import bfloat16_value
-from ..printing import float_value
+from ..printing import bfloat16_value, float_value
 from ..printing import bare as _bare
 from ..printing import Arithmetic, atom, integer_code
 from ..printing import operand as _operand

@@ -12,7 +12,7 @@ import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
 from ..printing import ConditionPrinter
-from ..printing import float_value
+from ..printing import bfloat16_value, float_value
 from ..printing import bare as _bare
 from ..printing import python_integer_code as numpy_integer_code  # noqa: F401 (the backend's name)
 from ..printing import operand as _operand
@@ -20,19 +20,6 @@ from ..printing import operand as _operand
 
 _EXACT = 2 ** 53  # integers up to this size are doubles exactly
 _EXACT_BF16 = 2 ** 8  # and bfloat16 values
-
-
-def bfloat16_value(value: float) -> float:
-    """A double rounded to the nearest bfloat16 (8 significant bits, ties to even; subnormals
-    below 2**-126 in steps of 2**-133; +-inf beyond its range), as a double: the value JAX gives a
-    Python number used with a bfloat16 array.  Pure Python (the generator needs no ml_dtypes)."""
-    if value != value or value in (math.inf, -math.inf) or value == 0:
-        return value
-    step = max(math.frexp(value)[1] - 8, -133)  # the bfloat16 spacing at value
-    out = round(math.ldexp(value, -step)) * 2.0 ** step  # round(): ties to even, exact scaling
-    if abs(out) >= 2.0 ** 128:
-        return math.copysign(math.inf, value)
-    return math.copysign(out, value) if out == 0 else out
 
 
 def _float_literal(value: float) -> str:
