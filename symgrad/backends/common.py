@@ -57,13 +57,23 @@ def generator_line() -> str:
     return f"{GENERATOR_LINE}{generator_hash()}"
 
 
+# the template folders every backend's environment reaches besides its own: the layer below the
+# backends (backends/README.md).  ``host/``: the Python that every backend's module or loader
+# holds (argument checks, Saved, layouts, bfloat16); ``cfamily/``: what the C and CUDA sources
+# share; ``common/``: the Python pieces not yet moved into host/
+SHARED_TEMPLATES = {"host": _PKG / "backends" / "host" / "templates",
+                    "cfamily": _PKG / "backends" / "cfamily" / "templates",
+                    "common": _PKG / "backends" / "templates"}
+
+
 @functools.lru_cache(maxsize=None)
 def environment(prefix: str, directory: Path) -> jinja2.Environment:
     """The Jinja environment of one package's templates (a backend's ``templates/``, the docs'),
-    named ``<prefix>/<file>`` in get_template and in includes; ``common/<file>`` are the pieces of
-    Python that several backends' modules hold (``backends/templates/``)."""
-    loaders = {prefix: jinja2.FileSystemLoader(str(directory)),
-               "common": jinja2.FileSystemLoader(str(_PKG / "backends" / "templates"))}
+    named ``<prefix>/<file>`` in get_template and in includes, with the shared folders
+    (SHARED_TEMPLATES) as ``host/<file>``, ``cfamily/<file>`` and ``common/<file>``.  A backend
+    reaches its own templates and the shared ones, never another backend's."""
+    loaders = {prefix: jinja2.FileSystemLoader(str(directory))}
+    loaders.update({name: jinja2.FileSystemLoader(str(path)) for name, path in SHARED_TEMPLATES.items()})
     return jinja2.Environment(
         loader=jinja2.PrefixLoader(loaders),
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
