@@ -26,8 +26,9 @@ BACKENDS = _backends.NAMES
 _PKG = Path(__file__).resolve().parent
 
 
-def _check_backend(backend: object) -> str:
-    return _backends.get(backend).name
+def _check_backend(backend: object) -> _backends.Backend:
+    """The backend called backend, resolved once here and carried down (backends.get)."""
+    return _backends.get(backend)
 
 
 def list_ops() -> dict:
@@ -70,7 +71,7 @@ def generate(op: str, out: str | os.PathLike, ties: str | None = None, backend: 
     """Write op's generated module into directory ``out``; return the path of its Python module
     (for backend="cuda" the CuPy loader; the .cu kernel source is written beside it)."""
     check_names(op, params, SETTINGS + ("backend", "force"))
-    _check_backend(backend)
+    backend = _check_backend(backend)
     out = check_out(out)
     spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
     return write_all(render(spec, backend), out, force)
@@ -116,25 +117,25 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
     check_names(op, params, ("backend",) + SETTINGS)
-    _check_backend(backend)
+    backend = _check_backend(backend)
     return _load(resolve(op, ties, convention=convention, nan=nan, order=order, **params), backend)
 
 
-def _load(spec, backend: str) -> ModuleType:
-    key = naming.key(spec, backend)
+def _load(spec, backend: _backends.Backend) -> ModuleType:
+    key = naming.key(spec, backend.name)
     with _LOCK:
         if key in _LOADED:
             return _LOADED[key]
-        names = list(_backends.get(backend).file_names(spec))
+        names = list(backend.file_names(spec))
         catalog = catalog_dir()
         sources = None
         if catalog:  # the committed catalog, if it holds exactly this op (every file)
-            got = [_cache.read_keyed(catalog / backend / n, key) for n in names]
+            got = [_cache.read_keyed(catalog / backend.name / n, key) for n in names]
             if all(g is not None for g in got):
-                folder, sources = catalog / backend, got
+                folder, sources = catalog / backend.name, got
         if sources is None:
             # the folder also names the generator's code: a module made by other code is not reused
-            folder = cache_dir() / backend / f"{key}-{generator_hash()}"
+            folder = cache_dir() / backend.name / f"{key}-{generator_hash()}"
             got = [_cache.read_entry(folder / n, key) for n in names]  # None unless intact
             if any(g is None for g in got):
                 files = render(spec, backend)
@@ -190,7 +191,7 @@ def load_expr(expr: str, name: str | None = None, backend: str = "numpy", inputs
 
     forward(*inputs) -> (output, saved); backward(grad_output, saved) -> one entry per input, in
     input order: its gradient (summed back to its shape), or None for an input not in wrt."""
-    _check_backend(backend)
+    backend = _check_backend(backend)
     op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
     return _load(op, backend)
 
@@ -199,7 +200,7 @@ def generate_expr(expr: str, out: str | os.PathLike, name: str, backend: str = "
                   inputs=None, wrt=None, ties: str | None = None, convention: str | None = None,
                   nan: str | None = None, force: bool = False) -> Path:
     """Write an expression's module NAME_<policy>.py (or its CUDA files) into ``out``."""
-    _check_backend(backend)
+    backend = _check_backend(backend)
     out = check_out(out)
     if name is None:
         raise TypeError("generate_expr needs name= (a lowercase identifier for the module), "

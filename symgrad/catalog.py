@@ -6,6 +6,7 @@ from pathlib import Path
 
 from . import pages as _pages
 from .backends import COMPLETE as BACKENDS  # every entry is generated for each complete backend
+from .backends import get as backend_named
 from .catalog_entries import CATALOG_FILE, entries  # noqa: F401 (the list, read by docs too)
 from .backends.common import CATALOG_GENERATOR, GENERATOR_LINE, generator_hash
 from .files import has_provenance
@@ -17,7 +18,7 @@ def render_all() -> dict[str, str]:
     files = {}
     for op in entries():
         for backend in BACKENDS:
-            for name, source in render(op, backend).items():
+            for name, source in render(op, backend_named(backend)).items():
                 files[f"{backend}/{name}"] = _catalog_header(source)
     files.update(_pages.catalog_files(entries()))  # docs/: a page (+ picture) per entry, an index
     return files

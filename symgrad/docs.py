@@ -45,7 +45,7 @@ from .indicators import Indicator, literal_values
 from .ops import Op
 from .printers import LatexPrinter, latex
 from .backends.common import cli_arguments, environment, settings_lines
-from . import derivations, pipeline
+from . import backends, derivations, pipeline
 
 FORMATS = ("text", "markdown", "latex")
 # no double hyphen inside: it would end an XML comment early
@@ -215,7 +215,7 @@ def module_for(op: Op):
     """(module, source, file name): the op's generated NumPy module, executed in memory."""
     key = naming.key(op, "numpy")
     if key not in _MODULES:
-        ((name, source),) = pipeline.render(op, "numpy").items()
+        ((name, source),) = pipeline.render(op, backends.get("numpy")).items()
         modname = f"symgrad_docs.{name[:-3]}_{key}"
         mod = types.ModuleType(modname)
         mod.__file__ = name

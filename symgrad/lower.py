@@ -844,3 +844,21 @@ def _lower_logsumexp(d: Derivation) -> LogSumExpKernel:
 # the lowering of each op kind (Kind.lowering)
 LOWERINGS = {"elementwise": _lower_elementwise, "window": _lower_window,
              "expression": lower_expression, "scatter": _lower_scatter, "logsumexp": _lower_logsumexp}
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What every backend gets for one op: the derivation (for the docstring), the lowered kernel
+    (for the code: every decision made) and what the kernel is (piecewise linear: the jvp is also
+    double backward).  The lowering makes it (``artifacts``); the backends only read it."""
+
+    op: "Op"
+    derivation: Derivation
+    kernel: object  # ElementwiseKernel | WindowKernel | UnpoolKernel | LogSumExpKernel
+    piecewise_linear: bool
+
+
+def artifacts(d: Derivation) -> Artifacts:
+    """Lower a derivation into what the backends render."""
+    kernel = lower(d)
+    return Artifacts(d.op, d, kernel, piecewise_linear(kernel))

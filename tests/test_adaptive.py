@@ -237,11 +237,12 @@ CUDA_CASES = [("adaptive_max_pool1d", {"output_size": 7}, [(2, 3, 3)]),  # out >
 @pytest.fixture(scope="module")
 def fake_cupy_adaptive(tmp_path_factory):
     import cuda_harness as harness
+    from symgrad import backends
     from symgrad.pipeline import render
     if harness.find_cxx() is None:
         pytest.skip("no C++ compiler: the CPU execution harness needs one")
     cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("cuda-adaptive"))
-    sources = [next(s for n, s in render(resolve(op, ties, **params), "cuda").items() if n.endswith(".cu"))
+    sources = [next(s for n, s in render(resolve(op, ties, **params), backends.get("cuda")).items() if n.endswith(".cu"))
                for op, params, _ in CUDA_CASES for ties in ("first", "split")]
     harness.build_many(sources, cache)
     return harness.fake_cupy(cache)

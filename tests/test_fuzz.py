@@ -797,15 +797,15 @@ def test_fuzz_expressions_only_value_and_type_errors_escape(text, ties):
     import types
 
     from symgrad import expr as _expr
-    from symgrad import pipeline
+    from symgrad import backends, pipeline
     _count("expressions")
     try:
         op, _ = _expr.make_op(text, ties=ties)
     except (ValueError, TypeError) as exc:
         assert "\n" not in str(exc), str(exc)
         return
-    files = pipeline.render(op, "numpy")
-    pipeline.render(op, "cuda")
+    files = pipeline.render(op, backends.get("numpy"))
+    pipeline.render(op, backends.get("cuda"))
     source = next(v for k, v in files.items() if k.endswith(".py"))
     module = types.ModuleType("fuzzed_expression")
     exec(compile(source, "fuzzed_expression", "exec"), module.__dict__)

@@ -180,6 +180,7 @@ WIDE = {"int64", "uint64", "intp"}
 def _fresh_sources() -> dict[str, str]:
     """Sources of one module of every template and selection form (scan and mask)."""
     from symgrad.ops import resolve
+    from symgrad import backends
     from symgrad.pipeline import render
     ops = [("maximum", "split", {}), ("clamp", "first", {"min": 0, "max": 6}), ("max_pool2d", "first", {"kernel_size": 3}),
            ("max_pool2d", "split", {"kernel_size": 2}), ("max_pool3d", "all", {"kernel_size": 2}),
@@ -187,7 +188,7 @@ def _fresh_sources() -> dict[str, str]:
            ("amax", "first", {}), ("amin", "split", {"dim": 1}), ("amax", "all", {"dim": (0, 1)})]
     out = {}
     for op, ties, params in ops:
-        ((name, src),) = render(resolve(op, ties, **params), "numpy").items()
+        ((name, src),) = render(resolve(op, ties, **params), backends.get("numpy")).items()
         out[name] = src
     return out
 

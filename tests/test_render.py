@@ -17,11 +17,12 @@ from symgrad.ops import resolve
 from symgrad.backends.numpy.printer import numpy_code
 from symgrad.printers import text
 from symgrad.files import PROVENANCE
+from symgrad import backends
 from symgrad.pipeline import render
 
 
 def render_numpy(op):
-    ((name, source),) = render(op, "numpy").items()
+    ((name, source),) = render(op, backends.get("numpy")).items()
     return name, source
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     for name, lab, op in jobs:
         for backend in names:
             try:
-                files = render(op, backend)
+                files = render(op, backends.get(backend))
             except (TypeError, ValueError) as exc:
                 refused.append(f"{backend} {name} {lab}: {type(exc).__name__}: {exc}")
                 continue

@@ -1,29 +1,62 @@
-"""The backends, one module each (printer configuration, template contexts, file names), behind
-one registry.  A backend is ``file_names(op)`` (the importable module last) and
-``render(artifacts) -> {file name: text}``; adding one touches its module and this registry."""
+"""The backends, one package each, behind one registry (the contract and the recipe for adding one:
+backends/README.md).
+
+A backend package holds its printer (``printer.py``; the NumPy backend prints with the host
+layer's), its configuration (``file_names(op)``, the importable module last, and
+``render(artifacts) -> {file name: text}``, which picks templates by the lowered kernel's form)
+and its own templates (``templates/``).  What several backends share lives one level down, never
+in another backend: ``common.py`` (headers, docstrings, the template environment),
+``printing.py`` (what every printer shares), ``host/`` (the Python side every backend emits) and
+``cfamily/`` (what the C and CUDA backends share).
+
+A name is resolved once, by ``get``, into a ``Backend`` that the pipeline carries down.  Adding a
+backend touches its package and ``REGISTRY``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import cpu, cuda, numpy
+
+if TYPE_CHECKING:
+    from ..lower import Artifacts
+    from ..ops import Op
 
 
 @dataclass(frozen=True)
 class Backend:
+    """One backend: its name (the CLI's --backend, the cache's and catalog's folder), a line of
+    help for the CLI, and its package."""
+
     name: str
-    help: str  # one line for the CLI
-    file_names: Callable  # (op) -> tuple of file names, the importable module last
-    render: Callable  # (pipeline.Artifacts) -> {file name: file text}
+    help: str
+    package: ModuleType
+
+    def file_names(self, op: "Op") -> tuple[str, ...]:
+        """The files it writes for op, the importable module last."""
+        return self.package.file_names(op)
+
+    def render(self, art: "Artifacts") -> dict[str, str]:
+        """{file name: file text} for the lowered op."""
+        return self.package.render(art)
+
+    @property
+    def templates(self) -> Path:
+        return Path(self.package.__file__).parent / "templates"
+
+    def __repr__(self) -> str:
+        return f"<symgrad backend {self.name!r}>"
 
 
-REGISTRY = {
-    "numpy": Backend("numpy", "a NumPy module (the default)", numpy.file_names, numpy.render),
-    "cuda": Backend("cuda", "a .cu file and its CuPy loader", cuda.file_names, cuda.render),
-    "cpu": Backend("cpu", "a .c file and its loader (compiled on first use)",
-                   cpu.file_names, cpu.render),
-}
+REGISTRY = {b.name: b for b in (
+    Backend("numpy", "a NumPy module (the default)", numpy),
+    Backend("cuda", "a .cu file and its CuPy loader", cuda),
+    Backend("cpu", "a .c file and its loader (compiled on first use)", cpu),
+)}
 NAMES = tuple(REGISTRY)
 # the backends that build every kind: the committed catalog holds these (`--backend all` writes
 # every backend, NAMES).  The cpu backend builds every kind too, but stays out of the catalog: a catalog module is loaded from generated/
