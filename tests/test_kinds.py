@@ -40,7 +40,7 @@ def test_every_op_kind_is_registered():
 def test_no_kind_name_tested_outside_the_registry():
     """`spec.kind == "pool"`, `op.spec.kind in (...)`, `OPS[name].kind != "unpool"` and the old
     tuples of kind names (STATIC_WINDOW_KINDS, SPECIAL_KINDS) are what the registry replaces.
-    lower.WindowKernel's geometry name is the kind's (Kind.geometry), not read off spec.kind."""
+    lower.WindowKernel's form of windows is the kind's (Kind.windows), not read off spec.kind."""
     pattern = re.compile(r"(spec\.kind|\]\.kind)\s*(==|!=|in\b)|STATIC_WINDOW_KINDS|SPECIAL_KINDS"
                          rf"|\bkind\s*(==|!=)\s*\"({KIND_NAMES})\"")
     found = [f"{p.relative_to(PKG)}:{i}: {line.strip()}" for p in _sources()
@@ -52,7 +52,7 @@ def test_no_kind_name_tested_outside_the_registry():
 
 def test_lowering_and_geometry_are_asked_of_the_kind():
     """derive() and lower() make each kind's derivation and kernel by what the Kind names (no flag
-    checks), and a window kind's WindowKernel carries the Kind's geometry; only kinds whose windows
+    checks), and a window kind's WindowKernel carries the Kind's form of windows; only kinds whose windows
     never overlap (Kind.disjoint) may write a winner's gradient."""
     from symgrad.derivations import derive
     from symgrad.lower import LOWERINGS, LogSumExpKernel, UnpoolKernel, WindowKernel, lower
@@ -73,9 +73,9 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
         kind = op.spec.strategy
         kernel = lower(derive(op, display=False))
         assert isinstance(kernel, types[kind.lowering]), op.name
-        assert (kind.lowering == "window") == bool(kind.geometry), op.name
+        assert (kind.lowering == "window") == bool(kind.windows), op.name
         if kind.lowering == "window":
-            assert kernel.geometry == kind.geometry, op.name
+            assert kernel.windows == kind.windows, op.name
     # maxout's windows are groups of channels: disjoint; torch's maxout writes its winner's gradient
     assert [k.name for k in kinds.KINDS.values() if k.disjoint] == ["maxout"]
     assert lower(derive(resolve("maxout", pieces=2, convention="torch"), display=False)).grad_start == "written"

@@ -71,7 +71,8 @@ def _docs_windows(op: "Op") -> str:
 
 
 # fractional pooling's presets are adaptive pooling's (torch: first, last NaN; jax: split, nan)
-FRACTIONAL = Kind("fractional", geometry="fractional", runtime_windows=True,
+FRACTIONAL = Kind("fractional", windows="sampled", runtime_windows=True,
+                  overlaps=True, plane_inputs=("samples",),
                   window_size=_window_size, static=True, window_param="kernel_size",
                   describe=_describe, backward=window_backward,
                   windows_doc=f"Windows: {FRACTIONAL_WINDOWS}.",
