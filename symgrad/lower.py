@@ -166,6 +166,10 @@ class WindowKernel:
     # unsigned type holding window + 1 values where the windows are static; None: not saved, or
     # picked by the loader at run time
     count_dtype: str | None = None
+    # where a saved index's or count's dtype is picked at run time (index_dtype or count_dtype None:
+    # the smallest unsigned type holding the window's size, which only the input gives), the dtype
+    # compiled kernels write and read it in (the loader narrows it to that type and widens it back)
+    runtime_saved_dtype: str = "int64"
 
 
 def smallest_index_dtype(n: int) -> str:

@@ -70,7 +70,8 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f32", "float", "float", "v", "v"),
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
-_C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
+_C_INTEGER_TYPES = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+                    "int64": "int64_t"}
 
 
 # ----------------------------------------------------------------------------- threads
@@ -448,8 +449,8 @@ def _pool_context(art: Artifacts) -> dict:
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel)
     count_dtype = kernel.count_dtype or ""
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
-    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
     if sel.form == "scan":
         saved_text = (f"Saved state: forward saves the winner's window-local index, one "
                       f"{kernel.index_dtype} per output; backward reads only it and grad_output "
@@ -735,7 +736,7 @@ def _reduction_context(art: Artifacts) -> dict:
         saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
                       "which elements attain each row's extremum"
                       + (", and counts them." if sel.counts else "."))
-    arrays = [("index", "int64_t")] if scan else [("x", "T"), ("output", "T")]
+    arrays = [("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")]
     return _base_context(art) | _select_parts(kernel, {
         # a fold alone (no winner; a reduction's forward saves no count) runs in SIMD lanes first:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
@@ -783,8 +784,8 @@ def _maxout_context(art: Artifacts) -> dict:
     sel = kernel.selection
     selection_doc, real_types = _selection(kernel, sel.combine)
     count_dtype = kernel.count_dtype or ""
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
-    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
     if sel.form == "scan":
         saved_text = (f"Saved state: forward saves the winner's window-local index, one "
                       f"{kernel.index_dtype} per output; backward reads only it and grad_output "
@@ -884,7 +885,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         grad_start = f"({inside}) ? -0.0 : 0"
     else:
         grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
-    arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
+    arrays = ([("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")])
     axes = range(spatial)
     # backward of a scan scatters, one plane a thread: O(outputs) work, where the gather form's
     # every element finds its holders (8x64x56x56 -> 7x7: 30 ms against PyTorch's 1 ms); gather
@@ -956,7 +957,7 @@ def _fractional_context(art: Artifacts) -> dict:
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel, sel.combine)
     scan = sel.form == "scan"
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if scan else ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if scan else ""
     if scan:
         saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
                       f"{kernel.index_dtype} per output, and the samples; backward reads only them and "

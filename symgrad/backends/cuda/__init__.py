@@ -35,8 +35,8 @@ CUDA_BLOCK = 256  # threads a block in the loader's launches
 CUDA_DTYPES = (("f16", "sg_half"), ("bf16", "sg_bfloat16"), ("f32", "float"), ("f64", "double"))
 CUDA_INDEX_TYPES = (("i32", "int"), ("i64", "long long"))
 CUDA_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: CL = true
-_C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
-               "uint64": "unsigned long long"}
+_C_INTEGER_TYPES = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+                    "uint64": "unsigned long long", "int64": "long long"}
 
 
 # what jvp does with a window, in the kernels' and the loaders' docs, by the lowered form (a scan's
@@ -131,8 +131,8 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                               "number as its winner")}
     if kernel.static_windows:
         count_dtype = kernel.count_dtype or ""
-        ctx.update(index_ctype=_C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else "",
-                   count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
+        ctx.update(index_ctype=_C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else "",
+                   count_ctype=_C_INTEGER_TYPES[count_dtype] if count_dtype else "",
                    index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
         ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
         # the kernels' constants of the selection: the scan's output rule and saved index type, the
@@ -160,7 +160,8 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
     else:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
         window = _RUNTIME_WINDOW.get(kernel.windows)
-        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"), window)
+        wide = _C_INTEGER_TYPES[kernel.runtime_saved_dtype]  # the kernels' type of what the loader narrows
+        ctx["saved"] = _saved_signature(kernel, (wide, wide), (wide, wide), window)
         ctx["saved_constants"] = ([f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  "
                                    f"// {ctx['winner_comment']}"] if sel.form == "scan" else [])
         boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))

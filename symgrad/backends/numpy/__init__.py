@@ -341,6 +341,8 @@ def context(art: Artifacts) -> dict:
         ctx["spatial"] = op.spec.spatial
     if kernel.windows in _GATHER:
         ctx["gather"] = _GATHER[kernel.windows] | {
+            # the dtype of saved.index: the lowered one, or the one the module picks at run time
+            "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
             "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
             if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
     if kernel.runtime_windows or kernel.windows in _GATHER:  # whole-row calls (gathered)
@@ -510,14 +512,12 @@ _WINDOW_TEMPLATES = {
 }
 
 # gather.py.jinja's words and signatures by the windows' form (the geometry partial gives the view
-# itself): the inputs forward takes besides x and what jvp takes for them, backward's results, the
-# dtype of saved.index
+# itself): the inputs forward takes besides x and what jvp takes for them, backward's results
 _GATHER = {
     "rows": {
         "forward_params": "x: np.ndarray", "forward_args": "x", "forward_doc": "",
         "grads": "grad_x,", "grads_type": "np.ndarray", "returns": "grad,", "backward_doc": "",
-        "jvp_params": "tangent_x, saved: Saved", "jvp_doc": "", "jvp_checks": [],
-        "index_type": "_index_dtype(view.n)"},
+        "jvp_params": "tangent_x, saved: Saved", "jvp_doc": "", "jvp_checks": []},
     "sampled": {
         "forward_params": "x: np.ndarray, random_samples: np.ndarray",
         "forward_args": "x, random_samples",
@@ -528,8 +528,7 @@ _GATHER = {
         "jvp_params": "tangent_x, tangent_random_samples, saved: Saved",
         "jvp_doc": " (tangent_random_samples must be None: the\n    windows are integers)",
         "jvp_checks": ["if tangent_random_samples is not None:",
-                       '    raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")'],
-        "index_type": "INDEX_DTYPE"},
+                       '    raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")']},
 }
 # the mask form's output of fractional pooling: the element that the running fold returns
 _FOLD_WINNER_OUTPUT = "np.take_along_axis(rows, _fold_winner(rows)[..., None], axis=-1)[..., 0]"
