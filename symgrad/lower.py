@@ -170,6 +170,13 @@ class WindowKernel:
     # the smallest unsigned type holding the window's size, which only the input gives), the dtype
     # compiled kernels write and read it in (the loader narrows it to that type and widens it back)
     runtime_saved_dtype: str = "int64"
+    # windows placed per plane by samples (Kind.sampling, Kind.sample_of): how their starts are
+    # drawn, in words; the sample that drives each spatial axis
+    sampling: str = ""
+    sample_of: tuple[int, ...] = ()
+    # mask: a window can have no hit under the NaN rule (NanRule.count_can_be_zero: comparisons
+    # with NaN false), so a count can be 0
+    count_can_be_zero: bool = False
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -450,7 +457,9 @@ def _lower_window(d: Derivation) -> WindowKernel:
     return WindowKernel(kind.windows, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,
                         grad_order, tangent_term, static_windows, kind.disjoint, kind.runtime_windows,
-                        kind.overlaps, kind.plane_inputs, count_dtype)
+                        kind.overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
+                        sample_of=kind.sample_of(op.spec.spatial) if kind.sample_of else (),
+                        count_can_be_zero=_policy.NAN_RULES[op.nan].count_can_be_zero)
 
 
 # ----------------------------------------------------------------------------- linearity

@@ -62,6 +62,10 @@ class Kind:
     # the inputs each (N, C) plane of its windows is placed by besides x, as the generated kernels
     # name them (fractional pooling's random samples: "samples")
     plane_inputs: tuple[str, ...] = ()
+    # windows placed per plane by samples: how their starts are drawn (the generated code's docs),
+    # and which sample drives each spatial axis, from the number of spatial axes
+    sampling: str = ""
+    sample_of: Callable[[int], tuple[int, ...]] | None = None
     window_size: Callable[[dict], int] | None = None  # the window derived on, from the parameters
     # the windows along each axis (symgrad.geometry: output size, starts, coordinates, holders),
     # from the parameters; None where the kind has no axis geometry (reductions, elementwise)

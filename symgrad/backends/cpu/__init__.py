@@ -31,7 +31,6 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
@@ -42,6 +41,7 @@ from ..numpy.printer import numpy_code, numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 # the compiler's flags, stated in the .c header and used by the loader: no -ffast-math and no FMA
@@ -1009,13 +1009,13 @@ def _fractional_context(art: Artifacts) -> dict:
         "backward_doc": "its winner" if scan else "its elements by their weights",
         "spatial": spatial, "axes": list(range(spatial)),
         "window": kernel.window, "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
-        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
+        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(kernel.sample_of),
         "saved": _signatures(arrays if scan else [], arrays),
         # what backward and jvp pass the kernels from saved
         "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
         "saved_doc": wrap(saved_text, 96, "  "),
         # the NumPy module's window starts (its partials, in the loader)
-        "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
+        "windows_doc": f"PyTorch's window starts along one axis, per plane: {kernel.sampling}.",
         "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
     } | dict(fractional={f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})

@@ -15,13 +15,13 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan)
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 
@@ -586,8 +586,8 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
     return box | {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
                   "box_axes": [],  # the windows' sizes are the constants K0, K1, ..., not arguments
             "kernel_size": list(op.params["kernel_size"]),
-            "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
-            "windows_doc": f"Window starts: {FRACTIONAL_WINDOWS}.",
+            "sample_of": list(kernel.sample_of),
+            "windows_doc": f"Window starts: {kernel.sampling}.",
             "saved_doc": wrap(saved, 96, "  ")} | dict(
             fractional={f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")})
 

@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ... import policy as _policy
 from ...geometry import ADAPTIVE, S
 from ...indicators import Literal
 from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, bare, integer_code
@@ -26,6 +24,7 @@ from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 
@@ -207,9 +206,9 @@ def _quiet(op, kernel: WindowKernel) -> dict:
     multiplies = any(isinstance(m, sp.Mul) and HIT in m.args for m in sp.preorder_traversal(sel.weight))
     weighted = [reason for reason, present in (
         ("0 / 0 where a window has no hit (its count is 0 under this NaN rule)",
-         divides and _policy.NAN_RULES[op.nan].count_can_be_zero),
+         divides and kernel.count_can_be_zero),
         ("g / 0 where saved was not made by forward (under this NaN rule forward's windows always "
-         "have a hit)", divides and not _policy.NAN_RULES[op.nan].count_can_be_zero),
+         "have a hit)", divides and not kernel.count_can_be_zero),
         ("inf * 0 where an element is not hit", multiplies)) if present]
     if kernel.windows == "strided":  # where a window spans more than the stride
         k, s, d = (op.params[name] for name in ("kernel_size", "stride", "dilation"))
@@ -397,8 +396,8 @@ def context(art: Artifacts) -> dict:
         arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
         ctx.update(fractional={f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
                                for f in ("alpha", "start", "last_start")})
-        ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
-        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
+        ctx["sample_of"] = repr(kernel.sample_of)
+        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {kernel.sampling}."
     ctx["imports"] = _WINDOW_TEMPLATES[kernel.windows]["imports"]
     return ctx
 
