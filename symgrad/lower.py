@@ -113,12 +113,29 @@ class Selection:
         return self.nan is None or self.nan.winner_is_output
 
 
+# what a window kernel's windows are (WindowKernel.windows, from Kind.windows), by which the
+# backends choose their templates: the op kind that has them is not the backends' business
+WINDOW_FORMS = {
+    "strided": "windows of a static size at a stride along each spatial axis, with padding and "
+               "dilation (max pooling)",
+    "blocks": "groups of consecutive channels that never overlap (maxout)",
+    "sampled": "windows of a static size at starts drawn per (N, C) plane from random samples "
+               "(fractional max pooling)",
+    "rows": "the slices along the reduced dims, one row each (amax, amin, max, min)",
+    "spans": "windows between the floor and the ceiling of the output's share of the input along "
+             "each axis, known from the input's length at run time (adaptive max pooling)",
+}
+
+
 @dataclass(frozen=True)
 class WindowKernel:
-    geometry: str  # "pool" | "maxout" | "fractional" | "reduction" | "adaptive"
+    windows: str  # the form of the windows (WINDOW_FORMS)
     window: int  # elements per window (representative size for reductions)
     selection: Selection
-    index_dtype: str | None  # scan: the saved window-local index type (static windows)
+    # scan: the saved window-local index's NumPy dtype (the smallest unsigned type holding the
+    # window's indices) where the window's size is known when the code is generated (Kind.static);
+    # None: the mask form, or a size known only at run time (the loader picks the type then)
+    index_dtype: str | None
     saved: tuple[str, ...]
     padding_takes_part: bool = False  # pooling: padding is -inf and competes (JAX) or never wins
     axes: _geometry.AxisGeometry | None = None  # the windows along each axis (None: reductions)
@@ -134,6 +151,32 @@ class WindowKernel:
     # in GRAD_OUTPUT and HIT) along each slice in PyTorch's at::sum order, then divides the sum by
     # the count once; None: jvp adds the weights
     tangent_term: sp.Expr | None = None
+    # what the backends branch on besides the form, from the Kind: the windows (their places and
+    # sizes) are known when the code is generated (Kind.static and not Kind.runtime_windows);
+    # they never overlap (Kind.disjoint); they are found at run time, per input (Kind.runtime_windows);
+    # they may overlap (Kind.overlaps: by the parameters or the input)
+    static_windows: bool = False
+    disjoint: bool = False
+    runtime_windows: bool = False
+    overlaps: bool = False
+    # the inputs an (N, C) plane's windows are placed by besides x, as the kernels name them
+    # (Kind.plane_inputs: fractional pooling's samples)
+    plane_inputs: tuple[str, ...] = ()
+    # the mask's saved count of hits (Selection.counts), as a NumPy dtype name: the smallest
+    # unsigned type holding window + 1 values where the windows are static; None: not saved, or
+    # picked by the loader at run time
+    count_dtype: str | None = None
+    # where a saved index's or count's dtype is picked at run time (index_dtype or count_dtype None:
+    # the smallest unsigned type holding the window's size, which only the input gives), the dtype
+    # compiled kernels write and read it in (the loader narrows it to that type and widens it back)
+    runtime_saved_dtype: str = "int64"
+    # windows placed per plane by samples (Kind.sampling, Kind.sample_of): how their starts are
+    # drawn, in words; the sample that drives each spatial axis
+    sampling: str = ""
+    sample_of: tuple[int, ...] = ()
+    # mask: a window can have no hit under the NaN rule (NanRule.count_can_be_zero: comparisons
+    # with NaN false), so a count can be 0
+    count_can_be_zero: bool = False
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -390,7 +433,7 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
 
 def _lower_window(d: Derivation) -> WindowKernel:
     """A window's extremum: the selection (scan or mask) from the policy and NaN rule, on the
-    windows of the kind's geometry."""
+    kind's windows (their form, WINDOW_FORMS, and what the backends branch on, from the Kind)."""
     op = d.op
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     fold = MaxOf if sel.extremum == "max" else MinOf
@@ -403,15 +446,20 @@ def _lower_window(d: Derivation) -> WindowKernel:
     # windows that never overlap (Kind.disjoint: maxout); elsewhere the terms are added into +0
     written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
-    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.geometry in ("pool", "adaptive", "fractional") else "float32"
-    grad_order = op.grad_order if kind.geometry == "adaptive" else "output"
+    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.overlaps else "float32"
+    grad_order = op.grad_order if kind.grad_orders else "output"
     # the sum, then one division, where the weight is (g / count) * hit (the split as arithmetic)
     split_arithmetic = sel.form == "mask" and sel.weight == Quotient(GRAD_OUTPUT, COUNT) * HIT
-    tangent_term = HIT * GRAD_OUTPUT if (op.tangent_sum == "torch" and kind.geometry == "reduction"
+    tangent_term = HIT * GRAD_OUTPUT if (op.tangent_sum == "torch" and kind.tangent_sums
                                          and split_arithmetic) else None
-    return WindowKernel(kind.geometry, op.window_size(), sel, index_dtype, saved,
+    static_windows = static and not kind.runtime_windows
+    count_dtype = smallest_index_dtype(op.window_size() + 1) if (sel.counts and static_windows) else None
+    return WindowKernel(kind.windows, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,
-                        grad_order, tangent_term)
+                        grad_order, tangent_term, static_windows, kind.disjoint, kind.runtime_windows,
+                        kind.overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
+                        sample_of=kind.sample_of(op.spec.spatial) if kind.sample_of else (),
+                        count_can_be_zero=_policy.NAN_RULES[op.nan].count_can_be_zero)
 
 
 # ----------------------------------------------------------------------------- linearity
@@ -844,6 +892,20 @@ def _lower_logsumexp(d: Derivation) -> LogSumExpKernel:
 # the lowering of each op kind (Kind.lowering)
 LOWERINGS = {"elementwise": _lower_elementwise, "window": _lower_window,
              "expression": lower_expression, "scatter": _lower_scatter, "logsumexp": _lower_logsumexp}
+# the kernel each lowering makes
+KERNEL_TYPES = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
+                "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel}
+
+
+def kernel_form(kernel) -> str:
+    """The form of a lowered kernel, by which a backend chooses its templates: a window kernel's
+    windows (WINDOW_FORMS), else the kernel's type ("ElementwiseKernel", "UnpoolKernel", ...)."""
+    return kernel.windows if isinstance(kernel, WindowKernel) else type(kernel).__name__
+
+
+def form_of(kind) -> str:
+    """kernel_form of the kernels an op kind (a kinds.Kind) lowers to, before any is made."""
+    return kind.windows or KERNEL_TYPES[kind.lowering].__name__
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,6 @@ from .conventions import preset_for
 from .indicators import Literal, MaxOf, MinOf
 from .kinds import FRACTIONAL_WINDOWS, KINDS, Kind  # noqa: F401 (FRACTIONAL_WINDOWS: re-exported)
 
-# which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
-# width's sample first, 3-d reads them in axis order)
-FRACTIONAL_SAMPLE_OF = {2: (1, 0), 3: (0, 1, 2)}
 MAX_WINDOW = 1024  # the largest static window (pool, maxout) symgrad derives
 MAX_INT = 2**31 - 1  # the largest size parameter: index arithmetic stays far inside int64
 

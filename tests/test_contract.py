@@ -137,7 +137,7 @@ def test_window_forms_are_not_kind_names():
         op = resolve(name, "split", **params)
         k = pipeline.build(op).kernel
         assert isinstance(k, lower.WindowKernel)
-        forms[op.spec.kind] = k.geometry
+        forms[op.spec.kind] = k.windows
     assert not set(forms.values()) & KIND_NAMES, forms
     assert len(set(forms.values())) == len(forms), forms  # each form its own code
 

@@ -432,14 +432,16 @@ def test_no_compiler_is_one_clear_error(monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------- interface and errors
 
-def test_every_kind_is_built_and_a_kind_not_built_is_refused_naming_the_ones_there_are(monkeypatch):
+def test_every_form_is_built_and_a_form_not_built_is_refused_naming_the_ones_there_are(monkeypatch):
     from symgrad.backends import cpu
-    from symgrad.ops import OPS, resolve
+    from symgrad.kinds import KINDS
+    from symgrad.lower import form_of
     from symgrad import backends
+    from symgrad.ops import resolve
     from symgrad.pipeline import render
-    assert {spec.kind for spec in OPS.values()} <= set(cpu.KINDS)  # and expressions
-    monkeypatch.setattr(cpu, "KINDS", tuple(k for k in cpu.KINDS if k != "logsumexp"))
-    with pytest.raises(ValueError, match="cpu backend builds the .* kinds? only"):
+    assert {form_of(kind) for kind in KINDS.values()} <= set(cpu.FORMS)  # every kind's, expressions too
+    monkeypatch.setattr(cpu, "FORMS", tuple(f for f in cpu.FORMS if f != "LogSumExpKernel"))
+    with pytest.raises(ValueError, match="cpu backend builds the .* forms? only"):
         render(resolve("logsumexp"), backends.get("cpu"))  # not symgrad.load: it may find the module in the cache
 
 

@@ -40,7 +40,7 @@ def test_every_op_kind_is_registered():
 def test_no_kind_name_tested_outside_the_registry():
     """`spec.kind == "pool"`, `op.spec.kind in (...)`, `OPS[name].kind != "unpool"` and the old
     tuples of kind names (STATIC_WINDOW_KINDS, SPECIAL_KINDS) are what the registry replaces.
-    lower.WindowKernel's geometry name is the kind's (Kind.geometry), not read off spec.kind."""
+    lower.WindowKernel's form of windows is the kind's (Kind.windows), not read off spec.kind."""
     pattern = re.compile(r"(spec\.kind|\]\.kind)\s*(==|!=|in\b)|STATIC_WINDOW_KINDS|SPECIAL_KINDS"
                          rf"|\bkind\s*(==|!=)\s*\"({KIND_NAMES})\"")
     found = [f"{p.relative_to(PKG)}:{i}: {line.strip()}" for p in _sources()
@@ -50,9 +50,31 @@ def test_no_kind_name_tested_outside_the_registry():
     assert found == [], "\n".join(found)
 
 
+def test_backends_choose_by_the_kernels_form_not_by_a_kind_name():
+    """The backends (symgrad/backends: numpy, cpu, cuda and what they share) choose templates and
+    code by the lowered kernel's form and flags (lower.kernel_form, WindowKernel.windows, ...): no
+    kind name as a string literal (template file names such as "pool.c.jinja" are file names), no
+    spec.kind; and a backend package takes what it knows of an op from the kernel, importing
+    neither symgrad.ops nor symgrad.policy at run time (annotations: under TYPE_CHECKING)."""
+    from symgrad.lower import WINDOW_FORMS
+    literal = re.compile(rf"""(["'])({KIND_NAMES})\1""")
+    runtime_import = re.compile(r"^from \.\.\.(ops|policy)\b|^from \.\.\. import .*\b(ops|policy)\b")
+    found = []
+    for path in sorted((PKG / "backends").rglob("*.py")):
+        name = path.relative_to(PKG)
+        package = len(name.parts) > 2  # backends/<name>/...: a backend package, not the shared level
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if literal.search(line) or "spec.kind" in line or (package and runtime_import.search(line)):
+                found.append(f"{name}:{i}: {line.strip()}")
+    assert found == [], "\n".join(found)
+    # the forms are named by what the windows are, not by the kinds that have them
+    assert not set(WINDOW_FORMS) & set(kinds.KINDS)
+    assert {k.windows for k in kinds.KINDS.values() if k.windows} == set(WINDOW_FORMS)
+
+
 def test_lowering_and_geometry_are_asked_of_the_kind():
     """derive() and lower() make each kind's derivation and kernel by what the Kind names (no flag
-    checks), and a window kind's WindowKernel carries the Kind's geometry; only kinds whose windows
+    checks), and a window kind's WindowKernel carries the Kind's form of windows; only kinds whose windows
     never overlap (Kind.disjoint) may write a winner's gradient."""
     from symgrad.derivations import derive
     from symgrad.lower import LOWERINGS, LogSumExpKernel, UnpoolKernel, WindowKernel, lower
@@ -73,9 +95,9 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
         kind = op.spec.strategy
         kernel = lower(derive(op, display=False))
         assert isinstance(kernel, types[kind.lowering]), op.name
-        assert (kind.lowering == "window") == bool(kind.geometry), op.name
+        assert (kind.lowering == "window") == bool(kind.windows), op.name
         if kind.lowering == "window":
-            assert kernel.geometry == kind.geometry, op.name
+            assert kernel.windows == kind.windows, op.name
     # maxout's windows are groups of channels: disjoint; torch's maxout writes its winner's gradient
     assert [k.name for k in kinds.KINDS.values() if k.disjoint] == ["maxout"]
     assert lower(derive(resolve("maxout", pieces=2, convention="torch"), display=False)).grad_start == "written"

@@ -317,9 +317,9 @@ def python_geometry(kernel) -> dict:
     from ..geometry import FRACTIONAL, POOL_CEIL
     from .printing import python_integer_code as py
     g = kernel.axes
-    if g is None or g.name not in ("pool", "fractional"):
+    if kernel.windows not in ("strided", "sampled"):
         return {}
-    if g.name == "fractional":
+    if kernel.windows == "sampled":
         return {"fractional_output_size": py(FRACTIONAL.output_size, {"length": "n", "ratio": "r"})}
     return {"pool_output_size": py(g.output_size),
             "pool_output_doc": "Output length exactly as PyTorch computes it (pooling_output_shape" + (

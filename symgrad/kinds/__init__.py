@@ -5,12 +5,13 @@ differs from one kind to another is there, as data and small functions, and the 
 it instead of testing kind names:
 
 * how it derives and lowers: ``elementwise`` (a max/min of pieces of the named inputs, derive.py,
-  an ElementwiseKernel), a window's extremum (derive.py, a WindowKernel of the kind's geometry),
+  an ElementwiseKernel), a window's extremum (derive.py, a WindowKernel of the kind's windows),
   ``special`` (no max/min of pieces: derive_special.py, lower.lower_special, docs_special.py) or
   ``expression`` (expr.py);
-* which lowering of ``lower.LOWERINGS`` makes its kernel (``lowering``), the name of its window
-  geometry in the lowered WindowKernel (``geometry``), whether its windows never overlap
-  (``disjoint``) or are known only at run time (``runtime_windows``);
+* which lowering of ``lower.LOWERINGS`` makes its kernel (``lowering``), the form of its windows
+  in the lowered WindowKernel (``windows``: what the windows are, lower.WINDOW_FORMS), whether
+  they never overlap (``disjoint``), may overlap (``overlaps``) or are known only at run time
+  (``runtime_windows``), which conventions apply to its sums (``grad_orders``, ``tangent_sums``);
 * its window: ``window_size(params)``, whether it is ``static`` (known when the code is generated,
   bounded by ops.MAX_WINDOW through ``window_param``), the check a representative window adds;
 * which settings it refuses (``settings``) and whether a preset decides how padding takes part;

@@ -53,7 +53,7 @@ def _docs_windows(op: "Op") -> str:
 
 
 ADAPTIVE = Kind(
-    "adaptive", geometry="adaptive", runtime_windows=True,
+    "adaptive", windows="spans", runtime_windows=True, overlaps=True, grad_orders=True,
     window_size=representative, describe=_describe, backward=window_backward,
     windows_doc="Windows: along an axis of length L with out outputs, window i covers [floor(i*L/out), "
                 "ceil((i+1)*L/out)), as PyTorch's; L is known only at run time, so the rule below is "

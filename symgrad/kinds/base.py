@@ -38,18 +38,34 @@ class Kind:
     # window's extremum: the W-form), "special" (its own rule, derive_special.py) or "expression"
     derivation: str = "pieces"
     # the lowering of lower.LOWERINGS that makes its kernel: "elementwise" (an ElementwiseKernel
-    # of its max/min nodes), "window" (a WindowKernel of the kind's geometry), "expression" (a
+    # of its max/min nodes), "window" (a WindowKernel of the kind's windows), "expression" (a
     # user's expression, node by node), "scatter" (unpooling's UnpoolKernel), "logsumexp"
     lowering: str = "window"
-    # a window kind: the name of its geometry in the lowered WindowKernel, which names the
-    # backends' templates and contexts of its windows ("" where it has no windows)
-    geometry: str = ""
+    # a window kind: the form of its windows in the lowered WindowKernel (lower.WINDOW_FORMS:
+    # what the windows are, "strided", "blocks", "sampled", "rows" or "spans"), by which the
+    # backends choose their templates ("" where it has no windows)
+    windows: str = ""
     # its windows never overlap, whatever the parameters (maxout's groups of channels): one
     # winner per window can write its gradient instead of adding it (conventions.GRAD_STARTS)
     disjoint: bool = False
     # its windows are known only at run time, per input (adaptive: from the input's length;
     # fractional: from the random samples): the backends gather each window's elements by index
     runtime_windows: bool = False
+    # its windows may overlap (by the parameters or the input): an element's gradient adds the
+    # terms of the windows holding it, which conventions.BFLOAT16_ADDS may round one by one
+    overlaps: bool = False
+    # the order an element's windows' gradients are added is a convention (conventions.GRAD_ORDERS:
+    # windows that differ in size, adaptive pooling's)
+    grad_orders: bool = False
+    # jvp's sum along a window follows conventions.TANGENT_SUMS (the reductions' slices)
+    tangent_sums: bool = False
+    # the inputs each (N, C) plane of its windows is placed by besides x, as the generated kernels
+    # name them (fractional pooling's random samples: "samples")
+    plane_inputs: tuple[str, ...] = ()
+    # windows placed per plane by samples: how their starts are drawn (the generated code's docs),
+    # and which sample drives each spatial axis, from the number of spatial axes
+    sampling: str = ""
+    sample_of: Callable[[int], tuple[int, ...]] | None = None
     window_size: Callable[[dict], int] | None = None  # the window derived on, from the parameters
     # the windows along each axis (symgrad.geometry: output size, starts, coordinates, holders),
     # from the parameters; None where the kind has no axis geometry (reductions, elementwise)

@@ -13,6 +13,9 @@ FRACTIONAL_WINDOWS = (
     "per (N, C) plane and axis, window i starts at int((i + u) * alpha) - int(u * alpha), alpha = "
     "(in - k) / (out - 1), computed in the input's dtype from that plane's sample u, the last at "
     "in - k (PyTorch's sequence); windows may overlap")
+# which of a plane's random samples drives each spatial axis (PyTorch's kernels: 2-d reads the
+# width's sample first, 3-d reads them in axis order)
+FRACTIONAL_SAMPLE_OF = {2: (1, 0), 3: (0, 1, 2)}
 EXAMPLE_SAMPLE = 0.5  # fractional pooling's worked example: every plane's sample, along every axis
 
 
@@ -71,7 +74,9 @@ def _docs_windows(op: "Op") -> str:
 
 
 # fractional pooling's presets are adaptive pooling's (torch: first, last NaN; jax: split, nan)
-FRACTIONAL = Kind("fractional", geometry="fractional", runtime_windows=True,
+FRACTIONAL = Kind("fractional", windows="sampled", runtime_windows=True,
+                  overlaps=True, plane_inputs=("samples",), sampling=FRACTIONAL_WINDOWS,
+                  sample_of=FRACTIONAL_SAMPLE_OF.__getitem__,
                   window_size=_window_size, static=True, window_param="kernel_size",
                   describe=_describe, backward=window_backward,
                   windows_doc=f"Windows: {FRACTIONAL_WINDOWS}.",

@@ -17,7 +17,7 @@ def _docs_windows(op: "Op") -> str:
             f"numbered in channel order.")
 
 
-MAXOUT = Kind("maxout", geometry="maxout", disjoint=True,
+MAXOUT = Kind("maxout", windows="blocks", disjoint=True,
               window_size=lambda params: params["pieces"], static=True,
               window_param="pieces", backward=window_backward, docs_windows=_docs_windows,
               example=_example,

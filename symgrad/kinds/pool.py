@@ -66,7 +66,7 @@ def _docs_windows(op: "Op") -> str:
             + ". Padding never wins.")
 
 
-POOL = Kind("pool", geometry="pool", window_size=_window_size, static=True,
+POOL = Kind("pool", windows="strided", overlaps=True, window_size=_window_size, static=True,
             window_param="kernel_size",
             preset_padding=True, describe=describe_static, backward=window_backward,
             conventions_family="max_pool1d", docs_windows=_docs_windows, example=_example,

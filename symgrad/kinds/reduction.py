@@ -48,6 +48,6 @@ def _docs_windows(op: "Op") -> str:
             f"every length).")
 
 
-REDUCTION = Kind("reduction", geometry="reduction", window_size=representative, settings=_settings,
+REDUCTION = Kind("reduction", windows="rows", tangent_sums=True, window_size=representative, settings=_settings,
                  describe=_describe,
                  backward=window_backward, docs_windows=_docs_windows, example=_example)

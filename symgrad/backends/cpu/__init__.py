@@ -4,14 +4,15 @@ loader with the NumPy module's interface, which compiles the .c with the system 
 first use, keeps the shared library beside the cached module (named by its source's hash) and
 calls it through ctypes on NumPy arrays.
 
-One context function per kind (``_CONTEXTS``, keyed by ``op.spec.kind``), each naming its two
-templates.  The window kinds but pooling (reductions, maxout, adaptive and fractional pooling) share
-one select-and-gather skeleton, ``select.c.jinja``, and one loader skeleton, ``loader_select.py.jinja``
-(``_select_parts``): each names only its geometry partials (``_select_<geometry>.c.jinja``,
-``_loader_<geometry>.py.jinja``) and finished strings, the scan or mask and the counting of hits
-being partials chosen from the lowered Selection.  What every kind shares is in the partials
-(``_head``, ``_includes``, ``_scalar``, ``_loader_preamble``, ``_library``).  Kinds not built yet are
-refused with a ValueError naming the ones there are."""
+One context function per form of lowered kernel (``_CONTEXTS``, keyed by ``lower.kernel_form``:
+the kernel's type, or a window kernel's windows), each naming its two templates.  The window forms
+but strided windows (rows, blocks, spans, sampled windows) share one select-and-gather skeleton,
+``select.c.jinja``, and one loader skeleton, ``loader_select.py.jinja`` (``_select_parts``): each
+names only its geometry partials (``_select_<geometry>.c.jinja``, ``_loader_<geometry>.py.jinja``)
+and finished strings, the scan or mask and the counting of hits being partials chosen from the
+lowered Selection.  What every form shares is in the partials (``_head``, ``_includes``,
+``_scalar``, ``_loader_preamble``, ``_library``).  Forms not built yet are refused with a ValueError
+naming the ones there are."""
 
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ from ... import geometry, naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
-                     backward_plan, smallest_index_dtype)
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
+                     backward_plan, form_of, kernel_form)
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
@@ -41,6 +41,7 @@ from ..numpy.printer import numpy_code, numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 # the compiler's flags, stated in the .c header and used by the loader: no -ffast-math and no FMA
@@ -61,7 +62,7 @@ ELEMENTWISE_CFLAGS = CFLAGS + ("-fno-tree-pre",)
 
 def cflags(op: Op) -> tuple[str, ...]:
     """The compiler's flags for an op's source (its header states them, its loader uses them)."""
-    return ELEMENTWISE_CFLAGS if op.spec.strategy.lowering in ("elementwise", "expression") else CFLAGS
+    return ELEMENTWISE_CFLAGS if form_of(op.spec.strategy) == ElementwiseKernel.__name__ else CFLAGS
 
 
 # (name in kernel names, storage type, compute type, load, store): float16 as its bits, computed in float
@@ -69,7 +70,8 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f32", "float", "float", "v", "v"),
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
-_C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
+_C_INTEGER_TYPES = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+                    "int64": "int64_t"}
 
 
 # ----------------------------------------------------------------------------- threads
@@ -157,11 +159,13 @@ def file_names(op: Op) -> tuple[str, ...]:
     return (source_name(op), loader_name(op))
 
 
-def check_kind(op: Op) -> None:
-    """A ValueError naming the kinds there are, for an op this backend does not build yet."""
-    if op.spec.kind not in KINDS:
-        raise ValueError(f"the cpu backend builds the {', '.join(KINDS)} kinds only so far "
-                         f"({op.name} is of kind {op.spec.kind!r}); use backend='numpy' for it")
+def check_form(op: Op) -> None:
+    """A ValueError naming the forms there are, for an op whose kernel's form (lower.form_of) this
+    backend does not build yet."""
+    if form_of(op.spec.strategy) not in FORMS:
+        raise ValueError(f"the cpu backend builds the {', '.join(FORMS)} forms only so far "
+                         f"({op.name}'s kernel is of form {form_of(op.spec.strategy)!r}); use "
+                         f"backend='numpy' for it")
 
 
 @functools.lru_cache(maxsize=1)
@@ -392,7 +396,12 @@ def _layouts() -> list[dict]:
     return [{"name": n, "cl": cl, "suffix": f"_{n}"} for n, cl in C_LAYOUTS]
 
 
-def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
+# the select skeleton's geometry partial of each form of windows (WindowKernel.windows)
+_SELECT_GEOMETRY = {"rows": "cpu/_select_reduction.c.jinja", "blocks": "cpu/_select_maxout.c.jinja",
+                    "spans": "cpu/_select_adaptive.c.jinja", "sampled": "cpu/_select_fractional.c.jinja"}
+
+
+def _select_parts(kernel: WindowKernel, ctx: dict) -> dict:
     """The context of a window kind on the one select-and-gather skeleton (templates/select.c.jinja):
     its geometry partial (_select_<geometry>), the selection partial of the lowered Selection's form
     and the counting partial (hits counted again by backward and jvp; or, where the kind's forward
@@ -401,7 +410,7 @@ def _select_parts(kernel: WindowKernel, geometry_name: str, ctx: dict) -> dict:
     saved_counts = sel.counts and "count" in ctx["saved"].get("fields", ())
     return {"template": "cpu/select.c.jinja", "loader_template": "cpu/loader_select.py.jinja",
             "param_comment": "",
-            "geometry_partial": f"cpu/_select_{geometry_name}.c.jinja",
+            "geometry_partial": _SELECT_GEOMETRY[kernel.windows],
             "selection_partial": f"cpu/_select_{sel.form}.c.jinja",
             "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja",
             "lane_helpers": [], "row_lanes": {},  # a reduction's fold in SIMD lanes (_row_lanes)
@@ -435,13 +444,13 @@ def _base_context(art: Artifacts) -> dict:
 def _pool_context(art: Artifacts) -> dict:
     """Max pooling (1d/2d/3d): windows of kernel_size over NCHW or channels-last planes."""
     op, kernel = art.op, art.kernel
-    assert isinstance(kernel, WindowKernel) and kernel.geometry == "pool"
+    assert isinstance(kernel, WindowKernel) and kernel.windows == "strided"
     sel = kernel.selection
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel)
-    count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
-    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    count_dtype = kernel.count_dtype or ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
     if sel.form == "scan":
         saved_text = (f"Saved state: forward saves the winner's window-local index, one "
                       f"{kernel.index_dtype} per output; backward reads only it and grad_output "
@@ -494,7 +503,6 @@ def _pool_context(art: Artifacts) -> dict:
                             "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
-        "pool": pool,
         "inner": _inner_rows(g, spatial - 1),
         # backward where forward saves each window's winner: write where the windows tile the
         # input (each element written once), else scatter (O(outputs) work); else gather
@@ -512,7 +520,7 @@ def _pool_context(art: Artifacts) -> dict:
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
         **python_geometry(kernel),
-    }
+    } | dict(pool=pool)
 
 
 # float16's +0 + v and its kept-or-+0 on the bits: the conversions to float and back of +0 + v leave
@@ -716,7 +724,7 @@ def _reduction_context(art: Artifacts) -> dict:
     the NumPy module's Saved and checks (its partial's macros), the kernels' saved index widened to
     int64 and narrowed back to the NumPy module's type by the loader."""
     op, kernel = art.op, art.kernel
-    assert isinstance(kernel, WindowKernel) and kernel.geometry == "reduction"
+    assert isinstance(kernel, WindowKernel) and kernel.windows == "rows"
     sel = kernel.selection
     selection_doc, real_types = _selection(kernel, sel.combine)  # the fold under the preset's zeros rule
     scan = sel.form == "scan"
@@ -728,8 +736,8 @@ def _reduction_context(art: Artifacts) -> dict:
         saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
                       "which elements attain each row's extremum"
                       + (", and counts them." if sel.counts else "."))
-    arrays = [("index", "int64_t")] if scan else [("x", "T"), ("output", "T")]
-    return _base_context(art) | _select_parts(kernel, "reduction", {
+    arrays = [("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")]
+    return _base_context(art) | _select_parts(kernel, {
         # a fold alone (no winner; a reduction's forward saves no count) runs in SIMD lanes first:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
         **({} if scan else _row_lanes(kernel)),
@@ -772,12 +780,12 @@ def _maxout_context(art: Artifacts) -> dict:
     """Maxout: windows of `pieces` consecutive channels of an (N, C, S) tensor (S the dims after C
     as one), NCS or channels-last; an element's one window is its channel group."""
     op, kernel = art.op, art.kernel
-    assert isinstance(kernel, WindowKernel) and kernel.geometry == "maxout"
+    assert isinstance(kernel, WindowKernel) and kernel.windows == "blocks"
     sel = kernel.selection
     selection_doc, real_types = _selection(kernel, sel.combine)
-    count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else ""
-    count_ctype = _C_UNSIGNED[count_dtype] if count_dtype else ""
+    count_dtype = kernel.count_dtype or ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
     if sel.form == "scan":
         saved_text = (f"Saved state: forward saves the winner's window-local index, one "
                       f"{kernel.index_dtype} per output; backward reads only it and grad_output "
@@ -794,7 +802,7 @@ def _maxout_context(art: Artifacts) -> dict:
     g = kernel.axes
     saved = _saved(kernel, index_ctype, count_ctype)
     out_shape = "(n, c // PIECES, s)" if sel.form == "scan" else "output_shape"  # a saved output-shaped array's
-    return _base_context(art) | _select_parts(kernel, "maxout", {
+    return _base_context(art) | _select_parts(kernel, {
         "loader_geometry_partial": "cpu/_loader_maxout.py.jinja",
         "layouts": _layouts(),
         "sizes": "const I n, const I c, const I s, const int threads",
@@ -828,9 +836,8 @@ def _maxout_context(art: Artifacts) -> dict:
         "saved_shapes_doc": ("the index is (N, C / PIECES, S) as the NumPy module's, S the product of the "
                              "dims after C" if sel.form == "scan" else "x and the output have their own shapes"),
         "saved_doc": wrap(saved_text, 96, "  "),
-        "maxout": {"groups": c_integer_code(g.output_size, names), "start": c_integer_code(g.start, names)},
         "loader_note": _loader_note(op, "; NC... or channels-last, other strides are copied", "the elements"),
-    })
+    } | dict(maxout={"groups": c_integer_code(g.output_size, names), "start": c_integer_code(g.start, names)}))
 
 
 def _unpool_context(art: Artifacts) -> dict:
@@ -855,7 +862,7 @@ def _adaptive_context(art: Artifacts) -> dict:
     overlap and differ in size, over NCHW or channels-last planes; the NumPy module's Saved and
     checks (a scan's winner as its index in the window box, in the smallest unsigned type)."""
     op, kernel = art.op, art.kernel
-    assert isinstance(kernel, WindowKernel) and kernel.geometry == "adaptive"
+    assert isinstance(kernel, WindowKernel) and kernel.windows == "spans"
     sel = kernel.selection
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel, sel.combine)
@@ -878,7 +885,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         grad_start = f"({inside}) ? -0.0 : 0"
     else:
         grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
-    arrays = ([("index", "int64_t")] if scan else [("x", "T"), ("output", "T")])
+    arrays = ([("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")])
     axes = range(spatial)
     # backward of a scan scatters, one plane a thread: O(outputs) work, where the gather form's
     # every element finds its holders (8x64x56x56 -> 7x7: 30 ms against PyTorch's 1 ms); gather
@@ -895,7 +902,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         holder_bounds = [f"const I w{a}_end = sg_window_end(i{a}, l{a}, o{a});  // the windows holding i{a}: "
                          f"up to here" for a in axes]
         holder_loops = [f"for (I w{a} = sg_window_start(i{a}, l{a}, o{a}); w{a} < w{a}_end; ++w{a})" for a in axes]
-    return _base_context(art) | _select_parts(kernel, "adaptive", {
+    return _base_context(art) | _select_parts(kernel, {
         **(_SELECT_BACKWARD["scatter"] if scatter else {}),
         "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
@@ -945,12 +952,12 @@ def _fractional_context(art: Artifacts) -> dict:
     computes from the samples with the NumPy module's own code (its _windows: floating point, so
     the same windows by construction) and hands the kernels as int64; one thread a plane."""
     op, kernel = art.op, art.kernel
-    assert isinstance(kernel, WindowKernel) and kernel.geometry == "fractional"
+    assert isinstance(kernel, WindowKernel) and kernel.windows == "sampled"
     sel = kernel.selection
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel, sel.combine)
     scan = sel.form == "scan"
-    index_ctype = _C_UNSIGNED[kernel.index_dtype] if scan else ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if scan else ""
     if scan:
         saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
                       f"{kernel.index_dtype} per output, and the samples; backward reads only them and "
@@ -968,7 +975,7 @@ def _fractional_context(art: Artifacts) -> dict:
     local = f"(j0 - s0)"  # an element's row-major index in its window (j<a> in the window from s<a>)
     for a in range(1, spatial):
         local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
-    return _base_context(art) | _select_parts(kernel, "fractional", {
+    return _base_context(art) | _select_parts(kernel, {
         "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
         "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
         **numpy_partials(kernel),
@@ -1002,25 +1009,23 @@ def _fractional_context(art: Artifacts) -> dict:
         "backward_doc": "its winner" if scan else "its elements by their weights",
         "spatial": spatial, "axes": list(range(spatial)),
         "window": kernel.window, "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
-        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(FRACTIONAL_SAMPLE_OF[spatial]),
+        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(kernel.sample_of),
         "saved": _signatures(arrays if scan else [], arrays),
         # what backward and jvp pass the kernels from saved
         "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
         "saved_doc": wrap(saved_text, 96, "  "),
         # the NumPy module's window starts (its partials, in the loader)
-        "fractional": {f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
-                       for f in ("alpha", "start", "last_start")},
-        "windows_doc": f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}.",
+        "windows_doc": f"PyTorch's window starts along one axis, per plane: {kernel.sampling}.",
         "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
-    })
+    } | dict(fractional={f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
+                         for f in ("alpha", "start", "last_start")}))
 
 
 # the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
 _FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
 
 
-# the context function of each kind this backend builds (op.spec.kind: its name in symgrad.kinds)
 def _logsumexp_context(art: Artifacts) -> dict:
     """logsumexp: where NumPy decides the bits, the loader runs the NumPy module's arithmetic
     (np.exp, np.log and np.sum's pairwise order, which the system's libm and a loop in C do not
@@ -1059,18 +1064,18 @@ def _logsumexp_context(art: Artifacts) -> dict:
     }
 
 
-_CONTEXTS = {"pool": _pool_context, "elementwise": _elementwise_context, "expression": _elementwise_context,
-             "reduction": _reduction_context, "maxout": _maxout_context, "unpool": _unpool_context,
-             "adaptive": _adaptive_context, "fractional": _fractional_context,
-             "logsumexp": _logsumexp_context}
-KINDS = tuple(_CONTEXTS)  # the op kinds this backend builds (the others follow)
+# the context function of each kernel form this backend builds (lower.kernel_form)
+_CONTEXTS = {"ElementwiseKernel": _elementwise_context, "UnpoolKernel": _unpool_context,
+             "LogSumExpKernel": _logsumexp_context, "strided": _pool_context, "rows": _reduction_context,
+             "blocks": _maxout_context, "spans": _adaptive_context, "sampled": _fractional_context}
+FORMS = tuple(_CONTEXTS)  # the kernel forms this backend builds (lower.kernel_form; the others follow)
 
 
 def context(art: Artifacts) -> dict:
     """The template context of an op's .c source and loader (finished strings only), from the
-    context function of its kind; the file names of its two templates among them."""
-    check_kind(art.op)
-    return _CONTEXTS[art.op.spec.kind](art)
+    context function of its kernel's form; the file names of its two templates among them."""
+    check_form(art.op)
+    return _CONTEXTS[kernel_form(art.kernel)](art)
 
 
 def _bfloat16_refused(art: Artifacts) -> dict:

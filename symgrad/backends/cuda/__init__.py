@@ -14,14 +14,14 @@ from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
-                     backward_plan, smallest_index_dtype)
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
+                     backward_plan)
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 
@@ -35,28 +35,28 @@ CUDA_BLOCK = 256  # threads a block in the loader's launches
 CUDA_DTYPES = (("f16", "sg_half"), ("bf16", "sg_bfloat16"), ("f32", "float"), ("f64", "double"))
 CUDA_INDEX_TYPES = (("i32", "int"), ("i64", "long long"))
 CUDA_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: CL = true
-_C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
-               "uint64": "unsigned long long"}
+_C_INTEGER_TYPES = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+                    "uint64": "unsigned long long", "int64": "long long"}
 
 
 # what jvp does with a window, in the kernels' and the loaders' docs, by the lowered form (a scan's
-# winner or a mask's weights): {geometry: {site: {form: words}}}
+# winner or a mask's weights): {windows' form: {site: {form: words}}}
 _EACH_WINDOW = {"scan": "the tangent of each window's winner",
                 "mask": "each window's weights applied to the tangent"}
 _FORM_DOCS = {
-    "pool": {"loader_jvp": _EACH_WINDOW,
+    "strided": {"loader_jvp": _EACH_WINDOW,
              "kernel_jvp": {"scan": "the tangent of its window's winner",
                             "mask": "its window's weights applied to the tangent, summed in window order"}},
-    "adaptive": {"loader_jvp": _EACH_WINDOW,
+    "spans": {"loader_jvp": _EACH_WINDOW,
                  "kernel_jvp": {"scan": "the tangent of its window's winner",
                                 "mask": "its window's weights applied to the tangent, summed in row-major order"}},
-    "fractional": {"loader_jvp": _EACH_WINDOW,
+    "sampled": {"loader_jvp": _EACH_WINDOW,
                    "kernel_jvp": {"scan": "the tangent of its window's winner",
                                   "mask": "its window's weights applied to the tangent, summed in row-major order"}},
-    "maxout": {"loader_jvp": _EACH_WINDOW,
+    "blocks": {"loader_jvp": _EACH_WINDOW,
                "kernel_jvp": {"scan": "the tangent of its window's winner",
                               "mask": "its window's weights applied to the tangent, summed in channel order"}},
-    "reduction": {"loader_jvp": {"scan": "the tangent of each slice's winner",
+    "rows": {"loader_jvp": {"scan": "the tangent of each slice's winner",
                                  "mask": "each slice's weights applied to the tangent, summed in row order"}},
 }
 
@@ -106,7 +106,7 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
             {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
              "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
     ctx = {"real_types": real_types,
-           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.geometry].items()},
+           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.windows].items()},
            # the mask form's lines that count each window's hits, where the weight shares the gradient
            "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
            "selection_doc": [f.doc for f in functions],
@@ -129,11 +129,10 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                               "the output is the fold of the window (NaN propagating), not the "
                               "winner's value: under this NaN rule a window holding NaN can have a "
                               "number as its winner")}
-    static = kernel.geometry in ("pool", "maxout")
-    if static:
-        count_dtype = smallest_index_dtype(kernel.window + 1) if sel.counts else ""
-        ctx.update(index_ctype=_C_UNSIGNED[kernel.index_dtype] if kernel.index_dtype else "",
-                   count_ctype=_C_UNSIGNED[count_dtype] if count_dtype else "",
+    if kernel.static_windows:
+        count_dtype = kernel.count_dtype or ""
+        ctx.update(index_ctype=_C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else "",
+                   count_ctype=_C_INTEGER_TYPES[count_dtype] if count_dtype else "",
                    index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
         ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
         # the kernels' constants of the selection: the scan's output rule and saved index type, the
@@ -160,16 +159,17 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                           else ".")
     else:
         ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
-        window = {"adaptive": ("size", "int(np.prod(box))"), "fractional": ("WINDOW", "WINDOW")}.get(kernel.geometry)
-        ctx["saved"] = _saved_signature(kernel, ("long long", "long long"), ("long long", "long long"), window)
+        window = _RUNTIME_WINDOW.get(kernel.windows)
+        wide = _C_INTEGER_TYPES[kernel.runtime_saved_dtype]  # the kernels' type of what the loader narrows
+        ctx["saved"] = _saved_signature(kernel, (wide, wide), (wide, wide), window)
         ctx["saved_constants"] = ([f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  "
                                    f"// {ctx['winner_comment']}"] if sel.form == "scan" else [])
         boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))
         ctx["saved_index_doc"] = [] if sel.form != "scan" else {
-            "fractional": ["A winner is saved as its row-major index in its window."],
-            "adaptive": [f"{boxes}: the window box, the largest window extent along each axis; a winner is "
-                         f"saved as", "its row-major index in its window's box."]}.get(kernel.geometry, [])
-        extra = ", the samples" if kernel.geometry == "fractional" else ""
+            "sampled": ["A winner is saved as its row-major index in its window."],
+            "spans": [f"{boxes}: the window box, the largest window extent along each axis; a winner is "
+                      f"saved as", "its row-major index in its window's box."]}.get(kernel.windows, [])
+        extra = "".join(f", the {p}" for p in kernel.plane_inputs)
         ctx["saved_class_doc"] = wrap(f'    """What forward keeps: {ctx["saved"]["keeps"]}{extra}; its layout, and shapes."""',
                                       100, "    ")
         if sel.form == "scan":
@@ -343,7 +343,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
                 tag_types += rounding + [f"struct {tag} : sg_any_tag {{}};",
                                          f"template <> struct sg_tag_of<{storage}> {{ typedef {tag} type; }};"]
             tag_types.append("")
-        ctx.update(geometry="elementwise", loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
+        ctx.update(loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
                    template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
                    c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
@@ -357,30 +357,28 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     # the reduction's first kernel needs the compute type where it compares (scan) or counts
     ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
                            if kernel.selection.form == "scan" or kernel.selection.counts else [])
-    ctx["loader_geometry_partial"] = f"cuda/_loader_{kernel.geometry}.py.jinja"
-    if kernel.geometry in ("reduction", "adaptive"):  # their loaders' scan or mask parts likewise
-        ctx["loader_partial"] = f"cuda/_loader_{kernel.geometry}_{kernel.selection.form}.py.jinja"
-    # pooling, adaptive and fractional pooling and maxout share one select-and-gather skeleton
+    parts = _WINDOW_TEMPLATES[kernel.windows]
+    ctx["loader_geometry_partial"] = parts["loader"]
+    if parts["loader_form"]:  # their loaders' scan or mask parts likewise
+        ctx["loader_partial"] = parts["loader_form"].format(form=kernel.selection.form)
+    # strided, spans, sampled windows and blocks share one select-and-gather skeleton
     # (cuda/gather.cu.jinja): its geometry the partial _gather_<geometry> (window bounds, the
     # windows holding an element), its tensor layout _layout_<layout>, its scan or mask the
-    # partial _select_<form>; the reduction's chunked passes have a template of their own
-    gathered = kernel.geometry in _GATHER_LAYOUTS
-    template = "gather" if gathered else kernel.geometry
+    # partial _select_<form>; rows (the reductions' chunked passes) have a template of their own
+    gathered = parts["layout"] is not None
     # the selection's partial of the kernel template (its scan or mask bodies), chosen by the form
-    ctx["selection_partial"] = (f"cuda/_select_{kernel.selection.form}.cu.jinja" if gathered else
-                                f"cuda/_{kernel.geometry}_{kernel.selection.form}.cu.jinja")
+    ctx["selection_partial"] = parts["selection"].format(form=kernel.selection.form)
     if gathered:
-        ctx["layout_partial"] = f"cuda/_layout_{_GATHER_LAYOUTS[kernel.geometry]}.cu.jinja"
-    ctx["geometry_partial"] = f"cuda/_gather_{kernel.geometry}.cu.jinja"
-    ctx.update(geometry=kernel.geometry, template=f"cuda/{template}.cu.jinja",
-               window=kernel.window, index_types_doc=kernel.geometry != "reduction",
-               layouts_doc=kernel.geometry != "reduction")
-    if kernel.geometry == "pool":
+        ctx["layout_partial"] = f"cuda/_layout_{parts['layout']}.cu.jinja"
+    ctx["geometry_partial"] = parts["geometry"]
+    ctx.update(template=parts["template"],
+               window=kernel.window, index_types_doc=gathered, layouts_doc=gathered)
+    if kernel.windows == "strided":
         spatial = op.spec.spatial
         ctx.update(spatial=spatial, axes=list(range(spatial)),
                    kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
                    padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
-        ctx["pool"] = [pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)]
+        ctx.update(pool=[pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)])
         # an element is padding along axis a if it is along an earlier axis (the flag pad{a - 1})
         # or outside the input along a; the innermost flag says it for the element
         ctx["pad_inherited"] = [f"pad{a - 1} || " if a else "" for a in range(spatial)]
@@ -389,19 +387,11 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(loader_coordinates=python_integer_code(
                        g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
                    loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}))
-    elif kernel.geometry == "maxout":
-        names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
-        g = kernel.axes
-        ctx.update(pieces=op.params["pieces"], maxout={
-            "groups": cuda_integer_code(g.output_size, names),
-            "start": cuda_integer_code(g.start, names),
-            "coordinate": cuda_integer_code(g.coordinate, names),
-            "winner": cuda_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
-            "holder": cuda_integer_code(g.holder, names),
-            "element": cuda_integer_code(g.element, names)})
-    elif kernel.geometry == "adaptive":
+    elif kernel.windows == "blocks":
+        ctx.update(pieces=op.params["pieces"], maxout=_blocks_code(kernel))
+    elif kernel.windows == "spans":
         ctx.update(_cuda_adaptive(op, kernel))
-    elif kernel.geometry == "fractional":
+    elif kernel.windows == "sampled":
         ctx.update(_cuda_fractional(op, kernel))
     if gathered:
         ctx.update(_gather_strings(op, kernel, ctx))
@@ -409,9 +399,44 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     return ctx
 
 
-# the skeleton's tensor layout by geometry: (N, C, L0, ...) with windows along the spatial axes,
-# or (N, C, S) with windows of consecutive channels
-_GATHER_LAYOUTS = {"pool": "spatial", "adaptive": "spatial", "fractional": "spatial", "maxout": "channels"}
+def _blocks_code(kernel: WindowKernel) -> dict:
+    """Blocks' geometry (groups of PIECES consecutive channels, symgrad.geometry) in C: the groups,
+    a window's start, an element's channel, the winner's, an element's holder and its place in it."""
+    names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
+    g = kernel.axes
+    return {"groups": cuda_integer_code(g.output_size, names),
+            "start": cuda_integer_code(g.start, names),
+            "coordinate": cuda_integer_code(g.coordinate, names),
+            "winner": cuda_integer_code(g.coordinate, names | {"j": "(I)index[t]"}),
+            "holder": cuda_integer_code(g.holder, names),
+            "element": cuda_integer_code(g.element, names)}
+
+
+# the templates of each form of windows (WindowKernel.windows): the .cu template, its selection
+# partial (of the lowered form), its geometry partial, the tensor layout of the select-and-gather
+# skeleton ((N, C, L0, ...) with windows along the spatial axes, or (N, C, S) with windows of
+# consecutive channels; None: a template of its own), the loader's geometry partial and its scan
+# or mask part (None: the loader's geometry partial has both)
+_WINDOW_TEMPLATES = {
+    "strided": {"template": "cuda/gather.cu.jinja", "selection": "cuda/_select_{form}.cu.jinja",
+                "geometry": "cuda/_gather_pool.cu.jinja", "layout": "spatial",
+                "loader": "cuda/_loader_pool.py.jinja", "loader_form": None},
+    "spans": {"template": "cuda/gather.cu.jinja", "selection": "cuda/_select_{form}.cu.jinja",
+              "geometry": "cuda/_gather_adaptive.cu.jinja", "layout": "spatial",
+              "loader": "cuda/_loader_adaptive.py.jinja", "loader_form": "cuda/_loader_adaptive_{form}.py.jinja"},
+    "sampled": {"template": "cuda/gather.cu.jinja", "selection": "cuda/_select_{form}.cu.jinja",
+                "geometry": "cuda/_gather_fractional.cu.jinja", "layout": "spatial",
+                "loader": "cuda/_loader_fractional.py.jinja", "loader_form": None},
+    "blocks": {"template": "cuda/gather.cu.jinja", "selection": "cuda/_select_{form}.cu.jinja",
+               "geometry": "cuda/_gather_maxout.cu.jinja", "layout": "channels",
+               "loader": "cuda/_loader_maxout.py.jinja", "loader_form": None},
+    "rows": {"template": "cuda/reduction.cu.jinja", "selection": "cuda/_reduction_{form}.cu.jinja",
+             "geometry": "cuda/_gather_reduction.cu.jinja", "layout": None,
+             "loader": "cuda/_loader_reduction.py.jinja", "loader_form": "cuda/_loader_reduction_{form}.py.jinja"},
+}
+# where the windows' size is known only at run time: the loader's expression of it in _saved_arrays
+# and in forward (_saved_signature's window)
+_RUNTIME_WINDOW = {"spans": ("size", "int(np.prod(box))"), "sampled": ("WINDOW", "WINDOW")}
 
 
 def _holder_loops(kernel: WindowKernel, axes) -> dict:
@@ -433,12 +458,12 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
     geometries differ: an element of a window (its raw value, its compute-type value, the offset
     jvp reads), the winner's window-local index and its test in backward, the tangent of the
     winner, the sizes the kernels take, the types and counters; from the lowered geometry."""
-    geometry, sel = kernel.geometry, kernel.selection
+    sel = kernel.selection
     scan = sel.form == "scan"
-    static = geometry in ("pool", "maxout")  # saved types sized at generation: index_t, count_t
+    static = kernel.static_windows  # saved types sized at generation: index_t, count_t
     count_t = ctx["saved"]["count_at"]["t"]
-    if geometry == "maxout":
-        m = ctx["maxout"]
+    if kernel.windows == "blocks":
+        m = _blocks_code(kernel)
         element = f"x[sg_offset<I, CL>(b, {m['coordinate']}, j, c, s)]"
         strings = {
             "element_raw": element, "element_value": f"tr::load({element})",
@@ -485,12 +510,12 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
                 "forward": "n * c{} threads, one per output element (x: (n, c{}), out: (n, c{}){})".format(
                     "".join(f" * o{a}" for a in axes), "".join(f", l{a}" for a in axes),
                     "".join(f", o{a}" for a in axes),
-                    ", output sizes as PyTorch computes them" if geometry == "pool" else ""),
+                    ", output sizes as PyTorch computes them" if kernel.windows == "strided" else ""),
                 "backward": "n * c{} threads, one per input element".format("".join(f" * l{a}" for a in axes)),
                 "jvp": "n * c{} threads, one per output element".format("".join(f" * o{a}" for a in axes))},
-            "scan_order": "window-local (row-major) order" if geometry == "pool" else "row-major order",
-            "plane_inputs": ["samples"] if geometry == "fractional" else []}
-        if geometry == "pool":
+            "scan_order": "window-local (row-major) order" if kernel.windows == "strided" else "row-major order",
+            "plane_inputs": list(kernel.plane_inputs)}
+        if kernel.windows == "strided":
             pad = ctx["pad_flag"]
             strings.update(
                 element_raw=f"{pad} ? tr::store(sg_padding<acc>()) : xw[{at}]",
@@ -516,7 +541,7 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
                 gather_doc=["Gather form: one thread per input element visits the windows that hold it (a contiguous range",
                             "along each axis) in output (row-major) order, and adds each window's gradient where the element",
                             "is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics."])
-            jvp_scan_types = ["typedef sg_traits<T> tr;"] if geometry == "fractional" else []
+            jvp_scan_types = ["typedef sg_traits<T> tr;"] if kernel.windows == "sampled" else []
     strings.update(
         # the scan's running winner: window-local, in int where the window is known at generation
         winner_type="int" if static else "long long",
@@ -560,11 +585,11 @@ def _cuda_fractional(op: Op, kernel: WindowKernel) -> dict:
     g = kernel.axes
     return box | {"spatial": spatial, "axes": list(range(spatial)), "box_index": local,
                   "box_axes": [],  # the windows' sizes are the constants K0, K1, ..., not arguments
-            "fractional": {f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")},
             "kernel_size": list(op.params["kernel_size"]),
-            "sample_of": list(FRACTIONAL_SAMPLE_OF[spatial]),
-            "windows_doc": f"Window starts: {FRACTIONAL_WINDOWS}.",
-            "saved_doc": wrap(saved, 96, "  ")}
+            "sample_of": list(kernel.sample_of),
+            "windows_doc": f"Window starts: {kernel.sampling}.",
+            "saved_doc": wrap(saved, 96, "  ")} | dict(
+            fractional={f: cuda_integer_code(getattr(g, f), names) for f in ("alpha", "start", "last_start")})
 
 
 def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
@@ -615,7 +640,7 @@ def render(art: Artifacts) -> dict[str, str]:
 
 def _special_cuda_context(op: Op, kernel) -> dict:
     if isinstance(kernel, UnpoolKernel):
-        return dict(geometry="unpool", loader_geometry_partial="cuda/_loader_unpool.py.jinja",
+        return dict(loader_geometry_partial="cuda/_loader_unpool.py.jinja",
                     template="cuda/unpool.cu.jinja", spatial=kernel.spatial,
                     keep=kernel.keep, each_writer=repr(kernel.each_writer), index_types_doc=False,
                     # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
@@ -634,5 +659,5 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight": cuda_code(kernel.weight, rt),
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
-    return dict(geometry="logsumexp", loader_geometry_partial="cuda/_loader_logsumexp.py.jinja", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
+    return dict(loader_geometry_partial="cuda/_loader_logsumexp.py.jinja", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
                 index_types_doc=False, layouts_doc=False)

@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ... import policy as _policy
 from ...geometry import ADAPTIVE, S
 from ...indicators import Literal
 from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
-from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, bare, integer_code
@@ -26,6 +24,7 @@ from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy
                       numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+    from ...ops import Op
     from ...pipeline import Artifacts
 
 
@@ -207,16 +206,16 @@ def _quiet(op, kernel: WindowKernel) -> dict:
     multiplies = any(isinstance(m, sp.Mul) and HIT in m.args for m in sp.preorder_traversal(sel.weight))
     weighted = [reason for reason, present in (
         ("0 / 0 where a window has no hit (its count is 0 under this NaN rule)",
-         divides and _policy.NAN_RULES[op.nan].count_can_be_zero),
+         divides and kernel.count_can_be_zero),
         ("g / 0 where saved was not made by forward (under this NaN rule forward's windows always "
-         "have a hit)", divides and not _policy.NAN_RULES[op.nan].count_can_be_zero),
+         "have a hit)", divides and not kernel.count_can_be_zero),
         ("inf * 0 where an element is not hit", multiplies)) if present]
-    if kernel.geometry == "pool":
+    if kernel.windows == "strided":  # where a window spans more than the stride
         k, s, d = (op.params[name] for name in ("kernel_size", "stride", "dilation"))
         overlap = any((ki - 1) * di + 1 > si for ki, si, di in zip(k, s, d))
     else:
-        overlap = kernel.geometry == "adaptive"
-    adds_in_block = kernel.geometry not in _GATHER  # gather.py.jinja adds outside the block
+        overlap = kernel.overlaps
+    adds_in_block = kernel.windows not in _GATHER  # gather.py.jinja adds outside the block
 
     def block(reasons: list[str]) -> dict:
         if not reasons:
@@ -292,8 +291,7 @@ def context(art: Artifacts) -> dict:
         return numpy_code(sel.combine.xreplace(names))
 
     ctx.update(
-        template=f"numpy/{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}.py.jinja",
-        geometry=kernel.geometry,
+        template=_WINDOW_TEMPLATES[kernel.windows]["template"],
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
@@ -323,14 +321,14 @@ def context(art: Artifacts) -> dict:
     ctx.update(_window_bfloat16(kernel))
     # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
     # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from _<geometry>_scan/_mask)
-    ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
-    ctx["saved_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
-    ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
+    ctx["selection_partial"] = _WINDOW_TEMPLATES[kernel.windows]["selection"].format(form=sel.form)
+    ctx["saved_partial"] = _WINDOW_TEMPLATES[kernel.windows]["saved"].format(form=sel.form)
+    ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.windows, {}).items()}
     if kernel.tangent_term is not None:  # (conventions.TANGENT_SUMS "torch")
         ctx["form_doc"]["jvp"] = TORCH_TANGENT_SUM_DOC
     # window.py.jinja's plan, gather.py.jinja's view
-    ctx["geometry_partial"] = f"numpy/_geometry_{kernel.geometry}.py.jinja"
-    ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.geometry, "")
+    ctx["geometry_partial"] = _WINDOW_TEMPLATES[kernel.windows]["geometry"]
+    ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.windows, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
     ctx.update(numpy_partials(kernel))
     if sel.form == "mask":
@@ -340,11 +338,13 @@ def context(art: Artifacts) -> dict:
     ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
     if op.spec.spatial:  # pooling over (N, C, *spatial)
         ctx["spatial"] = op.spec.spatial
-    if kernel.geometry in _GATHER:
-        ctx["gather"] = _GATHER[kernel.geometry] | {
+    if kernel.windows in _GATHER:
+        ctx["gather"] = _GATHER[kernel.windows] | {
+            # the dtype of saved.index: the lowered one, or the one the module picks at run time
+            "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
             "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
-            if kernel.geometry == "reduction" else _FOLD_WINNER_OUTPUT}
-    if op.spec.strategy.runtime_windows or kernel.geometry in _GATHER:  # whole-row calls (gathered)
+            if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
+    if kernel.runtime_windows or kernel.windows in _GATHER:  # whole-row calls (gathered)
         ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
                               if sel.form == "scan" else "")
         ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
@@ -364,7 +364,7 @@ def context(art: Artifacts) -> dict:
             "result": "output" if output_is_fold else "best",
             "per_window": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, not the winner"]
             if output_is_fold else []}
-    if kernel.geometry == "adaptive":
+    if kernel.windows == "spans":
         # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
         # inside every window (held by all of an axis's windows, along every axis)
         inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
@@ -388,19 +388,17 @@ def context(art: Artifacts) -> dict:
                    windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
                                     f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
     ctx.update(python_geometry(kernel))
-    if kernel.geometry == "pool":
-        ctx["pool"] = _pool_code(kernel.axes)
-    if kernel.geometry == "maxout":
+    if kernel.windows == "strided":
+        ctx.update(pool=_pool_code(kernel.axes))
+    if kernel.windows == "blocks":
         ctx["maxout_groups"] = numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})
-    if kernel.geometry == "fractional":
+    if kernel.windows == "sampled":
         arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
-        ctx["fractional"] = {f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
-                             for f in ("alpha", "start", "last_start")}
-        ctx["sample_of"] = repr(FRACTIONAL_SAMPLE_OF[op.spec.spatial])
-        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {FRACTIONAL_WINDOWS}."
-    if kernel.geometry in ("pool", "maxout", "fractional"):
-        ctx["imports"] = {"pool": ["itertools", "math", "sys"], "maxout": ["math", "sys"],
-                          "fractional": ["math"]}[kernel.geometry]
+        ctx.update(fractional={f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
+                               for f in ("alpha", "start", "last_start")})
+        ctx["sample_of"] = repr(kernel.sample_of)
+        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {kernel.sampling}."
+    ctx["imports"] = _WINDOW_TEMPLATES[kernel.windows]["imports"]
     return ctx
 
 
@@ -438,19 +436,19 @@ _NUMPY_ADAPTIVE_COST = {
 }
 
 # what backward and jvp do with a window, in the docstrings of the templates of their own, by the
-# lowered form (a scan's winner or a mask's weights): {geometry: {site: {form: words}}}
+# lowered form (a scan's winner or a mask's weights): {windows' form: {site: {form: words}}}
 _FORM_DOCS = {
-    "adaptive": {"jvp": {
+    "spans": {"jvp": {
         "scan": "the tangent of each window's winner",
         "mask": "each window's weights (backward's, with the tangent of each element in place of "
                 "grad_output) summed over the window box in row-major order"}},
-    "fractional": {
+    "sampled": {
         "backward": {"scan": "each window's gradient added to its winner",
                      "mask": "each window's gradient added to its elements by their weights"},
         "jvp": {"scan": "the tangent of each window's winner",
                 "mask": "each window's weights (backward's, with the tangent of each element in place "
                         "of grad_output) summed over its elements in row-major order"}},
-    "reduction": {
+    "rows": {
         "backward": {"scan": "each slice's gradient routed to its winner",
                      "mask": "each slice's gradient routed to its winners by their weights"},
         "jvp": {"scan": "the tangent of each slice's winner",
@@ -467,8 +465,8 @@ TORCH_TANGENT_SUM_DOC = ("each slice's tangent times its hits, added up in the o
 # window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
 # view of grad_x per window element (the phase-plane geometries; maxout's piece k is one slab)
 _WRITE_UP_TO = {
-    "maxout": "WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab",
-    "pool": "WRITE_UP_TO = 2  # beyond, the strided views cost more than scattering",
+    "blocks": "WRITE_UP_TO = PIECES  # piece k of every group is one contiguous slab",
+    "strided": "WRITE_UP_TO = 2  # beyond, the strided views cost more than scattering",
 }
 
 
@@ -490,20 +488,36 @@ def _scan_output(output_is_fold: bool, fold_out: str) -> dict:
             "result": "out"}
 
 
-# geometries with a NumPy template other than window.py.jinja (phase planes): gather.py.jinja (each
-# window's elements gathered as one row) and adaptive.py.jinja
-_NUMPY_TEMPLATES = {"reduction": "gather", "adaptive": "adaptive", "fractional": "gather"}
+# the templates of each form of windows (WindowKernel.windows): the module's skeleton (window.py.jinja:
+# phase planes; gather.py.jinja: each window's elements gathered as one row; adaptive.py.jinja) and
+# its scan or mask partial, its geometry partial, the saved-state partial of the lowered form, the
+# modules the skeleton imports
+_WINDOW_TEMPLATES = {
+    "strided": {"template": "numpy/window.py.jinja", "selection": "numpy/_window_{form}.py.jinja",
+                "geometry": "numpy/_geometry_pool.py.jinja", "saved": "numpy/_pool_{form}.py.jinja",
+                "imports": ["itertools", "math", "sys"]},
+    "blocks": {"template": "numpy/window.py.jinja", "selection": "numpy/_window_{form}.py.jinja",
+               "geometry": "numpy/_geometry_maxout.py.jinja", "saved": "numpy/_maxout_{form}.py.jinja",
+               "imports": ["math", "sys"]},
+    "sampled": {"template": "numpy/gather.py.jinja", "selection": "numpy/_gather_{form}.py.jinja",
+                "geometry": "numpy/_geometry_fractional.py.jinja", "saved": "numpy/_fractional_{form}.py.jinja",
+                "imports": ["math"]},
+    "rows": {"template": "numpy/gather.py.jinja", "selection": "numpy/_gather_{form}.py.jinja",
+             "geometry": "numpy/_geometry_reduction.py.jinja", "saved": "numpy/_reduction_{form}.py.jinja",
+             "imports": []},
+    "spans": {"template": "numpy/adaptive.py.jinja", "selection": "numpy/_adaptive_{form}.py.jinja",
+              "geometry": "numpy/_geometry_adaptive.py.jinja", "saved": "numpy/_adaptive_{form}.py.jinja",
+              "imports": []},
+}
 
-# gather.py.jinja's words and signatures by geometry (the geometry partial gives the view itself):
-# the inputs forward takes besides x and what jvp takes for them, backward's results, the dtype of
-# saved.index
+# gather.py.jinja's words and signatures by the windows' form (the geometry partial gives the view
+# itself): the inputs forward takes besides x and what jvp takes for them, backward's results
 _GATHER = {
-    "reduction": {
+    "rows": {
         "forward_params": "x: np.ndarray", "forward_args": "x", "forward_doc": "",
         "grads": "grad_x,", "grads_type": "np.ndarray", "returns": "grad,", "backward_doc": "",
-        "jvp_params": "tangent_x, saved: Saved", "jvp_doc": "", "jvp_checks": [],
-        "index_type": "_index_dtype(view.n)"},
-    "fractional": {
+        "jvp_params": "tangent_x, saved: Saved", "jvp_doc": "", "jvp_checks": []},
+    "sampled": {
         "forward_params": "x: np.ndarray, random_samples: np.ndarray",
         "forward_args": "x, random_samples",
         "forward_doc": ": each window's elements gathered, the window scanned in row-major\n    order",
@@ -513,8 +527,7 @@ _GATHER = {
         "jvp_params": "tangent_x, tangent_random_samples, saved: Saved",
         "jvp_doc": " (tangent_random_samples must be None: the\n    windows are integers)",
         "jvp_checks": ["if tangent_random_samples is not None:",
-                       '    raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")'],
-        "index_type": "INDEX_DTYPE"},
+                       '    raise ValueError(f"{OP}: tangent_random_samples must be None: the windows are integers")']},
 }
 # the mask form's output of fractional pooling: the element that the running fold returns
 _FOLD_WINNER_OUTPUT = "np.take_along_axis(rows, _fold_winner(rows)[..., None], axis=-1)[..., 0]"
