@@ -31,6 +31,7 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
+from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
@@ -592,7 +593,7 @@ def _elementwise_context(art: Artifacts) -> dict:
     assert isinstance(kernel, ElementwiseKernel)
     back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
     # the inputs as the .c spells them (an expression's user names them): sg_in_x, sg_grad_x
-    names = naming.cuda_names(kernel.inputs)
+    names = c_names(kernel.inputs)
     c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
     def printed(rt: str, suffix: str, half: bool = False) -> dict:
         def lets(assigns):  # (C type, name, code): shared conditions are bool
@@ -635,15 +636,15 @@ def _elementwise_context(art: Artifacts) -> dict:
     return _base_context(art) | {
         "template": "cpu/elementwise.c.jinja", "loader_template": "cpu/loader_elementwise.py.jinja",
         "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
-        "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
+        "c_inputs": [c_identifiers(n) for n in kernel.inputs],
         "real_types": real_types, "half_helpers": half_helpers, "dtypes": dtypes, "broadcast": kernel.broadcast,
         "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
         "partial": any(name not in wrt for name in kernel.inputs),
         "inputs_text": ", ".join(kernel.inputs), "are": "are" if many else "is",
-        "c_inputs_text": ", ".join(naming.cuda_identifiers(n)["value"] for n in kernel.inputs),
-        "c_grads_text": ", ".join(naming.cuda_identifiers(n)["grad"] for n in kernel.inputs),
+        "c_inputs_text": ", ".join(c_identifiers(n)["value"] for n in kernel.inputs),
+        "c_grads_text": ", ".join(c_identifiers(n)["grad"] for n in kernel.inputs),
         "loader_note": _loader_note(op, "", "the elements", extra=(
             "  A broadcast input's gradient is computed per element of the output by the C kernel "
             "and summed back to the input's shape by the NumPy module's own calls (_sum_to_shape, "

@@ -24,7 +24,7 @@ class CPrinter(CFamilyPrinter):
 def c_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
     """One expression as C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .c (an expression's
-    inputs, with symgrad's prefix: naming.cuda_identifiers); half_constants: numbers rounded to
+    inputs, with symgrad's prefix: cfamily.naming.c_identifiers); half_constants: numbers rounded to
     float16 first and each product and sum rounded to float16 (sg_hround), as NumPy's float16
     computes them (the C-family printer's setting)."""
     return bare(CPrinter({"real_type": real_type, "names": dict(names or {}),

@@ -24,7 +24,7 @@ def cuda_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_co
               bfloat16_constants: bool = False) -> str:
     """One expression as CUDA C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .cu (the inputs'
-    mangled names, naming.cuda_identifiers); half_constants (bfloat16_constants): numbers rounded
+    mangled names, cfamily.naming.c_identifiers); half_constants (bfloat16_constants): numbers rounded
     to float16 (bfloat16) first, each product and sum rounded to it."""
     return _bare(CudaPrinter({"real_type": real_type, "names": dict(names or {}),
                               "half_constants": half_constants,
