@@ -167,13 +167,13 @@ def check_kind(op: Op) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the CUDA
-    backend's (``cuda/``: its loaders' layout helpers) and the shared Python pieces (``common/``)
-    are included from where they are, not copied."""
+    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the C
+    family's (``cfamily/``: the pieces the .c and .cu share, the loaders' layout helpers) and the
+    shared Python pieces (``common/``) are included from where they are, not copied."""
     root = Path(__file__).resolve().parent.parent
     loaders = {"cpu": jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                "numpy": jinja2.FileSystemLoader(str(root / "numpy" / "templates")),
-               "cuda": jinja2.FileSystemLoader(str(root / "cuda" / "templates")),
+               "cfamily": jinja2.FileSystemLoader(str(root / "cfamily" / "templates")),
                "common": jinja2.FileSystemLoader(str(root / "templates"))}
     return jinja2.Environment(loader=jinja2.PrefixLoader(loaders), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
