@@ -1,4 +1,6 @@
-"""Every emitted identifier and file name is made here."""
+"""The names every backend shares: module names, keys, CLI flags and the input names no backend
+may take.  Each backend names its own files (``backends/<name>/__init__.py``); the C identifiers
+made of an input's name are the C family's (``backends/cfamily/naming.py``)."""
 
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ C_MATH = {"NAN", "INFINITY", "HUGE_VAL", "HUGE_VALF", "HUGE_VALL", "MATH_ERRNO",
 def _reserved_by_backend() -> dict:
     """{backend: names an input may not take there}; an input name is refused if any has it."""
     import math
-    from .cuda_macros import CUDA_MACROS
+    from .backends.cfamily.macros import CUDA_MACROS  # (here, not above: an import cycle)
     libm = {n for n in dir(math) if not n.startswith("_") and callable(getattr(math, n))}
     libm |= {n + "f" for n in libm} | {n + "l" for n in libm}
     python = set(keyword.kwlist) | set(getattr(keyword, "softkwlist", [])) | set(dir(builtins))
@@ -155,47 +157,3 @@ def key(op: Op, backend: str = "numpy") -> str:
 
 def cli_flag(param: str) -> str:
     return "--" + param.replace("_", "-")
-
-
-def cuda_source_name(op: Op) -> str:
-    """The CUDA kernel source of an op: <module>.cu."""
-    return module_name(op) + ".cu"
-
-
-def cuda_loader_name(op: Op) -> str:
-    """The CuPy loader of an op: <module>_cuda.py (apart from the NumPy module's name)."""
-    return module_name(op) + "_cuda.py"
-
-
-# The .cu spells every input name (which an expression's user chooses) and the names made of it
-# with symgrad's prefix: a macro of whatever headers nvcc includes on some machine cannot
-# replace them.  C, C++ and POSIX leave identifiers like sg_in_x to the program (the
-# implementation's own are __x, _X and a few listed families), and symgrad's own helpers in the
-# .cu are never spelled sg_in_, sg_grad_, sg_g_ or sg_tangent_.  The NumPy module and the
-# loader keep the names as given.
-CUDA_ROLES = {"value": "sg_in_", "grad": "sg_grad_", "local": "sg_g_", "tangent": "sg_tangent_"}
-
-
-def cuda_identifiers(name: str) -> dict:
-    """{role: C identifier} of an input in a generated .cu: its value, its gradient (array and
-    reference), the kernels' local gradient and its tangent."""
-    return {role: prefix + name for role, prefix in CUDA_ROLES.items()}
-
-
-def cuda_names(inputs) -> dict:
-    """{symbol name: C identifier} for the printer: each input and its grad_<input>."""
-    names = {}
-    for name in inputs:
-        ids = cuda_identifiers(name)
-        names[name], names[f"grad_{name}"] = ids["value"], ids["grad"]
-    return names
-
-
-def cuda_namespace(op: Op) -> str:
-    """The C++ namespace that holds an op's device code (several .cu files can share a unit)."""
-    return "sg_" + module_name(op)
-
-
-def cuda_kernel_pattern(op: Op) -> str:
-    """extern "C" kernel names: <module>_<role>_<dtype>[_<layout>][_<index type>]."""
-    return module_name(op) + "_{role}"

@@ -38,6 +38,7 @@ from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import BEST, V, Count, Quotient, Select
 from symgrad.ops import OPS, resolve
 from symgrad.policy import DEFAULT_NAN, NAN_RULES
+from symgrad.backends import cuda as cuda_backend
 from symgrad.backends.cuda.printer import cuda_code
 from symgrad import backends
 from symgrad.pipeline import render
@@ -100,7 +101,7 @@ def _one_of_each_kind() -> frozenset[str]:
     """The name of the first committed .cu file of each op kind (each kernel template)."""
     first = {}
     for op in catalog.entries():
-        first.setdefault(op.spec.kind, naming.cuda_source_name(op))
+        first.setdefault(op.spec.kind, cuda_backend.source_name(op))
     return frozenset(first.values())
 
 
@@ -152,8 +153,8 @@ def _ptx_entries(ptx: str) -> dict[str, str]:
 
 def test_every_catalog_op_has_a_cuda_module():
     for op in catalog.entries():
-        assert (ROOT / "generated" / "cuda" / naming.cuda_source_name(op)).is_file()
-        assert (ROOT / "generated" / "cuda" / naming.cuda_loader_name(op)).is_file()
+        assert (ROOT / "generated" / "cuda" / cuda_backend.source_name(op)).is_file()
+        assert (ROOT / "generated" / "cuda" / cuda_backend.loader_name(op)).is_file()
     assert len(CATALOG_CU) == len(catalog.entries())
 
 
@@ -367,7 +368,7 @@ def test_bfloat16_kernels_exhaustive(host_cache, op, params, length):
     g = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
     x = g[::-1].copy() if op == "relu" else np.zeros(length(g.size), np.uint16)
     spec = resolve(op, **params)
-    host = harness.build(render_cuda(spec)[naming.cuda_source_name(spec)], host_cache)
+    host = harness.build(render_cuda(spec)[cuda_backend.source_name(spec)], host_cache)
     name = naming.module_name(spec)
     out, grad = np.empty(g.size, np.uint16), np.empty_like(x)
     if op == "relu":
@@ -400,7 +401,7 @@ def test_bfloat16_kernels_as_the_numpy_module_under_each_preset(host_cache, op, 
     x = np.arange(2**16, dtype=np.uint32).astype(np.uint16)
     g = np.roll(x, 7)
     spec = resolve(op, convention=convention, **params)
-    host = harness.build(render_cuda(spec)[naming.cuda_source_name(spec)], host_cache)
+    host = harness.build(render_cuda(spec)[cuda_backend.source_name(spec)], host_cache)
     name, n = naming.module_name(spec), np.int32(x.size)
     out, grad, tangent = np.empty_like(x), np.empty_like(x), np.empty_like(x)
     host.launch(f"{name}_forward_bf16_i32", (256,), (256,), (x, out, n))
@@ -771,7 +772,7 @@ def test_a_forged_output_shape_of_an_elementwise_loader_is_refused(fake_cupy, ma
 
 
 # Macros another machine's headers may define under a name an input may take (not in
-# symgrad/cuda_macros.py, which lists what nvcc includes on the machine it was dumped on): errno is
+# symgrad/backends/cfamily/macros.py, which lists what nvcc includes on the machine it was dumped on): errno is
 # a macro in every C library's errno.h, BSD in the BSDs' sys/param.h; q and w stand for any name.
 FOREIGN_MACROS = {"errno": "(*__errno_location())", "BSD": "199506", "q": "1", "w": "(0)"}
 

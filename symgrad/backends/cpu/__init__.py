@@ -31,6 +31,7 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
+from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
@@ -170,13 +171,13 @@ def check_form(op: Op) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the CUDA
-    backend's (``cuda/``: its loaders' layout helpers) and the shared Python pieces (``common/``)
-    are included from where they are, not copied."""
+    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the C
+    family's (``cfamily/``: the pieces the .c and .cu share, the loaders' layout helpers) and the
+    shared Python pieces (``common/``) are included from where they are, not copied."""
     root = Path(__file__).resolve().parent.parent
     loaders = {"cpu": jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
                "numpy": jinja2.FileSystemLoader(str(root / "numpy" / "templates")),
-               "cuda": jinja2.FileSystemLoader(str(root / "cuda" / "templates")),
+               "cfamily": jinja2.FileSystemLoader(str(root / "cfamily" / "templates")),
                "common": jinja2.FileSystemLoader(str(root / "templates"))}
     return jinja2.Environment(loader=jinja2.PrefixLoader(loaders), undefined=jinja2.StrictUndefined,
                               trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
@@ -600,7 +601,7 @@ def _elementwise_context(art: Artifacts) -> dict:
     assert isinstance(kernel, ElementwiseKernel)
     back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
     # the inputs as the .c spells them (an expression's user names them): sg_in_x, sg_grad_x
-    names = naming.cuda_names(kernel.inputs)
+    names = c_names(kernel.inputs)
     c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
     def printed(rt: str, suffix: str, half: bool = False) -> dict:
         def lets(assigns):  # (C type, name, code): shared conditions are bool
@@ -643,15 +644,15 @@ def _elementwise_context(art: Artifacts) -> dict:
     return _base_context(art) | {
         "template": "cpu/elementwise.c.jinja", "loader_template": "cpu/loader_elementwise.py.jinja",
         "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
-        "c_inputs": [naming.cuda_identifiers(n) for n in kernel.inputs],
+        "c_inputs": [c_identifiers(n) for n in kernel.inputs],
         "real_types": real_types, "half_helpers": half_helpers, "dtypes": dtypes, "broadcast": kernel.broadcast,
         "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
         "partial": any(name not in wrt for name in kernel.inputs),
         "inputs_text": ", ".join(kernel.inputs), "are": "are" if many else "is",
-        "c_inputs_text": ", ".join(naming.cuda_identifiers(n)["value"] for n in kernel.inputs),
-        "c_grads_text": ", ".join(naming.cuda_identifiers(n)["grad"] for n in kernel.inputs),
+        "c_inputs_text": ", ".join(c_identifiers(n)["value"] for n in kernel.inputs),
+        "c_grads_text": ", ".join(c_identifiers(n)["grad"] for n in kernel.inputs),
         "loader_note": _loader_note(op, "", "the elements", extra=(
             "  A broadcast input's gradient is computed per element of the output by the C kernel "
             "and summed back to the input's shape by the NumPy module's own calls (_sum_to_shape, "

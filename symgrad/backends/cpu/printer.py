@@ -1,9 +1,8 @@
-"""The CPU backend's printer: C99 for the host compiler.  The selection's expressions are printed
-as the CUDA backend prints them (``CudaPrinter`` is a C99 printer whose output needs only the
-helpers ``sg_isnan``, ``sg_inf_f`` and ``sg_nan_f``, which the .c file defines, and ``bool`` from
-<stdbool.h>): NaN-propagating selects for MaxOf/MinOf, each number a literal of the compute type
-(float kernels do no double math).  The window geometry is printed in C's 64-bit integer
-arithmetic, as for CUDA."""
+"""The CPU backend's printer: the C-family printer (``backends/cfamily/printer.py``) for a host
+compiler, C99 whose output needs only the helpers ``sg_isnan``, ``sg_inf_f`` and ``sg_nan_f``,
+which the .c file defines, and ``bool`` from <stdbool.h>: NaN-propagating selects for MaxOf/MinOf,
+each number a literal of the compute type (float kernels do no double math).  The window geometry
+is printed in C's 64-bit integer arithmetic, with Min and Max as the .c file's sg_min/sg_max."""
 
 from __future__ import annotations
 
@@ -11,37 +10,36 @@ from dataclasses import replace
 
 import sympy as sp
 
-from ..printing import integer_code
-from ..cuda.printer import CUDA_ARITHMETIC, CUDA_REAL_TYPES, CudaPrinter
+from ..cfamily.printer import ARITHMETIC, REAL_TYPES, CFamilyPrinter
+from ..printing import bare, integer_code
 
-C_REAL_TYPES = CUDA_REAL_TYPES  # float (float16 and float32 compute in it) and double
+C_REAL_TYPES = REAL_TYPES  # float (float16 and float32 compute in it) and double
 
 
-class CPrinter(CudaPrinter):
-    """C99 for a host compiler, in one compute type (``real_type``: float or double).  The same
-    printing as the CUDA kernels' (device qualifiers are the templates', not the printer's)."""
+class CPrinter(CFamilyPrinter):
+    """C99 for a host compiler, in one compute type (``real_type``: float or double): the
+    C-family printing, which the CUDA kernels' shares."""
 
 
 def c_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
     """One expression as C in the compute type real_type, without outer parentheses; names:
     {symbol name: C identifier} for the symbols spelled otherwise in the .c (an expression's
-    inputs, with symgrad's prefix: naming.cuda_identifiers); half_constants: numbers rounded to
+    inputs, with symgrad's prefix: cfamily.naming.c_identifiers); half_constants: numbers rounded to
     float16 first and each product and sum rounded to float16 (sg_hround), as NumPy's float16
-    computes them (the CUDA printer's setting)."""
-    from ..printing import bare
+    computes them (the C-family printer's setting)."""
     return bare(CPrinter({"real_type": real_type, "names": dict(names or {}),
                           "half_constants": half_constants}).doprint(expr))
 
 
 # floating-point parts (fractional pooling's starts, not yet a kind of this backend) in double;
 # Min and Max as the .c file's sg_min/sg_max of 64-bit integers
-C_ARITHMETIC = replace(CUDA_ARITHMETIC, real=lambda s: f"(double)({s})",
+C_ARITHMETIC = replace(ARITHMETIC, real=lambda s: f"(double)({s})",
                        min=lambda a, b: f"sg_min({a}, {b})", max=lambda a, b: f"sg_max({a}, {b})")
 
 
 def c_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
     """An expression of the window geometry in C's 64-bit integer arithmetic (see
-    ``cuda_integer_code``: every quotient has a nonnegative numerator where its value is used, or
+    ``cfamily.printer.ARITHMETIC``: every quotient has a nonnegative numerator where its value is used, or
     one whose value a Max with 0 or a Min with a bound decides alike: a ceiling of a numerator
     n <= 0 prints as (n + q - 1) / q, which C truncates to a value <= 0, as the ceiling is)."""
     return integer_code(expr, C_ARITHMETIC, names)

@@ -15,6 +15,7 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan)
+from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
 from ..printing import pool_axis_code, python_integer_code
@@ -25,9 +26,29 @@ if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which nee
     from ...pipeline import Artifacts
 
 
+def source_name(op: Op) -> str:
+    """The CUDA kernel source of an op: <module>.cu."""
+    return naming.module_name(op) + ".cu"
+
+
+def loader_name(op: Op) -> str:
+    """The CuPy loader of an op: <module>_cuda.py (apart from the NumPy module's name)."""
+    return naming.module_name(op) + "_cuda.py"
+
+
+def namespace(op: Op) -> str:
+    """The C++ namespace that holds an op's device code (several .cu files can share a unit)."""
+    return "sg_" + naming.module_name(op)
+
+
+def kernel_pattern(op: Op) -> str:
+    """extern "C" kernel names: <module>_<role>_<dtype>[_<layout>][_<index type>]."""
+    return naming.module_name(op) + "_{role}"
+
+
 def file_names(op: Op) -> tuple[str, ...]:
     """The kernels' source and the loader (imported last)."""
-    return (naming.cuda_source_name(op), naming.cuda_loader_name(op))
+    return (source_name(op), loader_name(op))
 
 
 CUDA_BLOCK = 256  # threads a block in the loader's launches
@@ -270,10 +291,10 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
         "ties": op.ties,
         "params": repr(op.params),
         "inputs_tuple": repr(tuple(op.spec.inputs)),
-        "namespace": naming.cuda_namespace(op),
+        "namespace": namespace(op),
         "prefix": naming.module_name(op),
-        "kernel_pattern": naming.cuda_kernel_pattern(op),
-        "source_name": naming.cuda_source_name(op),
+        "kernel_pattern": kernel_pattern(op),
+        "source_name": source_name(op),
         "block": CUDA_BLOCK,
         "dtypes": [{"name": n, "ctype": c} for n, c in CUDA_DTYPES],
         "index_types": [{"name": n, "ctype": c} for n, c in CUDA_INDEX_TYPES],
@@ -282,7 +303,7 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
         "loader_note": wrap(
             f"CUDA backend: forward and backward take and return CuPy arrays (float16, float32, "
             f"float64, and bfloat16 where CuPy has it) and run the kernels of "
-            f"{naming.cuda_source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
+            f"{source_name(op)}, compiled by CuPy on first use.  CuPy is imported "
             f"when it is first needed: pip install cupy-cuda12x (or pip install \".[cuda]\" from symgrad's checkout).", indent=""),
     }
 
@@ -291,7 +312,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
         # the inputs (an expression's user names them) as the .cu spells them: sg_in_x, sg_grad_x
-        names = naming.cuda_names(kernel.inputs)
+        names = c_names(kernel.inputs)
         c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
         def printed(rt, half=False, bf16=False):
             def lets(assigns):  # (C type, name, code): shared conditions are bool
@@ -346,7 +367,7 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         ctx.update(loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
                    template="cuda/elementwise.cu.jinja",
                    inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
-                   c_inputs=[naming.cuda_identifiers(n) for n in kernel.inputs],
+                   c_inputs=[c_identifiers(n) for n in kernel.inputs],
                    real_types=real_types, tag_types=tag_types, tag_arg=tag_arg, broadcast=kernel.broadcast,
                    index_types_doc=True, layouts_doc=False,
                    wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),

@@ -6,7 +6,8 @@ an input of a generated .cu with such a name would be replaced by the preprocess
     nvcc -E -Xcompiler -dM KERNEL.cu | grep -oE "^#define [A-Za-z][A-Za-z0-9_]*"
 
 (CUDA 12, glibc 2.3x); tests/test_fuzz.py redoes the dump where nvcc is installed and checks that every
-name in it is reserved."""
+name in it is reserved.  symgrad/naming.py reserves them (with C's and C++'s words) for the C-family
+sources, and so for every backend: a module is generated for any backend from the same op."""
 
 CUDA_MACROS = frozenset("""
 ADJ_ESTERROR ADJ_FREQUENCY ADJ_MAXERROR ADJ_MICRO ADJ_NANO ADJ_OFFSET ADJ_OFFSET_SINGLESHOT
