@@ -14,7 +14,7 @@ from symgrad import catalog
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import Count, Quotient, Select
 from symgrad.ops import resolve
-from symgrad.backends.numpy.printer import numpy_code
+from symgrad.backends.host.printer import numpy_code
 from symgrad.printers import text
 from symgrad.files import PROVENANCE
 from symgrad.pipeline import render

@@ -37,7 +37,7 @@ from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from ..numpy import _bfloat16_context, computes_bfloat16
 from ..numpy import context as numpy_context
 from ..numpy import TORCH_TANGENT_SUM_DOC, numpy_partials
-from ..numpy.printer import numpy_code, numpy_integer_code
+from ..host.printer import numpy_code, numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -1028,7 +1028,7 @@ def _logsumexp_context(art: Artifacts) -> dict:
     max and shift and the argument of exp, forward's (v - shift) / t and backward's (v - y) / t,
     one thread a row.  float16 computes in float32, as the NumPy module (its rows are float32)."""
     from ...lower import LogSumExpKernel
-    from ..numpy.printer import numpy_code
+    from ..host.printer import numpy_code
     kernel, t = art.kernel, art.op.params["temperature"]
     assert isinstance(kernel, LogSumExpKernel)
     arg = sp.Symbol("arg", real=True)

@@ -21,9 +21,9 @@ from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, Wi
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
+from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
+                            numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import PYTHON, bare, integer_code
-from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
-                      numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
     from ...pipeline import Artifacts
@@ -107,7 +107,7 @@ def _rounds_apart(assigns: list, outputs: list) -> bool:
     selects and sums; inf where 1 / 0 is selected away).  assigns: [(name, expr)] in order."""
     from ...indicators import Literal
     from ...lower import Count, Quotient, Select
-    from .printer import bfloat16_value
+    from ..host.printer import bfloat16_value
 
     counts, smalls, rounded = set(), set(), set()  # temporaries: counts, small weights, rounded
 

@@ -1,5 +1,7 @@
-"""The NumPy backend's printer: ``NumpyPrinter`` subclasses SymPy's ``NumPyPrinter`` and adds the
-nodes of the lowered kernel description.  Comparisons are printed as comparisons, Boolean
+"""The host language's printer (NumPy): ``NumpyPrinter`` subclasses SymPy's ``NumPyPrinter`` and
+adds the nodes of the lowered kernel description.  It prints the Python that every backend emits:
+the NumPy backend's modules (that backend keeps no printer.py of its own) and the NumPy parts of
+the cpu and CUDA loaders.  Comparisons are printed as comparisons, Boolean
 connectives as NumPy's elementwise ``& | ~``; floats as the shortest literal that reads back as the
 same double.  The ``numpy_*`` functions print the whole-row calls of the window templates (a scan's
 winner in closed form, folds and reductions)."""
