@@ -33,11 +33,9 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKer
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
                       python_geometry, special_docstring, wrap)
-from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
-from ..numpy import _bfloat16_context, computes_bfloat16
-from ..numpy import context as numpy_context
-from ..numpy import TORCH_TANGENT_SUM_DOC, numpy_partials
+from ..host import TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels, computes_bfloat16, host_partials
 from ..host.printer import numpy_code, numpy_integer_code
+from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -735,7 +733,7 @@ def _reduction_context(art: Artifacts) -> dict:
         **({} if scan else _row_lanes(kernel)),
         "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
         "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        **host_partials(kernel),
         **_selection_parts(kernel, "the tangent of each slice's winner",
                            "each slice's weights applied to the tangent, summed in row order"),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # rows, made contiguous by the loader
@@ -841,7 +839,7 @@ def _unpool_context(art: Artifacts) -> dict:
     return _base_context(art) | {
         "template": "cpu/unpool.c.jinja", "loader_template": "cpu/loader_unpool.py.jinja",
         "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": repr(kernel.each_writer),
-        **numpy_partials(kernel),
+        **host_partials(kernel),
         # the parts of the .c and the loader for each writer or the one that stays (its wins saved)
         "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
@@ -900,7 +898,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        **host_partials(kernel),
         "layouts": _layouts(),
         "selection_doc": selection_doc, "real_types": real_types,
         **_selection_parts(kernel, "the tangent of each window's winner",
@@ -971,7 +969,7 @@ def _fractional_context(art: Artifacts) -> dict:
     return _base_context(art) | _select_parts(kernel, "fractional", {
         "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
         "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        **host_partials(kernel),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
         "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
         "starts_doc": "".join(f"const int64* starts{a}, " for a in axes),
@@ -1028,7 +1026,6 @@ def _logsumexp_context(art: Artifacts) -> dict:
     max and shift and the argument of exp, forward's (v - shift) / t and backward's (v - y) / t,
     one thread a row.  float16 computes in float32, as the NumPy module (its rows are float32)."""
     from ...lower import LogSumExpKernel
-    from ..host.printer import numpy_code
     kernel, t = art.kernel, art.op.params["temperature"]
     assert isinstance(kernel, LogSumExpKernel)
     arg = sp.Symbol("arg", real=True)
@@ -1077,7 +1074,7 @@ def _bfloat16_refused(art: Artifacts) -> dict:
     """Where the NumPy module computes a whole-bfloat16 op's forward, backward or jvp in bfloat16
     (as the framework of its preset), the compiled kernels do not (they compute float16, float32
     and float64 only): those calls raise a TypeError that names the NumPy backend."""
-    kernels = numpy_context(art)["bfloat16_kernels"]
+    kernels = bfloat16_kernels(art)
     what = ("each add of a window's gradient rounded" if isinstance(art.kernel, WindowKernel)
             else "each constant, product and sum rounded")
     return {"bfloat16_kernels": {k: v if v.startswith("_float_") else "_bfloat16_refused" for k, v in kernels.items()},
@@ -1096,7 +1093,7 @@ def _input_variables(names: list) -> dict:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
-    ctx = context(art) | _bfloat16_context(art) | {"bfloat16_refusal": ""}
+    ctx = context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
     ctx |= _input_variables(ctx["input_names"])
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
