@@ -167,7 +167,7 @@ def test_templates_place_finished_strings():
     or searches printed code."""
     backends = ROOT / "symgrad" / "backends"
     found = _template_decisions([backends / "numpy" / "templates", backends / "cuda" / "templates",
-                                 backends / "cpu" / "templates", backends / "templates"])
+                                 backends / "cpu" / "templates", backends / "host" / "templates"])
     assert found == [], "\n".join(found)
 
 

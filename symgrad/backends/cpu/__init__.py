@@ -31,9 +31,10 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, smallest_index_dtype)
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
-from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
-                      python_geometry, special_docstring, wrap)
-from ..host import TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels, computes_bfloat16, host_partials
+from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
+                      header, python_geometry, special_docstring, wrap)
+from ..host import (TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels, computes_bfloat16,
+                    host_partials)
 from ..host.printer import numpy_code, numpy_integer_code
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
@@ -162,19 +163,10 @@ def check_kind(op: Op) -> None:
                          f"({op.name} is of kind {op.spec.kind!r}); use backend='numpy' for it")
 
 
-@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the CUDA
-    backend's (``cuda/``: its loaders' layout helpers) and the shared Python pieces (``common/``)
-    are included from where they are, not copied."""
-    root = Path(__file__).resolve().parent.parent
-    loaders = {"cpu": jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-               "numpy": jinja2.FileSystemLoader(str(root / "numpy" / "templates")),
-               "cuda": jinja2.FileSystemLoader(str(root / "cuda" / "templates")),
-               "common": jinja2.FileSystemLoader(str(root / "templates"))}
-    return jinja2.Environment(loader=jinja2.PrefixLoader(loaders), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                              autoescape=False)
+    """This package's templates as ``cpu/<file>``, with the shared ones (``host/``: the loader's
+    Python, ``cfamily/``) that common.environment gives every backend."""
+    return environment("cpu", Path(__file__).parent / "templates")
 
 
 def _params(real_type: str, *names) -> str:
@@ -732,7 +724,7 @@ def _reduction_context(art: Artifacts) -> dict:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
         **({} if scan else _row_lanes(kernel)),
         "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
-        "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
+        "numpy_partial": f"host/_reduction_{sel.form}.py.jinja",
         **host_partials(kernel),
         **_selection_parts(kernel, "the tangent of each slice's winner",
                            "each slice's weights applied to the tangent, summed in row order"),
@@ -897,7 +889,7 @@ def _adaptive_context(art: Artifacts) -> dict:
         **(_SELECT_BACKWARD["scatter"] if scatter else {}),
         "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
-        "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
+        "numpy_partial": f"host/_adaptive_{sel.form}.py.jinja",
         **host_partials(kernel),
         "layouts": _layouts(),
         "selection_doc": selection_doc, "real_types": real_types,
@@ -968,7 +960,7 @@ def _fractional_context(art: Artifacts) -> dict:
         local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
     return _base_context(art) | _select_parts(kernel, "fractional", {
         "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
-        "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
+        "numpy_partial": f"host/_fractional_{sel.form}.py.jinja",
         **host_partials(kernel),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
         "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
@@ -1014,7 +1006,7 @@ def _fractional_context(art: Artifacts) -> dict:
     })
 
 
-# the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
+# the NumPy module's arithmetic of the window starts (the same replace of PYTHON as the NumPy backend's)
 _FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
 
 

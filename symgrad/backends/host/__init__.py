@@ -125,8 +125,8 @@ def host_partials(kernel) -> dict:
     counting of the mask form, where the weight shares the gradient; unpooling's writers, every
     writer of a slot getting its gradient or the one that stayed (its wins saved)."""
     if isinstance(kernel, UnpoolKernel):
-        return {"writers_partial": f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
-    return {"count_partial": "numpy/_count.py.jinja" if kernel.selection.counts else "numpy/_no_count.py.jinja"}
+        return {"writers_partial": f"host/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
+    return {"count_partial": "host/_count.py.jinja" if kernel.selection.counts else "host/_no_count.py.jinja"}
 
 
 # jvp's docstring phrase under conventions.TANGENT_SUMS "torch" (a reduction's mask form)

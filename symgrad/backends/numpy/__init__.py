@@ -236,9 +236,10 @@ def context(art: Artifacts) -> dict:
     )
     ctx.update(_window_bfloat16(kernel))
     # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
-    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from _<geometry>_scan/_mask)
+    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from host/_<geometry>_scan/_mask,
+    # the parts the cpu loaders share; adaptive.py.jinja's are all there)
     ctx["selection_partial"] = f"numpy/_{_NUMPY_TEMPLATES.get(kernel.geometry, 'window')}_{sel.form}.py.jinja"
-    ctx["saved_partial"] = f"numpy/_{kernel.geometry}_{sel.form}.py.jinja"
+    ctx["saved_partial"] = f"host/_{kernel.geometry}_{sel.form}.py.jinja"
     ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.geometry, {}).items()}
     if kernel.tangent_term is not None:  # (conventions.TANGENT_SUMS "torch")
         ctx["form_doc"]["jvp"] = TORCH_TANGENT_SUM_DOC
