@@ -10,8 +10,8 @@ one select-and-gather skeleton, ``select.c.jinja``, and one loader skeleton, ``l
 (``_select_parts``): each names only its geometry partials (``_select_<geometry>.c.jinja``,
 ``_loader_<geometry>.py.jinja``) and finished strings, the scan or mask and the counting of hits
 being partials chosen from the lowered Selection.  What every kind shares is in the partials
-(``_head``, ``_includes``, ``_scalar``, ``_loader_preamble``, ``_library``).  Kinds not built yet are
-refused with a ValueError naming the ones there are."""
+(``_head``, ``_includes``, ``_scalar``, ``_library``; every loader starts with host/_preamble).  Kinds
+not built yet are refused with a ValueError naming the ones there are."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
                       header, python_geometry, special_docstring, wrap)
 from ..host import (TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels, computes_bfloat16,
-                    host_partials)
+                    host_partials, preamble_context)
 from ..host.printer import numpy_code, numpy_integer_code
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
@@ -68,6 +68,9 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f32", "float", "float", "v", "v"),
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
+# the loader's standard-library imports (it compiles, caches and calls the library through ctypes)
+LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import os", "import shutil",
+                  "import subprocess", "import tempfile", "import threading", "from pathlib import Path")
 _C_UNSIGNED = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t"}
 
 
@@ -1086,7 +1089,7 @@ def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
     ctx = context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
-    ctx |= _input_variables(ctx["input_names"])
+    ctx |= _input_variables(ctx["input_names"]) | preamble_context(ctx["header_py"], ctx["loader_note"], LOADER_IMPORTS)
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
     env = _environment()

@@ -18,6 +18,7 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALU
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
+from ..host import preamble_context
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -35,6 +36,8 @@ CUDA_BLOCK = 256  # threads a block in the loader's launches
 CUDA_DTYPES = (("f16", "sg_half"), ("bf16", "sg_bfloat16"), ("f32", "float"), ("f64", "double"))
 CUDA_INDEX_TYPES = (("i32", "int"), ("i64", "long long"))
 CUDA_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: CL = true
+# the loader's standard-library imports
+LOADER_IMPORTS = ("import threading", "from pathlib import Path")
 _C_UNSIGNED = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
                "uint64": "unsigned long long"}
 
@@ -607,6 +610,7 @@ def render(art: Artifacts) -> dict[str, str]:
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")
     ctx = context(art)
+    ctx |= preamble_context(header(art.op, "cuda"), ctx["loader_note"], LOADER_IMPORTS)
     env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),

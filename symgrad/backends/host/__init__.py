@@ -17,6 +17,14 @@ if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which nee
     from ...pipeline import Artifacts
 
 
+def preamble_context(header_lines: list[str], note: list[str] | None, imports: tuple[str, ...]) -> dict:
+    """What _preamble.py.jinja (every module's and loader's start) places besides the op's names:
+    the provenance header's lines, the lines after the docstring's (a loader's note after a blank
+    line; None: none, the NumPy module) and the standard-library imports, as lines."""
+    return {"header_py": list(header_lines), "note_lines": [] if note is None else ["", *note],
+            "import_lines": list(imports)}
+
+
 def bfloat16_context(art: Artifacts) -> dict:
     """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
     the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
