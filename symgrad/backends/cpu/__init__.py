@@ -33,8 +33,8 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKer
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
                       header, python_geometry, special_docstring, wrap)
-from ..host import (TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels, computes_bfloat16,
-                    host_partials, preamble_context)
+from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels,
+                    computes_bfloat16, host_partials, preamble_context)
 from ..host.printer import numpy_code, numpy_integer_code
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
@@ -170,6 +170,12 @@ def _environment() -> jinja2.Environment:
     """This package's templates as ``cpu/<file>``, with the shared ones (``host/``: the loader's
     Python, ``cfamily/``) that common.environment gives every backend."""
     return environment("cpu", Path(__file__).parent / "templates")
+
+
+# the head of the loader's _sizes (host/_pool_sizes.py.jinja): kept per shape
+_POOL_SIZES_HEAD = ["@functools.lru_cache(maxsize=256)", "def _sizes(shape: tuple):",
+                    '    """(batched input shape, output spatial sizes) of an input shape (a tuple of ints), computed',
+                    '    once per shape (a ValueError is not kept: it is raised again)."""']
 
 
 def _params(real_type: str, *names) -> str:
@@ -503,6 +509,7 @@ def _pool_context(art: Artifacts) -> dict:
                   for a in range(spatial)],
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
+        "sizes_head": _POOL_SIZES_HEAD,
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
         **python_geometry(kernel),
     }
@@ -1090,6 +1097,7 @@ def render(art: Artifacts) -> dict[str, str]:
     NumPy module's, from the same context)."""
     ctx = context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
     ctx |= _input_variables(ctx["input_names"]) | preamble_context(ctx["header_py"], ctx["loader_note"], LOADER_IMPORTS)
+    ctx |= NUMPY_ARRAYS
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
     env = _environment()

@@ -18,7 +18,7 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALU
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
-from ..host import preamble_context
+from ..host import CUPY_ARRAYS, preamble_context
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -391,7 +391,9 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         g = kernel.axes
         ctx.update(loader_coordinates=python_integer_code(
                        g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
-                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}))
+                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}),
+                   sizes_head=["def _sizes(shape: tuple):",
+                               '    """(batched input shape, output spatial sizes) of an input shape."""'])
     elif kernel.geometry == "maxout":
         names = {"i": "g", "j": "k", "k": "PIECES", "x": "ch", "length": "c"}
         g = kernel.axes
@@ -610,7 +612,7 @@ def render(art: Artifacts) -> dict[str, str]:
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")
     ctx = context(art)
-    ctx |= preamble_context(header(art.op, "cuda"), ctx["loader_note"], LOADER_IMPORTS)
+    ctx |= preamble_context(header(art.op, "cuda"), ctx["loader_note"], LOADER_IMPORTS) | CUPY_ARRAYS
     env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),

@@ -17,6 +17,12 @@ if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which nee
     from ...pipeline import Artifacts
 
 
+# how the host code writes an array parameter and its shape in an error message, for the arrays it
+# takes: NumPy's (the NumPy module, the cpu loader) and CuPy's (the CUDA loader)
+NUMPY_ARRAYS = {"x_parameter": "x: np.ndarray", "x_shape_shown": "{x.shape}"}
+CUPY_ARRAYS = {"x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}"}
+
+
 def preamble_context(header_lines: list[str], note: list[str] | None, imports: tuple[str, ...]) -> dict:
     """What _preamble.py.jinja (every module's and loader's start) places besides the op's names:
     the provenance header's lines, the lines after the docstring's (a loader's note after a blank

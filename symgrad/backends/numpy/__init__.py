@@ -21,8 +21,8 @@ from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, Wi
 from ...ops import FRACTIONAL_SAMPLE_OF, FRACTIONAL_WINDOWS, Op
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
-from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, TORCH_TANGENT_SUM_DOC, bfloat16_context,
-                    bfloat16_kernels, host_partials, preamble_context)
+from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
+                    bfloat16_context, bfloat16_kernels, host_partials, preamble_context)
 from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import PYTHON, bare, integer_code
@@ -43,6 +43,7 @@ def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
     ctx = bfloat16_context(art) | context(art)
     ctx |= preamble_context(ctx["header"], None, tuple(f"import {m}" for m in sorted([*ctx["imports"], "os"])))
+    ctx |= NUMPY_ARRAYS
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
 
