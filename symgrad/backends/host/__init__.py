@@ -17,10 +17,10 @@ if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which nee
     from ...pipeline import Artifacts
 
 
-# how the host code writes an array parameter and its shape in an error message, for the arrays it
-# takes: NumPy's (the NumPy module, the cpu loader) and CuPy's (the CUDA loader)
-NUMPY_ARRAYS = {"x_parameter": "x: np.ndarray", "x_shape_shown": "{x.shape}"}
-CUPY_ARRAYS = {"x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}"}
+# how the host code writes an array parameter, its shape in an error message and a Saved field's
+# type, for the arrays it takes: NumPy's (the NumPy module, the cpu loader) and CuPy's (the CUDA loader)
+NUMPY_ARRAYS = {"x_parameter": "x: np.ndarray", "x_shape_shown": "{x.shape}", "array_type": "np.ndarray"}
+CUPY_ARRAYS = {"x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}", "array_type": "object"}
 
 
 def preamble_context(header_lines: list[str], note: list[str] | None, imports: tuple[str, ...]) -> dict:
