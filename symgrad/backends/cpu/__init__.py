@@ -1039,6 +1039,7 @@ def _logsumexp_context(art: Artifacts) -> dict:
                    "backward_arg": c_code(backward_exp.args[0], rt)} for rt in C_REAL_TYPES]
     return _base_context(art) | {
         "template": "cpu/logsumexp.c.jinja", "loader_template": "cpu/loader_logsumexp.py.jinja",
+        "rows_doc_end": " (the NumPy module's rows, in its memory order)",
         "empty_slices": True,  # an empty slice is -inf, as torch.logsumexp (the NumPy module's layout)
         "real_types": real_types,
         # the NumPy module's expressions: in full (a layout the kernels do not take), and with the

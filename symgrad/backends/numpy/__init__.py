@@ -472,7 +472,7 @@ def _special_context(art: Artifacts) -> dict:
                    **host_partials(kernel))
     else:
         t = op.params["temperature"]
-        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift), rows_doc_end="",
                    empty_slices=True,  # an empty slice is -inf, as torch.logsumexp
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),
