@@ -1,8 +1,11 @@
-"""The NumPy backend: each op's kernel printed by ``printer.NumpyPrinter`` into the context of its
-template (``templates/``: vectorized NumPy; the module needs nothing else).  The window kinds share
-skeletons, each kind a geometry partial ``_geometry_<geometry>``: ``window.py.jinja`` (pooling,
-maxout: phase planes), ``gather.py.jinja`` (fractional pooling, reductions: each window's elements
-gathered as one row); adaptive pooling has ``adaptive.py.jinja``."""
+"""The NumPy backend: each op's kernel printed by the host layer's ``NumpyPrinter``
+(``host/printer.py``; this backend has no printer of its own) into the context of its template
+(``templates/``: vectorized NumPy; the module needs nothing else), which includes the Python pieces
+the cpu and CUDA loaders share (``host/...``: checks, Saved, layouts, bfloat16, geometry; their
+context from ``host/__init__.py``).  The window kinds share skeletons, each kind a geometry
+partial ``_geometry_<geometry>``: ``window.py.jinja`` (pooling, maxout: phase planes),
+``gather.py.jinja`` (fractional pooling, reductions: each window's elements gathered as one row);
+adaptive pooling has ``adaptive.py.jinja``."""
 
 from __future__ import annotations
 
