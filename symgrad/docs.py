@@ -227,7 +227,7 @@ def module_for(op: Op):
 
 PLUMBING = {"_check_backward", "_layout", "_saved_plan", "_path", "_as_input", "_sum_to_shape",
             "_batched_output_shape", "_rows", "_mesh", "_block", "_described", "_memory",
-            # the bfloat16 wrappers' dtype handling (numpy/_bfloat16.py.jinja)
+            # the bfloat16 wrappers' dtype handling (host/_bfloat16.py.jinja)
             "_bfloat16", "_widened", "_widened_saved", "_through", "_rounded"}
 
 

@@ -26,7 +26,7 @@ import symgrad
 from symgrad.derive import derive
 from symgrad.expr import make_op
 from symgrad.lower import backward_plan, lower_expression
-from symgrad.backends.numpy.printer import numpy_code
+from symgrad.backends.host.printer import numpy_code
 
 import cuda_harness as harness
 from cuda_harness.check import mismatch

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from symgrad.backends.cuda.printer import cuda_integer_code
-from symgrad.backends.numpy.printer import numpy_integer_code
+from symgrad.backends.host.printer import numpy_integer_code
 from symgrad.backends.printing import PYTHON, integer_code
 from symgrad.geometry import ADAPTIVE, FRACTIONAL, MAXOUT, pool
 

@@ -14,7 +14,7 @@ from symgrad import catalog
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
 from symgrad.lower import Count, Quotient, Select
 from symgrad.ops import resolve
-from symgrad.backends.numpy.printer import numpy_code
+from symgrad.backends.host.printer import numpy_code
 from symgrad.printers import text
 from symgrad.files import PROVENANCE
 from symgrad import backends
@@ -169,7 +169,7 @@ def test_templates_place_finished_strings():
     backends = ROOT / "symgrad" / "backends"
     found = _template_decisions([backends / "numpy" / "templates", backends / "cuda" / "templates",
                                  backends / "cpu" / "templates", backends / "cfamily" / "templates",
-                                 backends / "templates"])
+                                 backends / "host" / "templates"])
     assert found == [], "\n".join(found)
 
 

@@ -59,19 +59,18 @@ def generator_line() -> str:
 
 # the template folders every backend's environment reaches besides its own: the layer below the
 # backends (backends/README.md).  ``host/``: the Python that every backend's module or loader
-# holds (argument checks, Saved, layouts, bfloat16); ``cfamily/``: what the C and CUDA sources
-# share; ``common/``: the Python pieces not yet moved into host/
+# holds (argument checks, Saved, layouts, bfloat16, geometry); ``cfamily/``: what the C and CUDA
+# sources share
 SHARED_TEMPLATES = {"host": _PKG / "backends" / "host" / "templates",
-                    "cfamily": _PKG / "backends" / "cfamily" / "templates",
-                    "common": _PKG / "backends" / "templates"}
+                    "cfamily": _PKG / "backends" / "cfamily" / "templates"}
 
 
 @functools.lru_cache(maxsize=None)
 def environment(prefix: str, directory: Path) -> jinja2.Environment:
     """The Jinja environment of one package's templates (a backend's ``templates/``, the docs'),
     named ``<prefix>/<file>`` in get_template and in includes, with the shared folders
-    (SHARED_TEMPLATES) as ``host/<file>``, ``cfamily/<file>`` and ``common/<file>``.  A backend
-    reaches its own templates and the shared ones, never another backend's."""
+    (SHARED_TEMPLATES) as ``host/<file>`` and ``cfamily/<file>``.  A backend reaches its own
+    templates and the shared ones, never another backend's."""
     loaders = {prefix: jinja2.FileSystemLoader(str(directory))}
     loaders.update({name: jinja2.FileSystemLoader(str(path)) for name, path in SHARED_TEMPLATES.items()})
     return jinja2.Environment(
@@ -312,7 +311,7 @@ def grad_start_comment(rule: str) -> str:
 
 def python_geometry(kernel) -> dict:
     """The Python code of a window kernel's geometry (``kernel.axes``) that both backends' Python
-    (the NumPy modules, the CUDA loaders) place in the shared templates (``backends/templates``):
+    (the NumPy modules, the CUDA loaders) place in the shared templates (``host/``):
     pooling's output size, fractional pooling's output size from a ratio."""
     from ..geometry import FRACTIONAL, POOL_CEIL
     from .printing import python_integer_code as py

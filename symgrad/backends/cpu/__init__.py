@@ -11,7 +11,7 @@ but strided windows (rows, blocks, spans, sampled windows) share one select-and-
 names only its geometry partials (``_select_<geometry>.c.jinja``, ``_loader_<geometry>.py.jinja``)
 and finished strings, the scan or mask and the counting of hits being partials chosen from the
 lowered Selection.  What every form shares is in the partials (``_head``, ``_includes``,
-``_scalar``, ``_loader_preamble``, ``_library``).  Forms not built yet are refused with a ValueError
+``_scalar``, ``_library``; every loader starts with host/_preamble).  Forms not built yet are refused with a ValueError
 naming the ones there are."""
 
 from __future__ import annotations
@@ -32,13 +32,12 @@ from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
 from ..cfamily.naming import c_identifiers, c_names
-from ..common import (docstring, expression_docstring, expression_header, grad_start_comment, header,
-                      python_geometry, special_docstring, wrap)
+from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
+                      header, python_geometry, special_docstring, wrap)
+from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels,
+                    computes_bfloat16, host_partials, preamble_context)
+from ..host.printer import numpy_code, numpy_integer_code
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
-from ..numpy import _bfloat16_context, computes_bfloat16
-from ..numpy import context as numpy_context
-from ..numpy import TORCH_TANGENT_SUM_DOC, numpy_partials
-from ..numpy.printer import numpy_code, numpy_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
@@ -71,6 +70,9 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
             ("f32", "float", "float", "v", "v"),
             ("f64", "double", "double", "v", "v"))
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
+# the loader's standard-library imports (it compiles, caches and calls the library through ctypes)
+LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import os", "import shutil",
+                  "import subprocess", "import tempfile", "import threading", "from pathlib import Path")
 _C_INTEGER_TYPES = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
                     "int64": "int64_t"}
 
@@ -169,19 +171,16 @@ def check_form(op: Op) -> None:
                          f"backend='numpy' for it")
 
 
-@functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """This package's templates as ``cpu/<file>``; the NumPy backend's (``numpy/``), the C
-    family's (``cfamily/``: the pieces the .c and .cu share, the loaders' layout helpers) and the
-    shared Python pieces (``common/``) are included from where they are, not copied."""
-    root = Path(__file__).resolve().parent.parent
-    loaders = {"cpu": jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
-               "numpy": jinja2.FileSystemLoader(str(root / "numpy" / "templates")),
-               "cfamily": jinja2.FileSystemLoader(str(root / "cfamily" / "templates")),
-               "common": jinja2.FileSystemLoader(str(root / "templates"))}
-    return jinja2.Environment(loader=jinja2.PrefixLoader(loaders), undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-                              autoescape=False)
+    """This package's templates as ``cpu/<file>``, with the shared ones (``host/``: the loader's
+    Python, ``cfamily/``) that common.environment gives every backend."""
+    return environment("cpu", Path(__file__).parent / "templates")
+
+
+# the head of the loader's _sizes (host/_pool_sizes.py.jinja): kept per shape
+_POOL_SIZES_HEAD = ["@functools.lru_cache(maxsize=256)", "def _sizes(shape: tuple):",
+                    '    """(batched input shape, output spatial sizes) of an input shape (a tuple of ints), computed',
+                    '    once per shape (a ValueError is not kept: it is raised again)."""']
 
 
 def _params(real_type: str, *names) -> str:
@@ -519,6 +518,7 @@ def _pool_context(art: Artifacts) -> dict:
                   for a in range(spatial)],
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
+        "sizes_head": _POOL_SIZES_HEAD,
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
         **python_geometry(kernel),
     } | dict(pool=pool)
@@ -743,8 +743,8 @@ def _reduction_context(art: Artifacts) -> dict:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
         **({} if scan else _row_lanes(kernel)),
         "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
-        "numpy_partial": f"numpy/_reduction_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        "numpy_partial": f"host/_reduction_{sel.form}.py.jinja",
+        **host_partials(kernel),
         **_selection_parts(kernel, "the tangent of each slice's winner",
                            "each slice's weights applied to the tangent, summed in row order"),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # rows, made contiguous by the loader
@@ -849,7 +849,7 @@ def _unpool_context(art: Artifacts) -> dict:
     return _base_context(art) | {
         "template": "cpu/unpool.c.jinja", "loader_template": "cpu/loader_unpool.py.jinja",
         "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": repr(kernel.each_writer),
-        **numpy_partials(kernel),
+        **host_partials(kernel),
         # the parts of the .c and the loader for each writer or the one that stays (its wins saved)
         "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
@@ -907,8 +907,8 @@ def _adaptive_context(art: Artifacts) -> dict:
         **(_SELECT_BACKWARD["scatter"] if scatter else {}),
         "holder_bounds": holder_bounds, "holder_loops": holder_loops,
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
-        "numpy_partial": f"numpy/_adaptive_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        "numpy_partial": f"host/_adaptive_{sel.form}.py.jinja",
+        **host_partials(kernel),
         "layouts": _layouts(),
         "selection_doc": selection_doc, "real_types": real_types,
         **_selection_parts(kernel, "the tangent of each window's winner",
@@ -978,8 +978,8 @@ def _fractional_context(art: Artifacts) -> dict:
         local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
     return _base_context(art) | _select_parts(kernel, {
         "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
-        "numpy_partial": f"numpy/_fractional_{sel.form}.py.jinja",
-        **numpy_partials(kernel),
+        "numpy_partial": f"host/_fractional_{sel.form}.py.jinja",
+        **host_partials(kernel),
         "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
         "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
         "starts_doc": "".join(f"const int64* starts{a}, " for a in axes),
@@ -1023,7 +1023,7 @@ def _fractional_context(art: Artifacts) -> dict:
                          for f in ("alpha", "start", "last_start")}))
 
 
-# the NumPy module's arithmetic of the window starts (numpy/__init__.py: the same replace of PYTHON)
+# the NumPy module's arithmetic of the window starts (the same replace of PYTHON as the NumPy backend's)
 _FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
 
 
@@ -1034,7 +1034,6 @@ def _logsumexp_context(art: Artifacts) -> dict:
     max and shift and the argument of exp, forward's (v - shift) / t and backward's (v - y) / t,
     one thread a row.  float16 computes in float32, as the NumPy module (its rows are float32)."""
     from ...lower import LogSumExpKernel
-    from ..numpy.printer import numpy_code
     kernel, t = art.kernel, art.op.params["temperature"]
     assert isinstance(kernel, LogSumExpKernel)
     arg = sp.Symbol("arg", real=True)
@@ -1046,6 +1045,7 @@ def _logsumexp_context(art: Artifacts) -> dict:
                    "backward_arg": c_code(backward_exp.args[0], rt)} for rt in C_REAL_TYPES]
     return _base_context(art) | {
         "template": "cpu/logsumexp.c.jinja", "loader_template": "cpu/loader_logsumexp.py.jinja",
+        "rows_doc_end": " (the NumPy module's rows, in its memory order)",
         "empty_slices": True,  # an empty slice is -inf, as torch.logsumexp (the NumPy module's layout)
         "real_types": real_types,
         # the NumPy module's expressions: in full (a layout the kernels do not take), and with the
@@ -1083,7 +1083,7 @@ def _bfloat16_refused(art: Artifacts) -> dict:
     """Where the NumPy module computes a whole-bfloat16 op's forward, backward or jvp in bfloat16
     (as the framework of its preset), the compiled kernels do not (they compute float16, float32
     and float64 only): those calls raise a TypeError that names the NumPy backend."""
-    kernels = numpy_context(art)["bfloat16_kernels"]
+    kernels = bfloat16_kernels(art)
     what = ("each add of a window's gradient rounded" if isinstance(art.kernel, WindowKernel)
             else "each constant, product and sum rounded")
     return {"bfloat16_kernels": {k: v if v.startswith("_float_") else "_bfloat16_refused" for k, v in kernels.items()},
@@ -1102,8 +1102,9 @@ def _input_variables(names: list) -> dict:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
-    ctx = context(art) | _bfloat16_context(art) | {"bfloat16_refusal": ""}
-    ctx |= _input_variables(ctx["input_names"])
+    ctx = context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
+    ctx |= _input_variables(ctx["input_names"]) | preamble_context(ctx["header_py"], ctx["loader_note"], LOADER_IMPORTS)
+    ctx |= NUMPY_ARRAYS
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
     env = _environment()

@@ -18,6 +18,7 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALU
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
+from ..host import CUPY_ARRAYS, preamble_context
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -56,6 +57,8 @@ CUDA_BLOCK = 256  # threads a block in the loader's launches
 CUDA_DTYPES = (("f16", "sg_half"), ("bf16", "sg_bfloat16"), ("f32", "float"), ("f64", "double"))
 CUDA_INDEX_TYPES = (("i32", "int"), ("i64", "long long"))
 CUDA_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: CL = true
+# the loader's standard-library imports
+LOADER_IMPORTS = ("import threading", "from pathlib import Path")
 _C_INTEGER_TYPES = {"uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
                     "uint64": "unsigned long long", "int64": "long long"}
 
@@ -407,7 +410,9 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
         g = kernel.axes
         ctx.update(loader_coordinates=python_integer_code(
                        g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
-                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}))
+                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}),
+                   sizes_head=["def _sizes(shape: tuple):",
+                               '    """(batched input shape, output spatial sizes) of an input shape."""'])
     elif kernel.windows == "blocks":
         ctx.update(pieces=op.params["pieces"], maxout=_blocks_code(kernel))
     elif kernel.windows == "spans":
@@ -653,6 +658,7 @@ def render(art: Artifacts) -> dict[str, str]:
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")
     ctx = context(art)
+    ctx |= preamble_context(header(art.op, "cuda"), ctx["loader_note"], LOADER_IMPORTS) | CUPY_ARRAYS
     env = environment("cuda", Path(__file__).parent / "templates")
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),

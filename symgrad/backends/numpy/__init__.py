@@ -1,8 +1,11 @@
-"""The NumPy backend: each op's kernel printed by ``printer.NumpyPrinter`` into the context of its
-template (``templates/``: vectorized NumPy; the module needs nothing else).  The window kinds share
-skeletons, each kind a geometry partial ``_geometry_<geometry>``: ``window.py.jinja`` (pooling,
-maxout: phase planes), ``gather.py.jinja`` (fractional pooling, reductions: each window's elements
-gathered as one row); adaptive pooling has ``adaptive.py.jinja``."""
+"""The NumPy backend: each op's kernel printed by the host layer's ``NumpyPrinter``
+(``host/printer.py``; this backend has no printer of its own) into the context of its template
+(``templates/``: vectorized NumPy; the module needs nothing else), which includes the Python pieces
+the cpu and CUDA loaders share (``host/...``: checks, Saved, layouts, bfloat16, geometry; their
+context from ``host/__init__.py``).  The window kinds share skeletons, each kind a geometry
+partial ``_geometry_<geometry>``: ``window.py.jinja`` (pooling, maxout: phase planes),
+``gather.py.jinja`` (fractional pooling, reductions: each window's elements gathered as one row);
+adaptive pooling has ``adaptive.py.jinja``."""
 
 from __future__ import annotations
 
@@ -19,9 +22,11 @@ from ...indicators import Literal
 from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring, wrap)
+from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
+                    bfloat16_context, bfloat16_kernels, host_partials, preamble_context)
+from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
+                            numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import PYTHON, bare, integer_code
-from .printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
-                      numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 
 if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
     from ...ops import Op
@@ -38,27 +43,10 @@ def file_names(op: Op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
-    ctx = _bfloat16_context(art) | context(art)
+    ctx = bfloat16_context(art) | context(art)
+    ctx |= preamble_context(ctx["header"], None, tuple(f"import {m}" for m in sorted([*ctx["imports"], "os"])))
+    ctx |= NUMPY_ARRAYS
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
-
-
-def _bfloat16_context(art: Artifacts) -> dict:
-    """The inputs' names for the bfloat16 wrappers (_bfloat16.py.jinja), and those whose dtype is
-    the output's (not unpooling's integer indices, not constant inputs such as random samples)."""
-    op = art.op
-    names = list(art.kernel.inputs if op.spec.strategy.expression else op.spec.inputs)
-    integer = ("indices",) if op.spec.strategy.scatter else ()  # unpooling's integer indices
-    return {"input_names": names, "dtype_inputs": repr(tuple(
-        n for n in names if n not in op.spec.constant_inputs and n not in integer)),
-            # the functions computing a whole-bfloat16 op in bfloat16 (None: its float32 ones), and
-            # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
-            "bfloat16_kernels": None, "bfloat16_note": []}
-
-
-def computes_bfloat16(art: Artifacts) -> bool:
-    """Whether the NumPy module computes a whole-bfloat16 op in bfloat16 (_elementwise_bfloat16:
-    an elementwise op under a preset whose half is "half"), not as its float32 code rounded once."""
-    return bool(context(art).get("bfloat16_kernels"))
 
 
 def _numpy_base_context(op: Op, header: list[str], docstring: list[str]) -> dict:
@@ -97,67 +85,12 @@ def _gradient_kernel(name: str, doc: str, backward_intermediates: list, grads: l
     return {"name": name, "doc": doc, "backward_intermediates": backward_intermediates, "grads": grads}
 
 
-def _rounds_apart(assigns: list, outputs: list) -> bool:
-    """Whether computing in bfloat16 (each number rounded to bfloat16, each product, sum and
-    quotient rounded) can differ from the float32 code rounded once: a number bfloat16 cannot hold,
-    or a rounded operation inside another one (directly or through a temporary).  Not counted as
-    rounded, being exact: a negation, and the small weights (a multiple of 1/4 up to 4 in size:
-    such numbers, 1 / a count of at most two conditions or / a product of two such counts, their
-    selects and sums; inf where 1 / 0 is selected away).  assigns: [(name, expr)] in order."""
-    from ...indicators import Literal
-    from ...lower import Count, Quotient, Select
-    from .printer import bfloat16_value
-
-    counts, smalls, rounded = set(), set(), set()  # temporaries: counts, small weights, rounded
-
-    def is_count(e) -> bool:
-        return (isinstance(e, Count) and len(e.args) <= 2) or (isinstance(e, sp.Symbol) and e.name in counts)
-
-    def small(e) -> bool:  # a weight that every dtype holds exactly
-        if isinstance(e, sp.Symbol):
-            return e.name in smalls
-        if e.is_Number:
-            return abs(e) <= 4 and (4 * e).is_integer
-        if isinstance(e, Quotient):
-            den = e.args[1].args if isinstance(e.args[1], sp.Mul) else (e.args[1],)
-            return e.args[0] in (1, -1) and len(den) <= 2 and all(is_count(d) for d in den)
-        if isinstance(e, Select):
-            return small(e.args[1]) and small(e.args[2])
-        if isinstance(e, sp.Add):
-            return len(e.args) <= 2 and all(small(a) for a in e.args)
-        return False
-
-    def rounds(e) -> bool:  # whether e's value comes out of a rounded operation
-        if isinstance(e, sp.Symbol):
-            return e.name in rounded
-        if small(e):
-            return False
-        if isinstance(e, sp.Mul) and len(e.args) == 2 and -1 in e.args:
-            return rounds(e.args[1] if e.args[0] == -1 else e.args[0])
-        if isinstance(e, (sp.Mul, sp.Add, Quotient)):
-            return True
-        return any(rounds(a) for a in e.args)
-
-    def nested(e) -> bool:  # a rounded operation with a rounded operand
-        if isinstance(e, (sp.Mul, sp.Add, Quotient)) and rounds(e) and any(rounds(a) for a in e.args):
-            return True
-        return any(nested(a) for a in e.args)
-
-    for name, e in [*assigns, *((None, e) for e in outputs)]:
-        numbers = [float(n) for n in e.atoms(sp.Number)] + [lit.value for lit in e.atoms(Literal)]
-        if any(bfloat16_value(v) != v for v in numbers if v == v) or nested(e):
-            return True
-        if name is not None:
-            (counts if is_count(e) else smalls if small(e) else rounded if rounds(e) else set()).add(name)
-    return False
-
-
 def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grads) -> dict:
     """An elementwise op under a preset that computes float16 in float16 (Preset.half "half": JAX,
     and NumPy's float16) computes bfloat16 in bfloat16 too: functions of its own on float32 arrays
     holding bfloat16 values, each number rounded to bfloat16 and each product, sum and quotient
-    rounded to bfloat16 (_bf16), as XLA and PyTorch's clamp compute bfloat16; none where that is
-    the float32 code rounded once (no arithmetic, every number a bfloat16)."""
+    rounded to bfloat16 (_bf16), as XLA and PyTorch's clamp compute bfloat16; built where that can
+    differ from the float32 code rounded once (host.bfloat16_kernels)."""
     def bf16(expr, select=True):
         return numpy_code(expr, select=select, bfloat16=True)
     output = _output_kernel("_output_bf16", "forward's output computed in bfloat16 (float32 arrays holding "
@@ -166,13 +99,9 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
     gradients = _gradient_kernel("_gradients_bf16", "_gradients computed in bfloat16 (float32 arrays holding "
                                  "bfloat16 values).", [(a.name, bf16(a.expr, False)) for a in back_inter],
                                  [(a.name, bf16(a.expr)) for a in grads])
-    forward_apart = _rounds_apart([(a.name, a.expr) for a in kernel.intermediates], [kernel.output])
-    backward_apart = _rounds_apart([(a.name, a.expr) for a in [*back_inter, *grads]], [])
-    if not (forward_apart or backward_apart):
-        return {}
     return {"output_kernels": ctx["output_kernels"] + [output],
             "gradient_kernels": ctx["gradient_kernels"] + [gradients],
-            "bfloat16_kernels": {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"},
+            "bfloat16_kernels": dict(ELEMENTWISE_BFLOAT16),
             "bfloat16_note": [
                 "Under this preset a bfloat16 op is computed in bfloat16 instead, as the framework does:",
                 "_forward_bf16, _backward_bf16 and _jvp_bf16 (above), whose numbers are rounded to",
@@ -186,7 +115,7 @@ def _window_bfloat16(kernel: WindowKernel) -> dict:
     if kernel.bfloat16_adds != "bfloat16":
         return {"bfloat16_adds": False}
     return {"bfloat16_adds": True,
-            "bfloat16_kernels": {"forward": "_float_forward", "backward": "_backward_bf16", "jvp": "_float_jvp"},
+            "bfloat16_kernels": dict(BFLOAT16_ADDS),
             "bfloat16_note": [
                 "Under this preset a bfloat16 gradient is added up in bfloat16 instead, as the framework",
                 "does: _backward_bf16 (above) adds each window's gradient to its winner's in output",
@@ -230,16 +159,6 @@ def _quiet(op, kernel: WindowKernel) -> dict:
             "jvp": block(weighted + (["inf - inf where a window's terms add"] if adds_in_block else []))}
 
 
-def numpy_partials(kernel) -> dict:
-    """The parts of the NumPy templates chosen from the lowered kernel that are imported by name
-    (the cpu backend's loaders include NumPy's parts too, so they take the same names): the hit
-    counting of the mask form, where the weight shares the gradient; unpooling's writers, every
-    writer of a slot getting its gradient or the one that stayed (its wins saved)."""
-    if isinstance(kernel, UnpoolKernel):
-        return {"writers_partial": f"numpy/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
-    return {"count_partial": "numpy/_count.py.jinja" if kernel.selection.counts else "numpy/_no_count.py.jinja"}
-
-
 def context(art: Artifacts) -> dict:
     """The template context of an op's NumPy module: finished strings only."""
     op, d, kernel = art.op, art.derivation, art.kernel
@@ -277,7 +196,7 @@ def context(art: Artifacts) -> dict:
             returns=[(name, True) for name in kernel.inputs],
             gradient_values=["next(grads)" for _ in kernel.inputs],  # every input in wrt
         )
-        if op.convention and not op.half_in_float:
+        if bfloat16_kernels(art):  # (host.bfloat16_kernels: where bfloat16 rounds apart)
             ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
         return ctx
     assert isinstance(kernel, WindowKernel)
@@ -320,7 +239,8 @@ def context(art: Artifacts) -> dict:
     )
     ctx.update(_window_bfloat16(kernel))
     # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
-    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from _<geometry>_scan/_mask)
+    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from host/_<geometry>_scan/_mask,
+    # the parts the cpu loaders share; adaptive.py.jinja's are all there)
     ctx["selection_partial"] = _WINDOW_TEMPLATES[kernel.windows]["selection"].format(form=sel.form)
     ctx["saved_partial"] = _WINDOW_TEMPLATES[kernel.windows]["saved"].format(form=sel.form)
     ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.windows, {}).items()}
@@ -330,7 +250,7 @@ def context(art: Artifacts) -> dict:
     ctx["geometry_partial"] = _WINDOW_TEMPLATES[kernel.windows]["geometry"]
     ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.windows, "")
     # the mask form's lines that count each window's hits, where the weight shares the gradient
-    ctx.update(numpy_partials(kernel))
+    ctx.update(host_partials(kernel))
     if sel.form == "mask":
         ctx["quiet"] = _quiet(op, kernel)
     # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
@@ -457,11 +377,6 @@ _FORM_DOCS = {
 }
 
 
-# jvp's docstring phrase under conventions.TANGENT_SUMS "torch" (a reduction's mask form)
-TORCH_TANGENT_SUM_DOC = ("each slice's tangent times its hits, added up in the order of PyTorch's CPU "
-                         "at::sum and divided by the count once")
-
-
 # window.py.jinja's scan backward writes disjoint windows of up to WRITE_UP_TO elements through one
 # view of grad_x per window element (the phase-plane geometries; maxout's piece k is one slab)
 _WRITE_UP_TO = {
@@ -494,19 +409,19 @@ def _scan_output(output_is_fold: bool, fold_out: str) -> dict:
 # modules the skeleton imports
 _WINDOW_TEMPLATES = {
     "strided": {"template": "numpy/window.py.jinja", "selection": "numpy/_window_{form}.py.jinja",
-                "geometry": "numpy/_geometry_pool.py.jinja", "saved": "numpy/_pool_{form}.py.jinja",
+                "geometry": "numpy/_geometry_pool.py.jinja", "saved": "host/_pool_{form}.py.jinja",
                 "imports": ["itertools", "math", "sys"]},
     "blocks": {"template": "numpy/window.py.jinja", "selection": "numpy/_window_{form}.py.jinja",
-               "geometry": "numpy/_geometry_maxout.py.jinja", "saved": "numpy/_maxout_{form}.py.jinja",
+               "geometry": "numpy/_geometry_maxout.py.jinja", "saved": "host/_maxout_{form}.py.jinja",
                "imports": ["math", "sys"]},
     "sampled": {"template": "numpy/gather.py.jinja", "selection": "numpy/_gather_{form}.py.jinja",
-                "geometry": "numpy/_geometry_fractional.py.jinja", "saved": "numpy/_fractional_{form}.py.jinja",
+                "geometry": "numpy/_geometry_fractional.py.jinja", "saved": "host/_fractional_{form}.py.jinja",
                 "imports": ["math"]},
     "rows": {"template": "numpy/gather.py.jinja", "selection": "numpy/_gather_{form}.py.jinja",
-             "geometry": "numpy/_geometry_reduction.py.jinja", "saved": "numpy/_reduction_{form}.py.jinja",
+             "geometry": "numpy/_geometry_reduction.py.jinja", "saved": "host/_reduction_{form}.py.jinja",
              "imports": []},
-    "spans": {"template": "numpy/adaptive.py.jinja", "selection": "numpy/_adaptive_{form}.py.jinja",
-              "geometry": "numpy/_geometry_adaptive.py.jinja", "saved": "numpy/_adaptive_{form}.py.jinja",
+    "spans": {"template": "numpy/adaptive.py.jinja", "selection": "host/_adaptive_{form}.py.jinja",
+              "geometry": "numpy/_geometry_adaptive.py.jinja", "saved": "host/_adaptive_{form}.py.jinja",
               "imports": []},
 }
 
@@ -570,10 +485,10 @@ def _special_context(art: Artifacts) -> dict:
                    stay_lines=stay,
                    each_writer=repr(kernel.each_writer),
                    # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
-                   **numpy_partials(kernel))
+                   **host_partials(kernel))
     else:
         t = op.params["temperature"]
-        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift),
+        ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift), rows_doc_end="",
                    empty_slices=True,  # an empty slice is -inf, as torch.logsumexp
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),

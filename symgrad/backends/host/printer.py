@@ -1,5 +1,7 @@
-"""The NumPy backend's printer: ``NumpyPrinter`` subclasses SymPy's ``NumPyPrinter`` and adds the
-nodes of the lowered kernel description.  Comparisons are printed as comparisons, Boolean
+"""The host language's printer (NumPy): ``NumpyPrinter`` subclasses SymPy's ``NumPyPrinter`` and
+adds the nodes of the lowered kernel description.  It prints the Python that every backend emits:
+the NumPy backend's modules (that backend keeps no printer.py of its own) and the NumPy parts of
+the cpu and CUDA loaders.  Comparisons are printed as comparisons, Boolean
 connectives as NumPy's elementwise ``& | ~``; floats as the shortest literal that reads back as the
 same double.  The ``numpy_*`` functions print the whole-row calls of the window templates (a scan's
 winner in closed form, folds and reductions)."""
@@ -36,7 +38,7 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     _module = "np"
     AND, OR, NOT, TRUE, FALSE = "&", "|", "~", "True", "False"  # NumPy's elementwise operators
     # select: Select(c, a, 0) prints as _select(c, a), the module's branch-free np.where(c, a, 0)
-    # (for templates that include numpy/_select.py.jinja)
+    # (for templates that include host/_select.py.jinja)
     # bfloat16: the code of a bfloat16 op computed in bfloat16 on float32 arrays (a preset whose
     # half is "half": as JAX and PyTorch's clamp compute bfloat16, NumPy float16): every number
     # rounded to bfloat16 first (printed as the double it is) and every product, sum and quotient rounded to
