@@ -40,9 +40,9 @@ from ..host.printer import numpy_code, numpy_integer_code
 from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
-if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
-    from ...pipeline import Artifacts
+    from ...lower import Artifacts
 
 # the compiler's flags, stated in the .c header and used by the loader: no -ffast-math and no FMA
 # contraction, so every operation rounds as NumPy's; no -march=native (the library stays portable).

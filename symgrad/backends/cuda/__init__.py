@@ -22,9 +22,9 @@ from ..host import CUPY_ARRAYS, preamble_context
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
-if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
-    from ...pipeline import Artifacts
+    from ...lower import Artifacts
 
 
 def source_name(op: Op) -> str:

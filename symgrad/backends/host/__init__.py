@@ -13,8 +13,8 @@ import sympy as sp
 
 from ...lower import ElementwiseKernel, UnpoolKernel, backward_plan
 
-if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
-    from ...pipeline import Artifacts
+if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
+    from ...lower import Artifacts
 
 
 # how the host code writes an array parameter, its shape in an error message and a Saved field's

@@ -28,9 +28,9 @@ from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import PYTHON, bare, integer_code
 
-if TYPE_CHECKING:  # the pipeline hands its Artifacts to the backends, which need not import it
+if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
-    from ...pipeline import Artifacts
+    from ...lower import Artifacts
 
 
 def _templates():
