@@ -42,7 +42,8 @@ class CFamilyPrinter(ConditionPrinter, C99CodePrinter):
     # sum rounded to float16: the float16 variant of an elementwise op whose preset computes
     # float16 in float16 (Preset.half "half")
     # bfloat16_constants: the same with bfloat16 (sg_bround), as the NumPy module computes a
-    # bfloat16 op under such a preset (its _output_bf16 and _gradients_bf16)
+    # bfloat16 op under such a preset (its _output_bf16 and _gradients_bf16; set by the CUDA
+    # backend only: the cpu backend refuses bfloat16 where a preset computes in it)
     _default_settings = {**C99CodePrinter._default_settings, "real_type": "float", "names": {},
                          "half_constants": False, "bfloat16_constants": False}
     AND, OR, NOT, TRUE, FALSE = "&&", "||", "!", "true", "false"  # C's operators
