@@ -154,7 +154,7 @@ class WindowKernel:
     # what the backends branch on besides the form, from the Kind: the windows (their places and
     # sizes) are known when the code is generated (Kind.static and not Kind.runtime_windows);
     # they never overlap (Kind.disjoint); they are found at run time, per input (Kind.runtime_windows);
-    # they may overlap (Kind.overlaps: by the parameters or the input)
+    # two of them may hold one element (Kind.overlaps: by the parameters, or by the input)
     static_windows: bool = False
     disjoint: bool = False
     runtime_windows: bool = False
@@ -446,7 +446,10 @@ def _lower_window(d: Derivation) -> WindowKernel:
     # windows that never overlap (Kind.disjoint: maxout); elsewhere the terms are added into +0
     written_fits = sel.form == "scan" and kind.disjoint
     grad_start = "+0" if op.grad_start == "written" and not written_fits else op.grad_start
-    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and kind.overlaps else "float32"
+    # windows that can share an element (by the parameters where they decide it): only there does
+    # an element's gradient add several terms, which a preset may round one add at a time
+    overlaps = kind.overlaps(op.params) if callable(kind.overlaps) else kind.overlaps
+    bfloat16_adds = op.bfloat16_adds if sel.form == "scan" and overlaps else "float32"
     grad_order = op.grad_order if kind.grad_orders else "output"
     # the sum, then one division, where the weight is (g / count) * hit (the split as arithmetic)
     split_arithmetic = sel.form == "mask" and sel.weight == Quotient(GRAD_OUTPUT, COUNT) * HIT
@@ -457,7 +460,7 @@ def _lower_window(d: Derivation) -> WindowKernel:
     return WindowKernel(kind.windows, op.window_size(), sel, index_dtype, saved,
                         op.padding_mode == "neg_inf", kind.axes(op.params), grad_start, bfloat16_adds,
                         grad_order, tangent_term, static_windows, kind.disjoint, kind.runtime_windows,
-                        kind.overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
+                        overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
                         sample_of=kind.sample_of(op.spec.spatial) if kind.sample_of else (),
                         count_can_be_zero=_policy.NAN_RULES[op.nan].count_can_be_zero)
 

@@ -234,6 +234,25 @@ def test_cpu_backend_refuses_a_bfloat16_gradient_the_preset_adds_in_bfloat16():
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("name,params,fn,shape", POOLS[:3], ids=[p[0] for p in POOLS[:3]])
+def test_windows_that_cannot_overlap_add_nothing_in_bfloat16(name, params, fn, shape):
+    """Where no two windows can hold one element (each window within its stride), an element gets
+    at most one term: the preset's bfloat16 adds are moot, so the lowering keeps the float32
+    backward (no per-add rounding pass: issue 28's 22x), and the cpu backend computes it too, equal
+    to PyTorch bit for bit (the NumPy module as well, test_max_pooling_equal_pytorch_bfloat16)."""
+    from symgrad import pipeline
+    from symgrad.ops import resolve
+    assert pipeline.build(resolve(name, convention="torch", **params)).kernel.bfloat16_adds == "float32"
+    if not any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))):
+        pytest.skip("no C compiler: the cpu backend needs one")
+    m = symgrad.load(name, backend="cpu", convention="torch", **params)
+    rng = np.random.default_rng(7)
+    for trial in range(3):
+        x = _tie_heavy(rng, shape)
+        g = (rng.standard_normal(m.forward(x)[0].shape) * 3).astype(BF16)
+        _check(name, m, fn, [x], g)
+
+
 DEFAULT_OPS = [  # every kind of op under the default convention: (name, params, inputs)
     ("maximum", {"ties": "split"}, lambda r: [_tie_heavy(r, (4, 5)), _tie_heavy(r, (5,))]),
     ("leaky_relu", {"negative_slope": 0.3}, lambda r: [_tie_heavy(r, (40,))]),

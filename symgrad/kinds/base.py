@@ -52,8 +52,9 @@ class Kind:
     # fractional: from the random samples): the backends gather each window's elements by index
     runtime_windows: bool = False
     # its windows may overlap (by the parameters or the input): an element's gradient adds the
-    # terms of the windows holding it, which conventions.BFLOAT16_ADDS may round one by one
-    overlaps: bool = False
+    # terms of the windows holding it, which conventions.BFLOAT16_ADDS may round one by one; a
+    # function of the parameters where they decide it (pooling: a window wider than the stride)
+    overlaps: bool | Callable[[dict], bool] = False
     # the order an element's windows' gradients are added is a convention (conventions.GRAD_ORDERS:
     # windows that differ in size, adaptive pooling's)
     grad_orders: bool = False

@@ -66,7 +66,14 @@ def _docs_windows(op: "Op") -> str:
             + ". Padding never wins.")
 
 
-POOL = Kind("pool", windows="strided", overlaps=True, window_size=_window_size, static=True,
+def _overlaps(params: dict) -> bool:
+    """Whether two windows can hold one element: along some axis a window spans more than the
+    stride ((kernel_size - 1) * dilation + 1 > stride)."""
+    return any((k - 1) * d + 1 > s for k, s, d in
+               zip(params["kernel_size"], params["stride"], params["dilation"]))
+
+
+POOL = Kind("pool", windows="strided", overlaps=_overlaps, window_size=_window_size, static=True,
             window_param="kernel_size",
             preset_padding=True, describe=describe_static, backward=window_backward,
             conventions_family="max_pool1d", docs_windows=_docs_windows, example=_example,

@@ -139,11 +139,7 @@ def _quiet(op, kernel: WindowKernel) -> dict:
         ("g / 0 where saved was not made by forward (under this NaN rule forward's windows always "
          "have a hit)", divides and not kernel.count_can_be_zero),
         ("inf * 0 where an element is not hit", multiplies)) if present]
-    if kernel.windows == "strided":  # where a window spans more than the stride
-        k, s, d = (op.params[name] for name in ("kernel_size", "stride", "dilation"))
-        overlap = any((ki - 1) * di + 1 > si for ki, si, di in zip(k, s, d))
-    else:
-        overlap = kernel.overlaps
+    overlap = kernel.overlaps
     adds_in_block = kernel.windows not in _GATHER  # gather.py.jinja adds outside the block
 
     def block(reasons: list[str]) -> dict:
