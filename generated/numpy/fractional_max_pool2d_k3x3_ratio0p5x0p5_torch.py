@@ -440,6 +440,18 @@ def _winner_positions(saved: Saved) -> tuple:
     return _winners(saved.index, view), math.prod(view.plane_shape)
 
 
+def _ranked(saved: Saved, kept: np.ndarray, target: np.ndarray, terms: np.ndarray) -> tuple:
+    """(target, terms, rank, passes): the winners sorted by element, each element's windows in
+    output order, rank r for its r-th window; passes: the most windows an element has."""
+    order = np.argsort(target, kind="stable")  # each element's windows, in output order
+    target, terms = target[order], terms[order]
+    first = np.ones(target.size, dtype=bool)  # where an element's run of windows starts
+    np.not_equal(target[1:], target[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    rank = np.arange(target.size) - np.repeat(starts, np.diff(np.append(starts, target.size)))
+    return target, terms, rank, int(rank.max(initial=-1)) + 1
+
+
 def _backward_bf16(grad_output, saved: Saved) -> tuple:
     """backward of a bfloat16 op (saved widened to float32, grad_output's values bfloat16 ones):
     each input element's gradient starts from +0 and its windows' gradients are added in output
@@ -452,15 +464,10 @@ def _backward_bf16(grad_output, saved: Saved) -> tuple:
     kept = position.reshape(-1) >= 0
     target = (position + np.arange(position.shape[0], dtype=np.intp)[:, None] * size).reshape(-1)[kept]
     terms = grad_output.reshape(-1)[kept]
-    order = np.argsort(target, kind="stable")  # each element's windows, in output order
-    target, terms = target[order], terms[order]
-    first = np.ones(target.size, dtype=bool)  # where an element's run of windows starts
-    np.not_equal(target[1:], target[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    rank = np.arange(target.size) - np.repeat(starts, np.diff(np.append(starts, target.size)))
+    target, terms, rank, passes = _ranked(saved, kept, target, terms)
     grad = np.zeros(position.shape[0] * size, dtype=np.float32)
     bf16 = np.dtype(ml_dtypes.bfloat16)
-    for r in range(int(rank.max(initial=-1)) + 1):  # the r-th window of every element at once
+    for r in range(passes):  # the r-th window of every element at once: each element once a pass
         at = rank == r
         t = target[at]
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, as the framework adds it

@@ -750,6 +750,31 @@ def _winner_positions(saved: Saved) -> tuple:
     return position, math.prod(plan.plane_shape)
 
 
+def _offset_ranks() -> tuple:
+    """(rank of each window offset, the number of ranks): along an axis, a window whose winner sits
+    at offset j (dilated: j * dilation from the window's start) is the r-th of the windows holding
+    that element, r = ((kernel_size - 1) * dilation - j * dilation) // stride, of at most
+    (kernel_size - 1) * dilation // stride + 1; over the axes, r in row-major order, as the outputs
+    are.  Two windows holding one element differ in some axis's r, and the output order of the
+    windows is the order of their ranks."""
+    ranks, count = np.zeros(1, dtype=np.intp), 1
+    for k, s, d in zip(KERNEL_SIZE, STRIDE, DILATION):
+        per_axis = ((k - 1) * d - np.arange(k) * d) // s
+        extent = (k - 1) * d // s + 1
+        ranks = (ranks[:, None] * extent + per_axis[None, :]).reshape(-1)
+        count *= extent
+    return ranks, count
+
+
+_OFFSET_RANKS, _OFFSET_PASSES = _offset_ranks()
+
+
+def _ranked(saved: Saved, kept: np.ndarray, target: np.ndarray, terms: np.ndarray) -> tuple:
+    """(target, terms, rank, passes): each winner's rank among the windows holding its element,
+    in output order, from its window offset (_OFFSET_RANKS); passes: how many ranks there are."""
+    return target, terms, _OFFSET_RANKS[saved.index.reshape(-1)[kept]], _OFFSET_PASSES
+
+
 def _backward_bf16(grad_output, saved: Saved) -> tuple:
     """backward of a bfloat16 op (saved widened to float32, grad_output's values bfloat16 ones):
     each input element's gradient starts from +0 and its windows' gradients are added in output
@@ -762,15 +787,10 @@ def _backward_bf16(grad_output, saved: Saved) -> tuple:
     kept = position.reshape(-1) >= 0
     target = (position + np.arange(position.shape[0], dtype=np.intp)[:, None] * size).reshape(-1)[kept]
     terms = grad_output.reshape(-1)[kept]
-    order = np.argsort(target, kind="stable")  # each element's windows, in output order
-    target, terms = target[order], terms[order]
-    first = np.ones(target.size, dtype=bool)  # where an element's run of windows starts
-    np.not_equal(target[1:], target[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    rank = np.arange(target.size) - np.repeat(starts, np.diff(np.append(starts, target.size)))
+    target, terms, rank, passes = _ranked(saved, kept, target, terms)
     grad = np.zeros(position.shape[0] * size, dtype=np.float32)
     bf16 = np.dtype(ml_dtypes.bfloat16)
-    for r in range(int(rank.max(initial=-1)) + 1):  # the r-th window of every element at once
+    for r in range(passes):  # the r-th window of every element at once: each element once a pass
         at = rank == r
         t = target[at]
         with np.errstate(invalid="ignore"):  # inf - inf: NaN, as the framework adds it

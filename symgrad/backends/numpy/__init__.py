@@ -108,6 +108,13 @@ def _elementwise_bfloat16(kernel: ElementwiseKernel, ctx: dict, back_inter, grad
                 "bfloat16 and whose products, sums and quotients are each rounded to bfloat16."]}
 
 
+# how _backward_bf16 ranks each winner's window among the windows holding its element, by the
+# windows' form: strided windows by the winner's offset in its window; windows found at run time by
+# sorting the winners by element
+_BFLOAT16_RANKS = {"strided": "numpy/_bfloat16_offsets.py.jinja", "spans": "numpy/_bfloat16_sorted.py.jinja",
+                   "sampled": "numpy/_bfloat16_sorted.py.jinja"}
+
+
 def _window_bfloat16(kernel: WindowKernel) -> dict:
     """Max pooling under a preset that adds bfloat16 gradients in bfloat16 (WindowKernel
     bfloat16_adds, conventions.BFLOAT16_ADDS): backward's bfloat16 function (_bfloat16_adds), the
@@ -115,6 +122,7 @@ def _window_bfloat16(kernel: WindowKernel) -> dict:
     if kernel.bfloat16_adds != "bfloat16":
         return {"bfloat16_adds": False}
     return {"bfloat16_adds": True,
+            "bfloat16_ranks": _BFLOAT16_RANKS[kernel.windows],
             "bfloat16_kernels": dict(BFLOAT16_ADDS),
             "bfloat16_note": [
                 "Under this preset a bfloat16 gradient is added up in bfloat16 instead, as the framework",
