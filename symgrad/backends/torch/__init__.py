@@ -98,7 +98,7 @@ def context(art: "Artifacts") -> dict:
     inputs = list(kernel.inputs)
     result_type = f"{inputs[0]}.dtype"
     for name in inputs[1:]:
-        result_type = f"torch.promote_types({result_type}, {name}.dtype)"
+        result_type = f"_promoted({result_type}, {name}.dtype)"
     returned = [n for n in inputs if n in wrt]
     if expression:
         head, doc = expression_header(op, "torch"), expression_docstring(op, d)
@@ -136,5 +136,6 @@ def context(art: "Artifacts") -> dict:
         "gradient_values": [f"grad_{n}" if n in wrt else "None" for n in inputs],
         "jvp_inputs": [(n, n in wrt, returned.index(n) if n in wrt else -1) for n in inputs],
         "wrt_words": ", ".join(returned),
+        "wrt_tuple": repr(tuple(returned)),
         **kernels,
     }

@@ -187,7 +187,7 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
     def _fold(self, fn, args):
         out = bare(self._print(args[0]))
         for a in args[1:]:
-            out = f"{fn}({out}, {bare(self._print(a))})"
+            out = f"{fn}({out}, {bare(self._print(a))}, dtype)"
         return out
 
     def _print_Symbol(self, expr):
