@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from ... import naming
 from ...lower import ElementwiseKernel, backward_plan
 from ..common import docstring, environment, expression_docstring, expression_header, header
-from .printer import float_literal, rounded, torch_code
 
 if TYPE_CHECKING:
     from ...lower import Artifacts
@@ -36,7 +35,8 @@ def _templates():
 
 
 def file_names(op) -> tuple[str, ...]:
-    return (naming.module_name(op) + ".py",)
+    """<module>_torch.py: beside the NumPy module's <module>.py (``--backend all`` writes both)."""
+    return (naming.module_name(op) + "_torch.py",)
 
 
 def render(art: "Artifacts") -> dict[str, str]:
@@ -64,6 +64,8 @@ def _unpack(numbers: list) -> list[str]:
 
 def context(art: "Artifacts") -> dict:
     """The template context of an op's PyTorch module: finished strings only."""
+    # imported here, not with symgrad: SymPy's PyTorch printer imports torch when it is loaded
+    from .printer import float_literal, rounded, torch_code
     op, d, kernel = art.op, art.derivation, art.kernel
     expression = kernel.wrt is not None  # an expression: backward returns the gradients of wrt
     wrt = tuple(kernel.wrt) if expression else tuple(kernel.inputs)
