@@ -78,13 +78,19 @@ def context(art: "Artifacts") -> dict:
     bfloat16_kernels = bool(getattr(op, "convention", None)) and not half_in_float and not expression
 
     numbers: list = []
+
+    def gradient(a, bfloat16=False) -> str:
+        """A gradient's code; a constant one (an input read by no term) as a tensor like
+        grad_output, as the NumPy module broadcasts it."""
+        code = torch_code(a.expr, [] if bfloat16 else numbers, bfloat16)
+        return f"torch.full_like(grad_output, {code})" if a.expr.is_number else code
     output = _kernel("_output", "forward's output in dtype (the working dtype).",
                      [(a.name, torch_code(a.expr, numbers)) for a in kernel.intermediates],
                      torch_code(kernel.output, numbers))
     gradients = _kernel("_gradients", "The gradient of every input that backward returns, in the "
                         "working dtype, in grad_output's shape (or broadcastable to it).",
                         [(a.name, torch_code(a.expr, numbers)) for a in back_inter],
-                        grads=[(a.name, torch_code(a.expr, numbers)) for a in shared + grads])
+                        grads=[(a.name, gradient(a)) for a in shared + grads])
     output["prologue"] = gradients["prologue"] = _unpack(numbers)
     kernels = {"output_kernels": [output], "gradient_kernels": [gradients]}
     if bfloat16_kernels:
@@ -95,7 +101,7 @@ def context(art: "Artifacts") -> dict:
         kernels["gradient_kernels"].append(_kernel(
             "_gradients_bf16", "_gradients computed in bfloat16 (float32 tensors holding bfloat16 values).",
             [(a.name, torch_code(a.expr, [], True)) for a in back_inter],
-            grads=[(a.name, torch_code(a.expr, [], True)) for a in shared + grads]))
+            grads=[(a.name, gradient(a, True)) for a in shared + grads]))
 
     inputs = list(kernel.inputs)
     result_type = f"{inputs[0]}.dtype"
