@@ -5,6 +5,16 @@ its results bit for bit on the CPU (float16, bfloat16, float32, float64).  Tenso
 on the inputs' device; no ``.numpy()``, no ``.item()``, no branch on a tensor's values: the module
 traces under ``torch.compile(fullgraph=True)`` and runs on every device PyTorch has.
 
+Where the bits can differ from the NumPy module's: a broadcast input's gradient is summed as
+PyTorch's autograd sums it (at::sum_to), which is the NumPy module's order under the torch preset
+but not NumPy's pairwise np.sum (more than two broadcast copies per element can differ in the last
+bit), nor its block-wise sums of outputs over 262144 elements; inputs of different dtypes are
+cast to their promoted dtype first (the NumPy module computes an operation of a narrower input
+alone, such as 0.3*x, in that input's dtype); exp, log and the other transcendental functions of
+an expression are each library's own.  On other devices, and under Inductor, PyTorch's kernels
+decide the rounding of each operation (a CUDA division by a number may multiply by its
+reciprocal).
+
 It builds the kernels of the form ``lower.ElementwiseKernel`` (the elementwise ops and user
 expressions).  Window, unpooling and logsumexp kernels are not built yet: ``render`` refuses them
 with a one-line ValueError naming the numpy backend."""
