@@ -395,7 +395,10 @@ def cmd_generate(ns, argv: list[str], out) -> int:
         op = _resolve(ns, argv)  # first: an unknown flag may be a misspelt --out
     if ns.out is None and not ns.check:
         raise ValueError("generate needs --out DIR")
-    chosen = [backends.get(name) for name in (backends.NAMES if ns.backend == "all" else (ns.backend,))]
+    if ns.backend == "all":  # every backend that builds this op's kernel
+        chosen = [b for b in backends.REGISTRY.values() if b.builds(op)]
+    else:
+        chosen = [backends.get(ns.backend)]
     with derivations.announcing(_progress()):
         files = {name: source for b in chosen for name, source in render(op, b).items()}
     _check_out_dir(ns.out or Path("."))

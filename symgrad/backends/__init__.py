@@ -44,6 +44,14 @@ class Backend:
         """{file name: file text} for the lowered op."""
         return self.package.render(art)
 
+    def builds(self, op: "Op") -> bool:
+        """Whether it builds op's kernel: its package's FORMS (lower.kernel_form names) where it
+        lists them, else every form.  `symgrad generate --backend all` writes the backends that
+        build the op; a backend asked alone for a form it lacks raises its one-line ValueError."""
+        from ..lower import form_of
+        forms = getattr(self.package, "FORMS", None)
+        return forms is None or form_of(op.spec.strategy) in forms
+
     @property
     def templates(self) -> Path:
         return Path(self.package.__file__).parent / "templates"
