@@ -445,27 +445,34 @@ def _pool_context(art: Artifacts) -> dict:
     """Max pooling (1d/2d/3d): windows of kernel_size over NCHW or channels-last planes."""
     op, kernel = art.op, art.kernel
     assert isinstance(kernel, WindowKernel) and kernel.windows == "strided"
-    sel = kernel.selection
     spatial = op.spec.spatial
-    selection_doc, real_types = _selection(kernel)
-    count_dtype = kernel.count_dtype or ""
-    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
-    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
-    if sel.form == "scan":
-        saved_text = (f"Saved state: forward saves the winner's window-local index, one "
-                      f"{kernel.index_dtype} per output; backward reads only it and grad_output "
-                      f"(x is not kept).")
-    else:
-        saved_text = ("Saved state: backward recomputes from x and the output (both kept by "
-                      "reference) which elements attain each window's extremum"
-                      + (f"; forward also saves their number, one {count_dtype} per output."
-                         if sel.counts else "."))
     g = kernel.axes
     g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
     pool = [pool_axis_code(g, a, c_integer_code) for a in range(spatial)]
     return _base_context(art) | _pool_rows(spatial, pool) | {
         "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
         "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        **_pool_selection_strings(kernel),
+        **_pool_saved_strings(kernel),
+        **_pool_loop_strings(spatial, kernel.window),
+        "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
+        "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
+        "inner": _inner_rows(g, spatial - 1),
+        **_pool_backward_strings(op, kernel),
+        "loader_coordinates": python_integer_code(g.coordinate, g_names),
+        "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
+        "sizes_head": _POOL_SIZES_HEAD,
+        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
+        **python_geometry(kernel),
+    } | dict(pool=pool)
+
+
+def _pool_selection_strings(kernel: WindowKernel) -> dict:
+    """Max pooling's selection: its docstring words and real types, the scan or mask partial, the
+    padding's part in a window, the lowered Selection's parts and jvp's words."""
+    sel = kernel.selection
+    selection_doc, real_types = _selection(kernel)
+    return {
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
         "window": kernel.window,
@@ -479,6 +486,26 @@ def _pool_context(art: Artifacts) -> dict:
         "jvp_reads": ("the tangent of its window's winner" if sel.form == "scan" else
                       "the tangent of every element of its window, weighted as backward weights "
                       "grad_output, in window-local order"),
+    }
+
+
+def _pool_saved_strings(kernel: WindowKernel) -> dict:
+    """What max pooling's forward saves: the saved arrays' C typedefs, the loader's dtype constants,
+    the kernels' saved parameters (_saved) and the loader's words on the saved state."""
+    sel = kernel.selection
+    count_dtype = kernel.count_dtype or ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
+    if sel.form == "scan":
+        saved_text = (f"Saved state: forward saves the winner's window-local index, one "
+                      f"{kernel.index_dtype} per output; backward reads only it and grad_output "
+                      f"(x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by "
+                      "reference) which elements attain each window's extremum"
+                      + (f"; forward also saves their number, one {count_dtype} per output."
+                         if sel.counts else "."))
+    return {
         "typedefs": _typedefs(index_ctype, count_ctype),
         "dtype_constants": (
             [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
@@ -487,6 +514,13 @@ def _pool_context(art: Artifacts) -> dict:
             if sel.counts else []),
         "saved": _saved(kernel, index_ctype, count_ctype),
         "saved_doc": wrap(saved_text, 96, "  "),
+    }
+
+
+def _pool_loop_strings(spatial: int, window: int) -> dict:
+    """Max pooling's loops over its spatial axes: the padded flags, the window loops' indents, the
+    scatter-form backward's table of a window's elements and its windows wholly inside."""
+    return {
         "spatial": spatial, "axes": list(range(spatial)), "L": spatial - 1,
         # the flag of a padded element along the last axis, and of a padded row (the outer axes)
         "pad_flag": f"pad{spatial - 1}",
@@ -495,15 +529,20 @@ def _pool_context(art: Artifacts) -> dict:
         "pad_before": [f"pad{a - 1} || " if a else "" for a in range(spatial)],
         "window_indents": ["  " * (a + spatial) for a in range(spatial)],
         # scatter-form backward's table of the window's elements: spatial coordinates and an offset
-        "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
-        "table_last": (spatial + 1) * (kernel.window - 1),  # the last element's entry
+        "table_width": spatial + 1, "table_size": (spatial + 1) * window,
+        "table_last": (spatial + 1) * (window - 1),  # the last element's entry
         # scatter-form backward's windows wholly inside: along dim 0 the band's rows [r0, r1), along
         # the others the input [0, l); and the flag of the dims before (a window inside along all)
         "scatter_inside": [{"start": "r0" if a == 0 else "0", "end": "r1" if a == 0 else f"l{a}",
                             "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
-        "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
-        "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
-        "inner": _inner_rows(g, spatial - 1),
+    }
+
+
+def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
+    """Max pooling's backward: its form (write, scatter or gather) and words, the band of windows,
+    the scatter's accumulators and the step between windows along each dim."""
+    sel, g = kernel.selection, kernel.axes
+    return {
         # backward where forward saves each window's winner: write where the windows tile the
         # input (each element written once), else scatter (O(outputs) work); else gather
         "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
@@ -515,13 +554,8 @@ def _pool_context(art: Artifacts) -> dict:
         "band": _band_windows(g), "scatter": _scatter_accumulators(),
         # the step between windows along each dim (the coordinate's coefficient of the window)
         "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
-                  for a in range(spatial)],
-        "loader_coordinates": python_integer_code(g.coordinate, g_names),
-        "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
-        "sizes_head": _POOL_SIZES_HEAD,
-        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
-        **python_geometry(kernel),
-    } | dict(pool=pool)
+                  for a in range(op.spec.spatial)],
+    }
 
 
 # float16's +0 + v and its kept-or-+0 on the bits: the conversions to float and back of +0 + v leave
