@@ -10,23 +10,23 @@ adaptive pooling has ``adaptive.py.jinja``."""
 from __future__ import annotations
 
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sympy as sp
 
 from ... import naming
-from ...geometry import ADAPTIVE, S
+from ...geometry import S
 from ...indicators import Literal
 from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
 from ..common import (docstring, environment, expression_docstring, expression_header,
-                      grad_start_comment, header, python_geometry, special_docstring, wrap)
+                      grad_start_comment, header, python_geometry, special_docstring)
 from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
-                    bfloat16_context, bfloat16_kernels, host_partials, preamble_context)
+                    adaptive_window_code, bfloat16_context, bfloat16_kernels, fractional_window_code,
+                    host_partials, preamble_context)
 from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
-from ..printing import PYTHON, bare, integer_code
+from ..printing import bare
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -337,7 +337,7 @@ def _whole_row_strings(op: Op, kernel: WindowKernel) -> dict:
 
 def _spans_strings(kernel: WindowKernel) -> dict:
     """Adaptive windows (spans): the gradient's start, the order backward adds in, and the
-    windows' integer geometry with its docstring."""
+    windows' integer geometry with its docstring (host.adaptive_window_code)."""
     # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
     # inside every window (held by all of an axis's windows, along every axis)
     inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
@@ -354,13 +354,7 @@ def _spans_strings(kernel: WindowKernel) -> dict:
         windows, holders = f"reversed(list({windows}))", f"reversed(list({holders}))"
         rounding = ["weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype"]
     return dict(grad_zeros=grad_zeros, backward_windows=windows, backward_holders=holders,
-                weight_rounding=rounding,
-                window_start=numpy_integer_code(ADAPTIVE.start),
-                window_end=numpy_integer_code(ADAPTIVE.end),
-                first_holder=numpy_integer_code(ADAPTIVE.first_holder),
-                end_holder=numpy_integer_code(ADAPTIVE.end_holder),
-                windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
-                                 f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
+                weight_rounding=rounding, **adaptive_window_code())
 
 
 def _strided_geometry(kernel: WindowKernel) -> dict:
@@ -373,17 +367,8 @@ def _blocks_geometry(kernel: WindowKernel) -> dict:
     return {"maxout_groups": numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})}
 
 
-def _sampled_geometry(kernel: WindowKernel) -> dict:
-    """Fractional pooling's window starts per plane (_geometry_fractional.py.jinja)."""
-    arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
-    return dict(fractional={f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
-                            for f in ("alpha", "start", "last_start")},
-                sample_of=repr(kernel.sample_of),
-                windows_doc=f"PyTorch's window starts along one axis, per plane: {kernel.sampling}.")
-
-
 # the geometry strings a form of windows adds after python_geometry: {windows' form: builder}
-_FORM_GEOMETRY = {"strided": _strided_geometry, "blocks": _blocks_geometry, "sampled": _sampled_geometry}
+_FORM_GEOMETRY = {"strided": _strided_geometry, "blocks": _blocks_geometry, "sampled": fractional_window_code}
 
 
 def _pool_code(g) -> dict:
