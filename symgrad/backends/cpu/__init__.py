@@ -30,6 +30,7 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
+from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
                       header, python_geometry, special_docstring, wrap)
@@ -476,10 +477,7 @@ def _pool_selection_strings(kernel: WindowKernel) -> dict:
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
         "window": kernel.window,
-        "padding_takes_part": "true" if kernel.padding_takes_part else "false",
-        "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
-                            if kernel.padding_takes_part else "padding never wins"),
-        "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
+        **padding_strings(kernel),
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights applied to the tangent"),
         # the .c header's words on what jvp reads per output

@@ -15,6 +15,7 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan)
+from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
@@ -160,16 +161,13 @@ def _window_words(kernel: WindowKernel) -> dict:
         # row order (not at::sum's: the NumPy and cpu backends' order) and divided once
         "tangent_term": kernel.tangent_term is not None,
         "jvp_out": "sum / (acc)count[r]" if kernel.tangent_term is not None else "sum",
-        "padding_takes_part": "true" if kernel.padding_takes_part else "false",
+        **padding_strings(kernel),
         # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
         "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",
         # a window's term lands on the element's gradient: added, or (disjoint windows, the
         # winner's gradient grad_output itself, WindowKernel.grad_start "written") written
         "gather": "=" if kernel.grad_start == "written" else "+=",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
-        "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
-                            if kernel.padding_takes_part else "padding never wins"),
-        "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
         "winner_is_output": "true" if sel.winner_is_output else "false",
         "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
                            "the output is the fold of the window (NaN propagating), not the "
