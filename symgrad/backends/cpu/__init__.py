@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,13 +30,15 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
+from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
                       header, python_geometry, special_docstring, wrap)
-from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, bfloat16_context, bfloat16_kernels,
-                    computes_bfloat16, host_partials, preamble_context)
-from ..host.printer import numpy_code, numpy_integer_code
-from ..printing import PYTHON, integer_code, pool_axis_code, python_integer_code
+from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, adaptive_window_code, bfloat16_context,
+                    bfloat16_kernels, computes_bfloat16, dtype_constants, fractional_window_code,
+                    host_partials, preamble_context)
+from ..host.printer import numpy_code
+from ..printing import pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
@@ -445,9 +446,51 @@ def _pool_context(art: Artifacts) -> dict:
     """Max pooling (1d/2d/3d): windows of kernel_size over NCHW or channels-last planes."""
     op, kernel = art.op, art.kernel
     assert isinstance(kernel, WindowKernel) and kernel.windows == "strided"
-    sel = kernel.selection
     spatial = op.spec.spatial
+    g = kernel.axes
+    g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
+    pool = [pool_axis_code(g, a, c_integer_code) for a in range(spatial)]
+    return _base_context(art) | _pool_rows(spatial, pool) | {
+        "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
+        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
+        **_pool_selection_strings(kernel),
+        **_pool_saved_strings(kernel),
+        **_pool_loop_strings(spatial, kernel.window),
+        "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
+        "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
+        "inner": _inner_rows(g, spatial - 1),
+        **_pool_backward_strings(op, kernel),
+        "loader_coordinates": python_integer_code(g.coordinate, g_names),
+        "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
+        "sizes_head": _POOL_SIZES_HEAD,
+        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
+        **python_geometry(kernel),
+    } | dict(pool=pool)
+
+
+def _pool_selection_strings(kernel: WindowKernel) -> dict:
+    """Max pooling's selection: its docstring words and real types, the scan or mask partial, the
+    padding's part in a window, the lowered Selection's parts and jvp's words."""
+    sel = kernel.selection
     selection_doc, real_types = _selection(kernel)
+    return {
+        "selection_doc": selection_doc, "real_types": real_types,
+        "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
+        "window": kernel.window,
+        **padding_strings(kernel),
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights applied to the tangent"),
+        # the .c header's words on what jvp reads per output
+        "jvp_reads": ("the tangent of its window's winner" if sel.form == "scan" else
+                      "the tangent of every element of its window, weighted as backward weights "
+                      "grad_output, in window-local order"),
+    }
+
+
+def _pool_saved_strings(kernel: WindowKernel) -> dict:
+    """What max pooling's forward saves: the saved arrays' C typedefs, the loader's dtype constants,
+    the kernels' saved parameters (_saved) and the loader's words on the saved state."""
+    sel = kernel.selection
     count_dtype = kernel.count_dtype or ""
     index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
     count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
@@ -460,33 +503,18 @@ def _pool_context(art: Artifacts) -> dict:
                       "reference) which elements attain each window's extremum"
                       + (f"; forward also saves their number, one {count_dtype} per output."
                          if sel.counts else "."))
-    g = kernel.axes
-    g_names = {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}
-    pool = [pool_axis_code(g, a, c_integer_code) for a in range(spatial)]
-    return _base_context(art) | _pool_rows(spatial, pool) | {
-        "template": "cpu/pool.c.jinja", "loader_template": "cpu/loader.py.jinja",
-        "layouts": [{"name": n, "cl": cl} for n, cl in C_LAYOUTS],
-        "selection_doc": selection_doc, "real_types": real_types,
-        "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
-        "window": kernel.window,
-        "padding_takes_part": "true" if kernel.padding_takes_part else "false",
-        "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
-                            if kernel.padding_takes_part else "padding never wins"),
-        "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
-        **_selection_parts(kernel, "the tangent of each window's winner",
-                           "each window's weights applied to the tangent"),
-        # the .c header's words on what jvp reads per output
-        "jvp_reads": ("the tangent of its window's winner" if sel.form == "scan" else
-                      "the tangent of every element of its window, weighted as backward weights "
-                      "grad_output, in window-local order"),
+    return {
         "typedefs": _typedefs(index_ctype, count_ctype),
-        "dtype_constants": (
-            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
-            if sel.form == "scan" else []) + (
-            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
-            if sel.counts else []),
+        "dtype_constants": dtype_constants(kernel),
         "saved": _saved(kernel, index_ctype, count_ctype),
         "saved_doc": wrap(saved_text, 96, "  "),
+    }
+
+
+def _pool_loop_strings(spatial: int, window: int) -> dict:
+    """Max pooling's loops over its spatial axes: the padded flags, the window loops' indents, the
+    scatter-form backward's table of a window's elements and its windows wholly inside."""
+    return {
         "spatial": spatial, "axes": list(range(spatial)), "L": spatial - 1,
         # the flag of a padded element along the last axis, and of a padded row (the outer axes)
         "pad_flag": f"pad{spatial - 1}",
@@ -495,15 +523,20 @@ def _pool_context(art: Artifacts) -> dict:
         "pad_before": [f"pad{a - 1} || " if a else "" for a in range(spatial)],
         "window_indents": ["  " * (a + spatial) for a in range(spatial)],
         # scatter-form backward's table of the window's elements: spatial coordinates and an offset
-        "table_width": spatial + 1, "table_size": (spatial + 1) * kernel.window,
-        "table_last": (spatial + 1) * (kernel.window - 1),  # the last element's entry
+        "table_width": spatial + 1, "table_size": (spatial + 1) * window,
+        "table_last": (spatial + 1) * (window - 1),  # the last element's entry
         # scatter-form backward's windows wholly inside: along dim 0 the band's rows [r0, r1), along
         # the others the input [0, l); and the flag of the dims before (a window inside along all)
         "scatter_inside": [{"start": "r0" if a == 0 else "0", "end": "r1" if a == 0 else f"l{a}",
                             "outer": f"in{a - 1} && " if a else ""} for a in range(spatial)],
-        "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
-        "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
-        "inner": _inner_rows(g, spatial - 1),
+    }
+
+
+def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
+    """Max pooling's backward: its form (write, scatter or gather) and words, the band of windows,
+    the scatter's accumulators and the step between windows along each dim."""
+    sel, g = kernel.selection, kernel.axes
+    return {
         # backward where forward saves each window's winner: write where the windows tile the
         # input (each element written once), else scatter (O(outputs) work); else gather
         "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
@@ -515,13 +548,8 @@ def _pool_context(art: Artifacts) -> dict:
         "band": _band_windows(g), "scatter": _scatter_accumulators(),
         # the step between windows along each dim (the coordinate's coefficient of the window)
         "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
-                  for a in range(spatial)],
-        "loader_coordinates": python_integer_code(g.coordinate, g_names),
-        "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
-        "sizes_head": _POOL_SIZES_HEAD,
-        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the planes"),
-        **python_geometry(kernel),
-    } | dict(pool=pool)
+                  for a in range(op.spec.spatial)],
+    }
 
 
 # float16's +0 + v and its kept-or-+0 on the bits: the conversions to float and back of +0 + v leave
@@ -825,11 +853,7 @@ def _maxout_context(art: Artifacts) -> dict:
         **_SELECT_BACKWARD["write"],
         "grad_start_comment": grad_start_comment(kernel.grad_start),
         "typedefs": _typedefs(index_ctype, count_ctype),
-        "dtype_constants": (
-            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
-            if sel.form == "scan" else []) + (
-            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
-            if sel.counts else []),
+        "dtype_constants": dtype_constants(kernel),
         "saved": saved, "saved_values": values,
         # the loader's checks of the saved arrays: (field, the shape it must have, dtype, bound)
         "saved_arrays": [(field, {"in": "shape", "out": out_shape}[shape], dtype, bound)
@@ -867,34 +891,43 @@ def _adaptive_context(art: Artifacts) -> dict:
     sel = kernel.selection
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel, sel.combine)
-    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
-    for a in range(1, spatial):
-        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
     scan = sel.form == "scan"
-    if scan:
-        saved_text = ("Saved state: forward saves each winner's row-major index in its window's box (the "
-                      "largest window extent along each axis), which the loader stores in the smallest "
-                      "unsigned type holding it (the kernels write and read int64); backward reads only "
-                      "it and grad_output (x is not kept).")
-    else:
-        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
-                      "which elements attain each window's extremum" + (", and counts them per window."
-                                                                         if sel.counts else "."))
-    if kernel.grad_start == "slices":  # -0 where an element is held by every window of every axis
-        inside = " && ".join(f"o{a} > 0 && sg_window_start(i{a}, l{a}, o{a}) == 0 && "
-                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
-        grad_start = f"({inside}) ? -0.0 : 0"
-    else:
-        grad_start = "-0.0" if kernel.grad_start == "-0" else "0"
-    arrays = ([("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")])
-    axes = range(spatial)
     # backward of a scan scatters, one plane a thread: O(outputs) work, where the gather form's
     # every element finds its holders (8x64x56x56 -> 7x7: 30 ms against PyTorch's 1 ms); gather
     # where an element's start depends on its position (grad_start "slices") or its windows' terms
     # are added last window first (grad_order "reversed"; the scatter adds in window order)
     scatter = scan and kernel.grad_start != "slices" and kernel.grad_order != "reversed"
-    # gather-form backward: the windows holding an element along each axis (w<a>), in row-major
-    # order, or reversed (WindowKernel.grad_order: the last window's term added first)
+    return _base_context(art) | _select_parts(kernel, {
+        **(_SELECT_BACKWARD["scatter"] if scatter else {}),
+        **_adaptive_holder_strings(kernel, spatial),
+        "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
+        "numpy_partial": f"host/_adaptive_{sel.form}.py.jinja",
+        **host_partials(kernel),
+        "layouts": _layouts(),
+        "selection_doc": selection_doc, "real_types": real_types,
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights applied to the tangent, summed in row-major order"),
+        **_adaptive_loop_strings(spatial),
+        "gather": "+=", "jvp_sum": "sum + w",
+        "jvp_sum_doc": "from +0, in the window's row-major order, as the NumPy module adds them",
+        "window_order": "row-major order",
+        "threads_over": "the elements (backward: the planes)" if scatter else "the elements",
+        "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
+        "grad_start": _adaptive_grad_start(kernel, spatial),
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        **_adaptive_saved_strings(kernel),
+        "windows_text": ADAPTIVE.doc(),
+        "c_window_start": c_integer_code(ADAPTIVE.start), "c_window_end": c_integer_code(ADAPTIVE.end),
+        **adaptive_window_code(),  # the loader's Python (the NumPy module's _axis)
+        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the elements"),
+    })
+
+
+def _adaptive_holder_strings(kernel: WindowKernel, spatial: int) -> dict:
+    """Adaptive pooling's gather-form backward: the windows holding an element along each axis
+    (w<a>), in row-major order, or reversed (WindowKernel.grad_order: the last window's term
+    added first), as the bounds and the loops over them."""
+    axes = range(spatial)
     if kernel.grad_order == "reversed":
         holder_bounds = [f"const I w{a}_first = sg_window_start(i{a}, l{a}, o{a});  // the windows holding "
                          f"i{a}: from here, last first" for a in axes]
@@ -903,16 +936,17 @@ def _adaptive_context(art: Artifacts) -> dict:
         holder_bounds = [f"const I w{a}_end = sg_window_end(i{a}, l{a}, o{a});  // the windows holding i{a}: "
                          f"up to here" for a in axes]
         holder_loops = [f"for (I w{a} = sg_window_start(i{a}, l{a}, o{a}); w{a} < w{a}_end; ++w{a})" for a in axes]
-    return _base_context(art) | _select_parts(kernel, {
-        **(_SELECT_BACKWARD["scatter"] if scatter else {}),
-        "holder_bounds": holder_bounds, "holder_loops": holder_loops,
-        "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
-        "numpy_partial": f"host/_adaptive_{sel.form}.py.jinja",
-        **host_partials(kernel),
-        "layouts": _layouts(),
-        "selection_doc": selection_doc, "real_types": real_types,
-        **_selection_parts(kernel, "the tangent of each window's winner",
-                           "each window's weights applied to the tangent, summed in row-major order"),
+    return {"holder_bounds": holder_bounds, "holder_loops": holder_loops}
+
+
+def _adaptive_loop_strings(spatial: int) -> dict:
+    """Adaptive pooling's sizes (the kernels' parameters and their docs), dims, the loop bodies'
+    indents and an element's window-local index (its row-major index in its window's box)."""
+    axes = range(spatial)
+    box_index = "(i0 - s0)"  # an element's row-major index in its window's box
+    for a in range(1, spatial):
+        box_index = f"{box_index if a == 1 else f'({box_index})'} * k{a} + (i{a} - s{a})"
+    return {
         "spatial": spatial, "axes": list(axes),
         "param_comment": "  # None: that output size is the input's",  # the output_size parameter
         "sizes": _params("I", "n", "c", *(f"{v}{a}" for v in "lok" for a in axes)) + ", const int threads",
@@ -927,25 +961,37 @@ def _adaptive_context(art: Artifacts) -> dict:
         # an element's window-local index: its row-major index in its window's box (the element
         # i<a> in the window starting at s<a>, in the window loop and in a holder alike)
         "local": box_index, "holder_local": box_index, "index_cast": "",
-        "gather": "+=", "jvp_sum": "sum + w",
-        "jvp_sum_doc": "from +0, in the window's row-major order, as the NumPy module adds them",
-        "window_order": "row-major order",
-        "threads_over": "the elements (backward: the planes)" if scatter else "the elements",
-        "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
-        "grad_start": grad_start, "grad_start_comment": grad_start_comment(kernel.grad_start),
-        "typedefs": [],
-        "saved": _signatures(arrays if scan else [], arrays),
-        "saved_doc": wrap(saved_text, 96, "  "),
-        "windows_text": ADAPTIVE.doc(),
-        "c_window_start": c_integer_code(ADAPTIVE.start), "c_window_end": c_integer_code(ADAPTIVE.end),
-        # the loader's Python (the NumPy module's _axis)
-        "window_start": numpy_integer_code(ADAPTIVE.start), "window_end": numpy_integer_code(ADAPTIVE.end),
-        "first_holder": numpy_integer_code(ADAPTIVE.first_holder),
-        "end_holder": numpy_integer_code(ADAPTIVE.end_holder),
-        "windows_doc": wrap(f'"""Along an axis of length `length` with `out` outputs (as '
-                            f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""),
-        "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the elements"),
-    })
+    }
+
+
+def _adaptive_grad_start(kernel: WindowKernel, spatial: int) -> str:
+    """An element's gradient's start in C: under "slices", -0 where an element is held by every
+    window of every axis."""
+    if kernel.grad_start == "slices":
+        inside = " && ".join(f"o{a} > 0 && sg_window_start(i{a}, l{a}, o{a}) == 0 && "
+                             f"sg_window_end(i{a}, l{a}, o{a}) == o{a}" for a in range(spatial))
+        return f"({inside}) ? -0.0 : 0"
+    return "-0.0" if kernel.grad_start == "-0" else "0"
+
+
+def _adaptive_saved_strings(kernel: WindowKernel) -> dict:
+    """What adaptive pooling saves: a scan's winner as its index in the window box (int64 in the
+    kernels, narrowed by the loader), or x and the output; the kernels' saved parameters and the
+    loader's words on them."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    if scan:
+        saved_text = ("Saved state: forward saves each winner's row-major index in its window's box (the "
+                      "largest window extent along each axis), which the loader stores in the smallest "
+                      "unsigned type holding it (the kernels write and read int64); backward reads only "
+                      "it and grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (", and counts them per window."
+                                                                         if sel.counts else "."))
+    arrays = ([("index", _C_INTEGER_TYPES[kernel.runtime_saved_dtype])] if scan else [("x", "T"), ("output", "T")])
+    return {"typedefs": [], "saved": _signatures(arrays if scan else [], arrays),
+            "saved_doc": wrap(saved_text, 96, "  ")}
 
 
 def _fractional_context(art: Artifacts) -> dict:
@@ -958,16 +1004,36 @@ def _fractional_context(art: Artifacts) -> dict:
     spatial = op.spec.spatial
     selection_doc, real_types = _selection(kernel, sel.combine)
     scan = sel.form == "scan"
-    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if scan else ""
-    if scan:
-        saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
-                      f"{kernel.index_dtype} per output, and the samples; backward reads only them and "
-                      f"grad_output (x is not kept).")
-    else:
-        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
-                      "which elements attain each window's extremum" + (" and counts them" if sel.counts
-                                                                         else "") + "; and the samples.")
-    arrays = [("index", "index_t")] if scan else [("x", "T"), ("output", "T")]
+    return _base_context(art) | _select_parts(kernel, {
+        "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
+        "numpy_partial": f"host/_fractional_{sel.form}.py.jinja",
+        **host_partials(kernel),
+        "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
+        **_fractional_loop_strings(spatial),
+        "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
+        "window_order": "row-major order", "threads_over": "the planes",
+        # backward scatters: a plane's windows overlap and a scan's gradient goes to one element of
+        # each, O(outputs) work (the gather form, every element visiting its holders, measured 8x
+        # slower on 48x48 planes, kernel 3, 20x20 outputs)
+        **_SELECT_BACKWARD["scatter"],
+        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "selection_doc": selection_doc, "real_types": real_types,
+        **_selection_parts(kernel, "the tangent of each window's winner",
+                           "each window's weights summed over its elements in row-major order"),
+        "backward_doc": "its winner" if scan else "its elements by their weights",
+        "spatial": spatial, "axes": list(range(spatial)),
+        "window": kernel.window, "kernel_size": list(op.params["kernel_size"]),
+        **_fractional_saved_strings(kernel),
+        "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
+        **python_geometry(kernel),
+    } | fractional_window_code(kernel))  # the NumPy module's window starts (its partials, in the loader)
+
+
+def _fractional_loop_strings(spatial: int) -> dict:
+    """Fractional pooling's per-plane starts and sizes (the kernels' parameters and their docs),
+    positions in a plane, the loop bodies' indents, an element's window-local index and jvp's
+    winner offsets."""
     axes = range(spatial)
 
     def rowmajor(names: str, sizes: str) -> str:  # a flat row-major position from coordinates
@@ -976,11 +1042,7 @@ def _fractional_context(art: Artifacts) -> dict:
     local = f"(j0 - s0)"  # an element's row-major index in its window (j<a> in the window from s<a>)
     for a in range(1, spatial):
         local = f"{local if a == 1 else f'({local})'} * K{a} + (j{a} - s{a})"
-    return _base_context(art) | _select_parts(kernel, {
-        "loader_geometry_partial": "cpu/_loader_fractional.py.jinja",
-        "numpy_partial": f"host/_fractional_{sel.form}.py.jinja",
-        **host_partials(kernel),
-        "layouts": [{"name": "", "cl": "false", "suffix": ""}],  # x read as contiguous planes
+    return {
         "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
         "starts_doc": "".join(f"const int64* starts{a}, " for a in axes),
         "sizes": _params("I", "planes", *(f"{v}{a}" for v in "lo" for a in axes)) + ", const int threads",
@@ -996,35 +1058,32 @@ def _fractional_context(art: Artifacts) -> dict:
         # jvp: the winner's offset in its window along each axis, from what is left of its
         # row-major index (local, divided by the later axes' K as the loop goes outward)
         "winner_along": ["local" if a == 0 else f"local % K{a}" for a in axes],
-        "gather": "+=", "jvp_sum": "sum + w", "jvp_sum_doc": "from +0, in the window's row-major order",
-        "window_order": "row-major order", "threads_over": "the planes",
-        # backward scatters: a plane's windows overlap and a scan's gradient goes to one element of
-        # each, O(outputs) work (the gather form, every element visiting its holders, measured 8x
-        # slower on 48x48 planes, kernel 3, 20x20 outputs)
-        **_SELECT_BACKWARD["scatter"],
-        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0",
-        "grad_start_comment": grad_start_comment(kernel.grad_start),
-        "selection_doc": selection_doc, "real_types": real_types,
-        **_selection_parts(kernel, "the tangent of each window's winner",
-                           "each window's weights summed over its elements in row-major order"),
-        "backward_doc": "its winner" if scan else "its elements by their weights",
-        "spatial": spatial, "axes": list(range(spatial)),
-        "window": kernel.window, "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
-        "kernel_size": list(op.params["kernel_size"]), "sample_of": repr(kernel.sample_of),
+    }
+
+
+def _fractional_saved_strings(kernel: WindowKernel) -> dict:
+    """What fractional pooling saves: a scan's winner as its row-major index in its window (one
+    index_dtype per output), or x and the output; and the samples.  The saved parameters, what
+    backward and jvp pass the kernels and the loader's words on it."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if scan else ""
+    if scan:
+        saved_text = (f"Saved state: forward saves each winner's row-major index in its window, one "
+                      f"{kernel.index_dtype} per output, and the samples; backward reads only them and "
+                      f"grad_output (x is not kept).")
+    else:
+        saved_text = ("Saved state: backward recomputes from x and the output (both kept by reference) "
+                      "which elements attain each window's extremum" + (" and counts them" if sel.counts
+                                                                         else "") + "; and the samples.")
+    arrays = [("index", "index_t")] if scan else [("x", "T"), ("output", "T")]
+    return {
+        "index_dtype": kernel.index_dtype or "", "typedefs": _typedefs(index_ctype, ""),
         "saved": _signatures(arrays if scan else [], arrays),
         # what backward and jvp pass the kernels from saved
         "reads": ", ".join(f"np.ascontiguousarray(saved.{name})" for name, _ in arrays),
         "saved_doc": wrap(saved_text, 96, "  "),
-        # the NumPy module's window starts (its partials, in the loader)
-        "windows_doc": f"PyTorch's window starts along one axis, per plane: {kernel.sampling}.",
-        "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
-        **python_geometry(kernel),
-    } | dict(fractional={f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
-                         for f in ("alpha", "start", "last_start")}))
-
-
-# the NumPy module's arithmetic of the window starts (the same replace of PYTHON as the NumPy backend's)
-_FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+    }
 
 
 def _logsumexp_context(art: Artifacts) -> dict:

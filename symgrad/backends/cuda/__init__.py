@@ -15,10 +15,11 @@ from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan)
+from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
                       special_docstring, wrap)
-from ..host import CUPY_ARRAYS, preamble_context
+from ..host import CUPY_ARRAYS, dtype_constants, preamble_context
 from ..printing import pool_axis_code, python_integer_code
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
@@ -102,10 +103,34 @@ class _CFunction:
 
 
 def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
+    """What every window kernel's .cu and loader get from the lowered selection: its C functions
+    per compute type, the words on it, and what forward saves (static or run-time windows)."""
+    sel = kernel.selection
+    functions = _selection_functions(kernel)
+    real_types = []
+    for rt in CUDA_REAL_TYPES:
+        real_types.append({"name": rt, "functions": [
+            {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
+             "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
+    ctx = {"real_types": real_types,
+           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.windows].items()},
+           # the mask form's lines that count each window's hits, where the weight shares the gradient
+           "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
+           "selection_doc": [f.doc for f in functions],
+           **_window_words(kernel)}
+    winner = f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  // {ctx['winner_comment']}"
+    if kernel.static_windows:
+        ctx.update(_static_saved(kernel, winner))
+    else:
+        ctx.update(_runtime_saved(op, kernel, winner))
+    return ctx
+
+
+def _selection_functions(kernel: WindowKernel) -> list[_CFunction]:
+    """The selection as C functions, printed once per compute type: (doc, return type, name,
+    parameters, body) with every expression from the lowered kernel."""
     sel = kernel.selection
     count = [COUNT] if sel.counts else []
-    # the selection as C functions, printed once per compute type: (doc, return type, name,
-    # parameters, body) with every expression from the lowered kernel
     functions = [_CFunction("sg_combine(best, v): the window's extremum so far, NaN propagating",
                             "{rt}", "sg_combine", (BEST, V), sel.combine)]
     if sel.form == "scan":
@@ -124,88 +149,94 @@ def _cuda_window(op: Op, kernel: WindowKernel) -> dict:
                                         "sum, which is divided by the count once", "{rt}", "sg_term",
                                         (GRAD_OUTPUT, V, EXTREMUM), kernel.tangent_term,
                                         (f"const bool {HIT} = sg_hit(v, extremum);",)))
-    real_types = []
-    for rt in CUDA_REAL_TYPES:
-        real_types.append({"name": rt, "functions": [
-            {"ret": f.returns.format(rt=rt), "name": f.name, "params": _params(rt, *map(str, f.params)),
-             "body": [*f.prelude, f"return {cuda_code(f.result, rt)};"]} for f in functions]})
-    ctx = {"real_types": real_types,
-           "form_doc": {site: words[sel.form] for site, words in _FORM_DOCS[kernel.windows].items()},
-           # the mask form's lines that count each window's hits, where the weight shares the gradient
-           "count_partial": "cuda/_count.cu.jinja" if sel.counts else "cuda/_no_count.cu.jinja",
-           "selection_doc": [f.doc for f in functions],
-           # reductions' jvp: the weights added up, or (TANGENT_SUMS "torch") the terms added up in
-           # row order (not at::sum's: the NumPy and cpu backends' order) and divided once
-           "tangent_term": kernel.tangent_term is not None,
-           "jvp_out": "sum / (acc)count[r]" if kernel.tangent_term is not None else "sum",
-           "padding_takes_part": "true" if kernel.padding_takes_part else "false",
-           # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
-           "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",
-           # a window's term lands on the element's gradient: added, or (disjoint windows, the
-           # winner's gradient grad_output itself, WindowKernel.grad_start "written") written
-           "gather": "=" if kernel.grad_start == "written" else "+=",
-           "grad_start_comment": grad_start_comment(kernel.grad_start),
-           "padding_comment": ("padding takes part, as -inf (a gradient it wins is dropped)"
-                               if kernel.padding_takes_part else "padding never wins"),
-           "padding_value": "-sg_inf_f()" if sel.extremum == "max" else "sg_inf_f()",
-           "winner_is_output": "true" if sel.winner_is_output else "false",
-           "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
-                              "the output is the fold of the window (NaN propagating), not the "
-                              "winner's value: under this NaN rule a window holding NaN can have a "
-                              "number as its winner")}
-    if kernel.static_windows:
-        count_dtype = kernel.count_dtype or ""
-        ctx.update(index_ctype=_C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else "",
-                   count_ctype=_C_INTEGER_TYPES[count_dtype] if count_dtype else "",
-                   index_dtype=kernel.index_dtype or "", count_dtype=count_dtype)
-        ctx["saved"] = _saved_signature(kernel, ("index_t", ctx["index_ctype"]), ("count_t", ctx["count_ctype"]))
+    return functions
+
+
+def _window_words(kernel: WindowKernel) -> dict:
+    """The kernels' words and small strings from the lowered window kernel: jvp's sum, the padding,
+    the gradient's start and how a term lands, the winner's relation to the output."""
+    sel = kernel.selection
+    return {
+        # reductions' jvp: the weights added up, or (TANGENT_SUMS "torch") the terms added up in
+        # row order (not at::sum's: the NumPy and cpu backends' order) and divided once
+        "tangent_term": kernel.tangent_term is not None,
+        "jvp_out": "sum / (acc)count[r]" if kernel.tangent_term is not None else "sum",
+        **padding_strings(kernel),
+        # an element's gradient starts from +0 or -0 (WindowKernel.grad_start)
+        "grad_start": "-(acc)0" if kernel.grad_start == "-0" else "0",
+        # a window's term lands on the element's gradient: added, or (disjoint windows, the
+        # winner's gradient grad_output itself, WindowKernel.grad_start "written") written
+        "gather": "=" if kernel.grad_start == "written" else "+=",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "winner_is_output": "true" if sel.winner_is_output else "false",
+        "winner_comment": ("the winner's value is the output" if sel.winner_is_output else
+                           "the output is the fold of the window (NaN propagating), not the "
+                           "winner's value: under this NaN rule a window holding NaN can have a "
+                           "number as its winner")}
+
+
+def _static_saved(kernel: WindowKernel, winner: str) -> dict:
+    """What forward saves where the windows are known at generation: the index and count types
+    (sized by the lowering), the kernels' saved parameters and constants, the loader's dtype
+    constants and its words on the saved state.  winner: the scan's WINNER_IS_OUTPUT line."""
+    sel = kernel.selection
+    count_dtype = kernel.count_dtype or ""
+    index_ctype = _C_INTEGER_TYPES[kernel.index_dtype] if kernel.index_dtype else ""
+    count_ctype = _C_INTEGER_TYPES[count_dtype] if count_dtype else ""
+    if sel.form == "scan":
+        size = np.dtype(kernel.index_dtype).itemsize
+        saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
+                 f"({size} byte{'s' if size > 1 else ''}) "
+                 f"per output; backward reads only it and grad_output (x is not kept)."]
+    else:
+        saved = ["Saved state: backward recomputes from x and the output (both kept by reference) "
+                 "which elements attain each window's extremum"]
+        saved[-1] += (f"; forward also saves their number, one {count_dtype} per output." if sel.counts
+                      else ".")
+    return {
+        "index_ctype": index_ctype, "count_ctype": count_ctype,
+        "index_dtype": kernel.index_dtype or "", "count_dtype": count_dtype,
+        "saved": _saved_signature(kernel, ("index_t", index_ctype), ("count_t", count_ctype)),
         # the kernels' constants of the selection: the scan's output rule and saved index type, the
         # count's type
-        ctx["saved_constants"] = (
-            [f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  // {ctx['winner_comment']}",
-             f"typedef {ctx['index_ctype']} index_t;  // saved: the winner's window-local index"]
+        "saved_constants": (
+            [winner, f"typedef {index_ctype} index_t;  // saved: the winner's window-local index"]
             if sel.form == "scan" else []) + (
-            [f"typedef {ctx['count_ctype']} count_t;  // saved: the number of elements attaining the extremum"]
-            if sel.counts else [])
-        ctx["dtype_constants"] = (
-            [f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
-            if sel.form == "scan" else []) + (
-            [f"COUNT_DTYPE = np.{count_dtype}  # the number of elements attaining the extremum, saved per output"]
-            if sel.counts else [])
-        if sel.form == "scan":
-            saved = [f"Saved state: forward saves the winner's window-local index, one {kernel.index_dtype} "
-                     f"({np.dtype(kernel.index_dtype).itemsize} byte{'s' if np.dtype(kernel.index_dtype).itemsize > 1 else ''}) "
-                     f"per output; backward reads only it and grad_output (x is not kept)."]
-        else:
-            saved = ["Saved state: backward recomputes from x and the output (both kept by reference) "
-                     "which elements attain each window's extremum"]
-            saved[-1] += (f"; forward also saves their number, one {count_dtype} per output." if sel.counts
-                          else ".")
+            [f"typedef {count_ctype} count_t;  // saved: the number of elements attaining the extremum"]
+            if sel.counts else []),
+        "dtype_constants": dtype_constants(kernel),
+        "saved_doc": [line for s in saved for line in wrap(s, 96, "  ")]}
+
+
+def _runtime_saved(op: Op, kernel: WindowKernel, winner: str) -> dict:
+    """What forward saves where the windows' size is known only at run time (_RUNTIME_WINDOW): the
+    kernels take index and count as long long, which the loader narrows; the saved parameters,
+    the words on the index and the loader's words on the saved state."""
+    sel = kernel.selection
+    window = _RUNTIME_WINDOW.get(kernel.windows)
+    wide = _C_INTEGER_TYPES[kernel.runtime_saved_dtype]  # the kernels' type of what the loader narrows
+    signature = _saved_signature(kernel, (wide, wide), (wide, wide), window)
+    boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))
+    extra = "".join(f", the {p}" for p in kernel.plane_inputs)
+    if sel.form == "scan":
+        saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
+                 "n (the loader picks it at run time; the backward kernel takes it as long long)."]
     else:
-        ctx.update(index_ctype="", count_ctype="", index_dtype="", count_dtype="")
-        window = _RUNTIME_WINDOW.get(kernel.windows)
-        wide = _C_INTEGER_TYPES[kernel.runtime_saved_dtype]  # the kernels' type of what the loader narrows
-        ctx["saved"] = _saved_signature(kernel, (wide, wide), (wide, wide), window)
-        ctx["saved_constants"] = ([f"constexpr bool WINNER_IS_OUTPUT = {ctx['winner_is_output']};  "
-                                   f"// {ctx['winner_comment']}"] if sel.form == "scan" else [])
-        boxes = ", ".join(f"k{a}" for a in range(op.spec.spatial))
-        ctx["saved_index_doc"] = [] if sel.form != "scan" else {
+        saved = ["Saved state: backward recomputes from x (as rows) and the output, both kept, "
+                 "which elements attain each row's extremum"]
+        saved[-1] += ("; forward also saves their number per row (the smallest unsigned type holding n; "
+                      "the backward kernel takes it as long long)." if sel.counts else ".")
+    return {
+        "index_ctype": "", "count_ctype": "", "index_dtype": "", "count_dtype": "",
+        "saved": signature,
+        "saved_constants": [winner] if sel.form == "scan" else [],
+        "saved_index_doc": [] if sel.form != "scan" else {
             "sampled": ["A winner is saved as its row-major index in its window."],
             "spans": [f"{boxes}: the window box, the largest window extent along each axis; a winner is "
-                      f"saved as", "its row-major index in its window's box."]}.get(kernel.windows, [])
-        extra = "".join(f", the {p}" for p in kernel.plane_inputs)
-        ctx["saved_class_doc"] = wrap(f'    """What forward keeps: {ctx["saved"]["keeps"]}{extra}; its layout, and shapes."""',
-                                      100, "    ")
-        if sel.form == "scan":
-            saved = ["Saved state: the winner's position in its row, in the smallest unsigned type holding "
-                     "n (the loader picks it at run time; the backward kernel takes it as long long)."]
-        else:
-            saved = ["Saved state: backward recomputes from x (as rows) and the output, both kept, "
-                     "which elements attain each row's extremum"]
-            saved[-1] += ("; forward also saves their number per row (the smallest unsigned type holding n; "
-                          "the backward kernel takes it as long long)." if sel.counts else ".")
-    ctx["saved_doc"] = [line for s in saved for line in wrap(s, 96, "  ")]
-    return ctx
+                      f"saved as", "its row-major index in its window's box."]}.get(kernel.windows, []),
+        "saved_class_doc": wrap(f'    """What forward keeps: {signature["keeps"]}{extra}; its layout, and shapes."""',
+                                100, "    "),
+        "saved_doc": [line for s in saved for line in wrap(s, 96, "  ")]}
 
 
 def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[str, str],
@@ -312,71 +343,99 @@ def _cuda_base_context(op: Op, d, kernel) -> dict:
 
 
 def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
+    """An elementwise or window op's .cu and loader context, over the base context (ctx)."""
     if isinstance(kernel, ElementwiseKernel):
-        back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
-        # the inputs (an expression's user names them) as the .cu spells them: sg_in_x, sg_grad_x
-        names = c_names(kernel.inputs)
-        c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
-        def printed(rt, half=False, bf16=False):
-            def lets(assigns):  # (C type, name, code): shared conditions are bool
-                return [("bool" if a.boolean else rt, names.get(a.name, a.name),
-                         cuda_code(a.expr, rt, names, half, bf16)) for a in assigns]
-            return {
-                "name": rt,
-                "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
-                "grad_params": ", ".join(f"{rt}& {names.get(a.name, a.name)}" for a in kernel.grads),
-                "intermediates": lets(kernel.intermediates),
-                "backward_intermediates": lets(back_inter),
-                "adjoints": lets(adjoints),
-                "output": cuda_code(kernel.output, rt, names, half, bf16),
-                # gradients are assigned to the output references, temporaries among them declared
-                "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
-                          for ctype, name, code in lets(grads)],
-                "tag_param": "",
-            }
-        real_types = [printed(rt) for rt in CUDA_REAL_TYPES]
-        # An op whose NumPy module computes float16 in float16 (no convention, or a preset whose
-        # half is "half": NumPy's float16 with the constants rounded to float16, np.maximum's first
-        # of equal values) gets float16 functions of their own where they print differently, and
-        # under a preset bfloat16 ones as the NumPy module computes bfloat16 there (_output_bf16);
-        # overloads chosen by a tag type (each 16-bit one derives from the others')
-        tag_types, tag_arg = [], ""
-        variants = []  # (printed functions, storage type, tag, rounding function's lines)
-        if not op.half_in_float and not op.spec.strategy.expression:  # (as the cpu backend's)
-            variants = [(printed("float", half=True), "sg_half", "sg_half_tag", [
-                "// float16 as the NumPy module computes it: its constants, products and sums rounded",
-                "// to float16, as NumPy's float16 computes them",
-                "__device__ __forceinline__ float sg_hround(const float v) {",
-                "  return sg_half_to_float(sg_float_to_half(v));",
-                "}"]), (printed("float", bf16=True), "sg_bfloat16", "sg_bfloat16_tag", [
-                "// bfloat16 under this preset: its constants, products and sums rounded to bfloat16,",
-                "// as the NumPy module computes them (as the framework does)",
-                "__device__ __forceinline__ float sg_bround(const float v) {",
-                "  return sg_bfloat16_to_float(sg_float_to_bfloat16(v));",
-                "}"])][:2 if op.convention else 1]  # bfloat16 without one: widened, rounded once
-            variants = [v for v in variants if v[0] != real_types[0]]
-        if variants:
-            for rt in real_types:
-                rt["tag_param"] = ", sg_any_tag"
-            tag_arg = ", typename sg_tag_of<T>::type()"
-            tag_types = ["struct sg_any_tag {};",
-                         "template <typename T> struct sg_tag_of { typedef sg_any_tag type; };"]
-            for functions, storage, tag, rounding in variants:
-                functions["tag_param"] = f", {tag}"
-                real_types.append(functions)
-                tag_types += rounding + [f"struct {tag} : sg_any_tag {{}};",
-                                         f"template <> struct sg_tag_of<{storage}> {{ typedef {tag} type; }};"]
-            tag_types.append("")
-        ctx.update(loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
-                   template="cuda/elementwise.cu.jinja",
-                   inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
-                   c_inputs=[c_identifiers(n) for n in kernel.inputs],
-                   real_types=real_types, tag_types=tag_types, tag_arg=tag_arg, broadcast=kernel.broadcast,
-                   index_types_doc=True, layouts_doc=False,
-                   wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
-                   wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
-        return ctx
+        return _cuda_elementwise(op, kernel, ctx)
     assert isinstance(kernel, WindowKernel)
+    return _cuda_window_context(op, kernel, ctx)
+
+
+def _cuda_elementwise(op: Op, kernel: ElementwiseKernel, ctx: dict) -> dict:
+    """An elementwise op (cuda/elementwise.cu.jinja): its functions per compute type, with float16
+    and bfloat16 overloads where they print differently, and its inputs as the .cu spells them."""
+    printed = _elementwise_printer(kernel)
+    real_types = [printed(rt) for rt in CUDA_REAL_TYPES]
+    tag_types, tag_arg = _tag_overloads(op, printed, real_types)
+    ctx.update(loader_geometry_partial="cuda/_loader_elementwise.py.jinja",
+               template="cuda/elementwise.cu.jinja",
+               inputs=list(kernel.inputs), inputs_tuple=repr(tuple(kernel.inputs)),
+               c_inputs=[c_identifiers(n) for n in kernel.inputs],
+               real_types=real_types, tag_types=tag_types, tag_arg=tag_arg, broadcast=kernel.broadcast,
+               index_types_doc=True, layouts_doc=False,
+               wrt_only=kernel.wrt is not None and tuple(kernel.wrt) != tuple(kernel.inputs),
+               wrt_tuple=repr(tuple(kernel.wrt or kernel.inputs)))
+    return ctx
+
+
+def _elementwise_printer(kernel: ElementwiseKernel):
+    """printed(rt, half, bf16): an elementwise kernel's functions printed for one compute type
+    (float16 or bfloat16 rounding where asked), with the inputs as the .cu spells them (sg_in_x,
+    sg_grad_x: an expression's user names them)."""
+    back_inter, adjoints, grads = backward_plan(kernel, kernel.inputs)
+    names = c_names(kernel.inputs)
+    c_grad_names = {names.get(a.name, a.name) for a in kernel.grads}
+
+    def printed(rt, half=False, bf16=False):
+        def lets(assigns):  # (C type, name, code): shared conditions are bool
+            return [("bool" if a.boolean else rt, names.get(a.name, a.name),
+                     cuda_code(a.expr, rt, names, half, bf16)) for a in assigns]
+        return {
+            "name": rt,
+            "input_params": _params(rt, *(names[n] for n in kernel.inputs)),
+            "grad_params": ", ".join(f"{rt}& {names.get(a.name, a.name)}" for a in kernel.grads),
+            "intermediates": lets(kernel.intermediates),
+            "backward_intermediates": lets(back_inter),
+            "adjoints": lets(adjoints),
+            "output": cuda_code(kernel.output, rt, names, half, bf16),
+            # gradients are assigned to the output references, temporaries among them declared
+            "grads": [("" if name in c_grad_names else f"const {ctype} ", name, code)
+                      for ctype, name, code in lets(grads)],
+            "tag_param": "",
+        }
+    return printed
+
+
+def _tag_overloads(op: Op, printed, real_types: list) -> tuple[list[str], str]:
+    """An op whose NumPy module computes float16 in float16 (no convention, or a preset whose
+    half is "half": NumPy's float16 with the constants rounded to float16, np.maximum's first
+    of equal values) gets float16 functions of their own where they print differently, and
+    under a preset bfloat16 ones as the NumPy module computes bfloat16 there (_output_bf16);
+    overloads chosen by a tag type (each 16-bit one derives from the others').  Appends them to
+    real_types; returns the tag types' lines and the tag argument."""
+    tag_types, tag_arg = [], ""
+    variants = []  # (printed functions, storage type, tag, rounding function's lines)
+    if not op.half_in_float and not op.spec.strategy.expression:  # (as the cpu backend's)
+        variants = [(printed("float", half=True), "sg_half", "sg_half_tag", [
+            "// float16 as the NumPy module computes it: its constants, products and sums rounded",
+            "// to float16, as NumPy's float16 computes them",
+            "__device__ __forceinline__ float sg_hround(const float v) {",
+            "  return sg_half_to_float(sg_float_to_half(v));",
+            "}"]), (printed("float", bf16=True), "sg_bfloat16", "sg_bfloat16_tag", [
+            "// bfloat16 under this preset: its constants, products and sums rounded to bfloat16,",
+            "// as the NumPy module computes them (as the framework does)",
+            "__device__ __forceinline__ float sg_bround(const float v) {",
+            "  return sg_bfloat16_to_float(sg_float_to_bfloat16(v));",
+            "}"])][:2 if op.convention else 1]  # bfloat16 without one: widened, rounded once
+        variants = [v for v in variants if v[0] != real_types[0]]
+    if variants:
+        for rt in real_types:
+            rt["tag_param"] = ", sg_any_tag"
+        tag_arg = ", typename sg_tag_of<T>::type()"
+        tag_types = ["struct sg_any_tag {};",
+                     "template <typename T> struct sg_tag_of { typedef sg_any_tag type; };"]
+        for functions, storage, tag, rounding in variants:
+            functions["tag_param"] = f", {tag}"
+            real_types.append(functions)
+            tag_types += rounding + [f"struct {tag} : sg_any_tag {{}};",
+                                     f"template <> struct sg_tag_of<{storage}> {{ typedef {tag} type; }};"]
+        tag_types.append("")
+    return tag_types, tag_arg
+
+
+def _cuda_window_context(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
+    """A window op: the selection (_cuda_window), the templates of its windows' form
+    (_WINDOW_TEMPLATES), the strings of its geometry (_FORM_STRINGS) and, on the
+    select-and-gather skeleton, the strings where the geometries differ (_gather_strings)."""
     ctx.update(_cuda_window(op, kernel))
     # the reduction's first kernel needs the compute type where it compares (scan) or counts
     ctx["reduce_types"] = (["typedef typename tr::acc acc;"]
@@ -397,32 +456,37 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     ctx["geometry_partial"] = parts["geometry"]
     ctx.update(template=parts["template"],
                window=kernel.window, index_types_doc=gathered, layouts_doc=gathered)
-    if kernel.windows == "strided":
-        spatial = op.spec.spatial
-        ctx.update(spatial=spatial, axes=list(range(spatial)),
-                   kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
-                   padding=list(op.params["padding"]), dilation=list(op.params["dilation"]))
-        ctx.update(pool=[pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)])
-        # an element is padding along axis a if it is along an earlier axis (the flag pad{a - 1})
-        # or outside the input along a; the innermost flag says it for the element
-        ctx["pad_inherited"] = [f"pad{a - 1} || " if a else "" for a in range(spatial)]
-        ctx["pad_flag"] = f"pad{spatial - 1}"
-        g = kernel.axes
-        ctx.update(loader_coordinates=python_integer_code(
-                       g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
-                   loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}),
-                   sizes_head=["def _sizes(shape: tuple):",
-                               '    """(batched input shape, output spatial sizes) of an input shape."""'])
-    elif kernel.windows == "blocks":
-        ctx.update(pieces=op.params["pieces"], maxout=_blocks_code(kernel))
-    elif kernel.windows == "spans":
-        ctx.update(_cuda_adaptive(op, kernel))
-    elif kernel.windows == "sampled":
-        ctx.update(_cuda_fractional(op, kernel))
+    if kernel.windows in _FORM_STRINGS:
+        ctx.update(_FORM_STRINGS[kernel.windows](op, kernel))
     if gathered:
         ctx.update(_gather_strings(op, kernel, ctx))
     ctx.update(python_geometry(kernel))  # the loader's Python
     return ctx
+
+
+def _strided_strings(op: Op, kernel: WindowKernel) -> dict:
+    """Pooling's windows: the parameters per axis, each axis's geometry in C, the padded flags and
+    the loader's coordinates and sizes."""
+    spatial = op.spec.spatial
+    g = kernel.axes
+    return dict(spatial=spatial, axes=list(range(spatial)),
+                kernel_size=list(op.params["kernel_size"]), stride=list(op.params["stride"]),
+                padding=list(op.params["padding"]), dilation=list(op.params["dilation"]),
+                pool=[pool_axis_code(kernel.axes, a, cuda_integer_code) for a in range(spatial)],
+                # an element is padding along axis a if it is along an earlier axis (the flag
+                # pad{a - 1}) or outside the input along a; the innermost flag says it for the element
+                pad_inherited=[f"pad{a - 1} || " if a else "" for a in range(spatial)],
+                pad_flag=f"pad{spatial - 1}",
+                loader_coordinates=python_integer_code(
+                    g.coordinate, {"i": "np.arange(out)[:, None]", "j": "np.arange(k)"}),
+                loader_inside=python_integer_code(g.inside, {"x": "position", "length": "L"}),
+                sizes_head=["def _sizes(shape: tuple):",
+                            '    """(batched input shape, output spatial sizes) of an input shape."""'])
+
+
+def _blocks_strings(op: Op, kernel: WindowKernel) -> dict:
+    """Blocks' pieces and their geometry in C (_blocks_code)."""
+    return dict(pieces=op.params["pieces"], maxout=_blocks_code(kernel))
 
 
 def _blocks_code(kernel: WindowKernel) -> dict:
@@ -489,85 +553,9 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
     static = kernel.static_windows  # saved types sized at generation: index_t, count_t
     count_t = ctx["saved"]["count_at"]["t"]
     if kernel.windows == "blocks":
-        m = _blocks_code(kernel)
-        element = f"x[sg_offset<I, CL>(b, {m['coordinate']}, j, c, s)]"
-        strings = {
-            "element_raw": element, "element_value": f"tr::load({element})",
-            "scan_first_raw": "T()",  # the first element of the window starts the scan
-            "winner_local": "k", "winner_test": f"(int)index[o] == (int)({m['element']})",
-            "jvp_at": f"const I at = sg_offset<I, CL>(b, {m['coordinate']}, j, c, s);",
-            "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
-            "winner_tangent": f"tangent_x[sg_offset<I, CL>(b, {m['winner']}, j, c, s)]",
-            "window_depth": 1, "holder_depth": 0,
-            "sizes_doc": "I n, I c, I s", "size_params": "const I n, const I c, const I s",
-            "size_args": "n, c, s",
-            "size_params_c": {n: f"const {c} n, const {c} c, const {c} s" for n, c in CUDA_INDEX_TYPES},
-            "threads_doc": {
-                "forward": f"n * (c / {op.params['pieces']}) * s threads, one per output element (x: (n, c, s), "
-                           f"s the product of the dims after c; out: (n, c / {op.params['pieces']}, s))",
-                "backward": "n * c * s threads, one per input element",
-                "jvp": f"n * (c / {op.params['pieces']}) * s threads, one per output element"},
-            "scan_order": "channel order",
-            "gather_doc": ["Gather form: one thread per input element; its one window is channel group ch / PIECES."],
-            "plane_inputs": [], "axes": []}
-        jvp_scan_types = []
+        strings = _channel_gather_strings(op, kernel, count_t)
     else:
-        spatial = op.spec.spatial
-        axes = range(spatial)
-        at = " + ".join(f"i{a} * in.s{a}" for a in axes)
-        box = list(ctx.get("box_axes", []))
-        sizes = ["n", "c", *(f"l{a}" for a in axes), *(f"o{a}" for a in axes), *(f"k{a}" for a in box)]
-        long = "I" if static else "long long"  # the kernels' offsets: in I, or 64-bit
-        strings = {
-            "element_raw": f"xw[{at}]", "element_value": f"tr::load(xw[{at}])",
-            "scan_first_raw": "xw[0]",
-            "jvp_at": f"const {long} at = base + {at};",
-            "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
-            "winner_tangent": f"tangent_x[base + {at}]",
-            "window_depth": spatial, "holder_depth": spatial,
-            "sizes_doc": ", ".join(f"I {s}" for s in sizes),
-            "size_params": ", ".join(f"const I {s}" for s in sizes), "size_args": ", ".join(sizes),
-            "size_params_c": {n: ", ".join(f"const {c} {s}" for s in sizes) for n, c in CUDA_INDEX_TYPES},
-            "offset_type": long,
-            # the offset of an (n, c) plane of the input (in) and of the output (os)
-            "plane_in": "b * in.sb + ch * in.sc" if static else "(long long)b * in.sb + (long long)ch * in.sc",
-            "plane_out": "b * os.sb + ch * os.sc" if static else "(long long)b * os.sb + (long long)ch * os.sc",
-            "threads_doc": {
-                "forward": "n * c{} threads, one per output element (x: (n, c{}), out: (n, c{}){})".format(
-                    "".join(f" * o{a}" for a in axes), "".join(f", l{a}" for a in axes),
-                    "".join(f", o{a}" for a in axes),
-                    ", output sizes as PyTorch computes them" if kernel.windows == "strided" else ""),
-                "backward": "n * c{} threads, one per input element".format("".join(f" * l{a}" for a in axes)),
-                "jvp": "n * c{} threads, one per output element".format("".join(f" * o{a}" for a in axes))},
-            "scan_order": "window-local (row-major) order" if kernel.windows == "strided" else "row-major order",
-            "plane_inputs": list(kernel.plane_inputs)}
-        if kernel.windows == "strided":
-            pad = ctx["pad_flag"]
-            strings.update(
-                element_raw=f"{pad} ? tr::store(sg_padding<acc>()) : xw[{at}]",
-                element_value=f"{pad} ? sg_padding<acc>() : tr::load(xw[{at}])",
-                winner_local=" + ".join(f"k{a}" + "".join(f" * K{b}" for b in axes if b > a) for a in axes),
-                jvp_term=[f"sum += {pad} ? sg_weight((acc)0, sg_padding<acc>(), e{count_t})  // padding has tangent 0",
-                          f"     : sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
-                # the winner may be padding where it takes part: its tangent is 0
-                winner_tangent=f"inside ? tangent_x[base + {at}] : tr::store((acc)0)",
-                gather_doc=["Gather form: one thread per input element visits every window that holds it, and adds that",
-                            "window's gradient where the element is the window's winner.  Windows are visited from the last",
-                            "window-local offset to the first, which is the order of the output positions (row-major): the",
-                            "sums round as the NumPy backend's, PyTorch's and XLA's do."])
-            strings["winner_test"] = f"(int)index[o] == {strings['winner_local']}"
-            jvp_scan_types = ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"]
-        else:
-            strings.update(
-                winner_local=ctx["box_index"], winner_test=f"index[o] == {ctx['box_index']}",
-                # adaptive: where the scan tests a winner, the start of each window holding it
-                holder_starts=[[f"const long long s{a} = sg_window_start(w{a}, o{a}, l{a});"] if scan else []
-                               for a in axes],
-                **_holder_loops(kernel, axes),
-                gather_doc=["Gather form: one thread per input element visits the windows that hold it (a contiguous range",
-                            "along each axis) in output (row-major) order, and adds each window's gradient where the element",
-                            "is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics."])
-            jvp_scan_types = ["typedef sg_traits<T> tr;"] if kernel.windows == "sampled" else []
+        strings = _spatial_gather_strings(op, kernel, ctx, count_t)
     strings.update(
         # the scan's running winner: window-local, in int where the window is known at generation
         winner_type="int" if static else "long long",
@@ -575,10 +563,115 @@ def _gather_strings(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
         # the mask's hits of a window, where counted
         hits_type="unsigned int" if static else "long long", hit="1u : 0u" if static else "1 : 0",
         count_store="(count_t)hits" if static else "hits",
-        jvp_types=jvp_scan_types if scan else ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"],
+        jvp_types=_JVP_SCAN_TYPES[kernel.windows] if scan else ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"],
         forward_inputs_doc="".join(f"const T* {p}, " for p in ["x", *strings["plane_inputs"]]) + "T* out, ",
         plane_inputs_doc="".join(f"const T* {p}, " for p in strings["plane_inputs"]))
     return strings
+
+
+# a scan's jvp kernel's types, by the form of windows (its mask's: the traits and the compute type)
+_JVP_SCAN_TYPES = {"blocks": [], "strided": ["typedef sg_traits<T> tr;", "typedef typename tr::acc acc;"],
+                   "sampled": ["typedef sg_traits<T> tr;"], "spans": []}
+
+
+def _channel_gather_strings(op: Op, kernel: WindowKernel, count_t: str) -> dict:
+    """_gather_strings of windows of consecutive channels (blocks, layout (N, C, S))."""
+    m = _blocks_code(kernel)
+    element = f"x[sg_offset<I, CL>(b, {m['coordinate']}, j, c, s)]"
+    return {
+        "element_raw": element, "element_value": f"tr::load({element})",
+        "scan_first_raw": "T()",  # the first element of the window starts the scan
+        "winner_local": "k", "winner_test": f"(int)index[o] == (int)({m['element']})",
+        "jvp_at": f"const I at = sg_offset<I, CL>(b, {m['coordinate']}, j, c, s);",
+        "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+        "winner_tangent": f"tangent_x[sg_offset<I, CL>(b, {m['winner']}, j, c, s)]",
+        "window_depth": 1, "holder_depth": 0,
+        "sizes_doc": "I n, I c, I s", "size_params": "const I n, const I c, const I s",
+        "size_args": "n, c, s",
+        "size_params_c": {n: f"const {c} n, const {c} c, const {c} s" for n, c in CUDA_INDEX_TYPES},
+        "threads_doc": {
+            "forward": f"n * (c / {op.params['pieces']}) * s threads, one per output element (x: (n, c, s), "
+                       f"s the product of the dims after c; out: (n, c / {op.params['pieces']}, s))",
+            "backward": "n * c * s threads, one per input element",
+            "jvp": f"n * (c / {op.params['pieces']}) * s threads, one per output element"},
+        "scan_order": "channel order",
+        "gather_doc": ["Gather form: one thread per input element; its one window is channel group ch / PIECES."],
+        "plane_inputs": [], "axes": []}
+
+
+def _spatial_gather_strings(op: Op, kernel: WindowKernel, ctx: dict, count_t: str) -> dict:
+    """_gather_strings of windows along the spatial axes (layout (N, C, L0, ...)): the element at
+    its offset in the plane, the sizes and offsets (in I where the windows are known at
+    generation, else 64-bit), the threads; then pooling's padding or the holders' ranges."""
+    static = kernel.static_windows
+    spatial = op.spec.spatial
+    axes = range(spatial)
+    at = " + ".join(f"i{a} * in.s{a}" for a in axes)
+    box = list(ctx.get("box_axes", []))
+    sizes = ["n", "c", *(f"l{a}" for a in axes), *(f"o{a}" for a in axes), *(f"k{a}" for a in box)]
+    long = "I" if static else "long long"  # the kernels' offsets: in I, or 64-bit
+    strings = {
+        "element_raw": f"xw[{at}]", "element_value": f"tr::load(xw[{at}])",
+        "scan_first_raw": "xw[0]",
+        "jvp_at": f"const {long} at = base + {at};",
+        "jvp_term": [f"sum += sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+        "winner_tangent": f"tangent_x[base + {at}]",
+        "window_depth": spatial, "holder_depth": spatial,
+        "sizes_doc": ", ".join(f"I {s}" for s in sizes),
+        "size_params": ", ".join(f"const I {s}" for s in sizes), "size_args": ", ".join(sizes),
+        "size_params_c": {n: ", ".join(f"const {c} {s}" for s in sizes) for n, c in CUDA_INDEX_TYPES},
+        "offset_type": long,
+        # the offset of an (n, c) plane of the input (in) and of the output (os)
+        "plane_in": "b * in.sb + ch * in.sc" if static else "(long long)b * in.sb + (long long)ch * in.sc",
+        "plane_out": "b * os.sb + ch * os.sc" if static else "(long long)b * os.sb + (long long)ch * os.sc",
+        "threads_doc": {
+            "forward": "n * c{} threads, one per output element (x: (n, c{}), out: (n, c{}){})".format(
+                "".join(f" * o{a}" for a in axes), "".join(f", l{a}" for a in axes),
+                "".join(f", o{a}" for a in axes),
+                ", output sizes as PyTorch computes them" if kernel.windows == "strided" else ""),
+            "backward": "n * c{} threads, one per input element".format("".join(f" * l{a}" for a in axes)),
+            "jvp": "n * c{} threads, one per output element".format("".join(f" * o{a}" for a in axes))},
+        "scan_order": "window-local (row-major) order" if kernel.windows == "strided" else "row-major order",
+        "plane_inputs": list(kernel.plane_inputs)}
+    if kernel.windows == "strided":
+        strings.update(_padded_gather_strings(ctx["pad_flag"], at, axes, count_t))
+    else:
+        strings.update(_holder_gather_strings(kernel, ctx["box_index"], axes))
+    return strings
+
+
+def _padded_gather_strings(pad: str, at: str, axes, count_t: str) -> dict:
+    """Pooling's element where padding may take part (pad: the element's padded flag), the
+    winner's window-local index from its offsets along the axes, and the words on the order."""
+    winner_local = " + ".join(f"k{a}" + "".join(f" * K{b}" for b in axes if b > a) for a in axes)
+    return dict(
+        element_raw=f"{pad} ? tr::store(sg_padding<acc>()) : xw[{at}]",
+        element_value=f"{pad} ? sg_padding<acc>() : tr::load(xw[{at}])",
+        winner_local=winner_local,
+        jvp_term=[f"sum += {pad} ? sg_weight((acc)0, sg_padding<acc>(), e{count_t})  // padding has tangent 0",
+                  f"     : sg_weight(tr::load(tangent_x[at]), tr::load(x[at]), e{count_t});"],
+        # the winner may be padding where it takes part: its tangent is 0
+        winner_tangent=f"inside ? tangent_x[base + {at}] : tr::store((acc)0)",
+        gather_doc=["Gather form: one thread per input element visits every window that holds it, and adds that",
+                    "window's gradient where the element is the window's winner.  Windows are visited from the last",
+                    "window-local offset to the first, which is the order of the output positions (row-major): the",
+                    "sums round as the NumPy backend's, PyTorch's and XLA's do."],
+        winner_test=f"(int)index[o] == {winner_local}")
+
+
+def _holder_gather_strings(kernel: WindowKernel, box_index: str, axes) -> dict:
+    """Windows at starts of their own (spans, sampled): the winner's index in its box (box_index),
+    the start of each window holding an element and the ranges of its holders."""
+    scan = kernel.selection.form == "scan"
+    return dict(
+        winner_local=box_index, winner_test=f"index[o] == {box_index}",
+        # adaptive: where the scan tests a winner, the start of each window holding it
+        holder_starts=[[f"const long long s{a} = sg_window_start(w{a}, o{a}, l{a});"] if scan else []
+                       for a in axes],
+        **_holder_loops(kernel, axes),
+        gather_doc=["Gather form: one thread per input element visits the windows that hold it (a contiguous range",
+                    "along each axis) in output (row-major) order, and adds each window's gradient where the element",
+                    "is its winner: the sums round as the NumPy backend's and PyTorch's do.  No atomics."])
 
 
 def _box_unravel(spatial: int, size: str) -> dict:
@@ -650,6 +743,11 @@ def _cuda_adaptive(op: Op, kernel: WindowKernel) -> dict:
             "cuda_window_end": cuda_integer_code(ADAPTIVE.end),
             "window_start": python_integer_code(ADAPTIVE.start),  # the loader's Python
             "window_end": python_integer_code(ADAPTIVE.end)}
+
+
+# the strings each form of windows adds to the context (rows: none), by WindowKernel.windows
+_FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans": _cuda_adaptive,
+                 "sampled": _cuda_fractional}
 
 
 def render(art: Artifacts) -> dict[str, str]:

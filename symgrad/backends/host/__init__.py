@@ -7,11 +7,16 @@ bfloat16 in bfloat16, the partials chosen from the lowered kernel, shared docstr
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import sympy as sp
 
+from ...geometry import ADAPTIVE
 from ...lower import ElementwiseKernel, UnpoolKernel, backward_plan
+from ..common import wrap
+from ..printing import PYTHON, integer_code
+from .printer import numpy_integer_code
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...lower import Artifacts
@@ -146,3 +151,38 @@ def host_partials(kernel) -> dict:
 # jvp's docstring phrase under conventions.TANGENT_SUMS "torch" (a reduction's mask form)
 TORCH_TANGENT_SUM_DOC = ("each slice's tangent times its hits, added up in the order of PyTorch's CPU "
                          "at::sum and divided by the count once")
+
+
+def dtype_constants(kernel) -> list[str]:
+    """The loader's constants of the saved arrays' dtypes where forward's windows are known before
+    it runs (a WindowKernel with static windows): the scan's index, the mask's count."""
+    sel = kernel.selection
+    return ([f"INDEX_DTYPE = np.{kernel.index_dtype}  # the winner's window-local index, saved per output"]
+            if sel.form == "scan" else []) + (
+        [f"COUNT_DTYPE = np.{kernel.count_dtype or ''}  # the number of elements attaining the extremum, "
+         f"saved per output"] if sel.counts else [])
+
+
+def adaptive_window_code() -> dict:
+    """PyTorch's adaptive windows (geometry.ADAPTIVE) in the Python of the NumPy module's _axis,
+    which the cpu loader includes too: each window's start and end, each element's first and end
+    holder, and the docstring."""
+    return dict(window_start=numpy_integer_code(ADAPTIVE.start), window_end=numpy_integer_code(ADAPTIVE.end),
+                first_holder=numpy_integer_code(ADAPTIVE.first_holder),
+                end_holder=numpy_integer_code(ADAPTIVE.end_holder),
+                windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
+                                 f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
+
+
+# the NumPy module's arithmetic of the window starts: the samples as arrays (one per plane)
+_FRACTIONAL_ARRAYS = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
+
+
+def fractional_window_code(kernel) -> dict:
+    """Fractional pooling's window starts per plane in the NumPy module's Python (its _windows:
+    floating point), which the cpu loader includes too, with the input each sample is of and the
+    docstring."""
+    return dict(fractional={f: integer_code(getattr(kernel.axes, f), _FRACTIONAL_ARRAYS, {"u": "u[:, None]"})
+                            for f in ("alpha", "start", "last_start")},
+                sample_of=repr(kernel.sample_of),
+                windows_doc=f"PyTorch's window starts along one axis, per plane: {kernel.sampling}.")

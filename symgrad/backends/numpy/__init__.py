@@ -10,23 +10,23 @@ adaptive pooling has ``adaptive.py.jinja``."""
 from __future__ import annotations
 
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sympy as sp
 
 from ... import naming
-from ...geometry import ADAPTIVE, S
+from ...geometry import S
 from ...indicators import Literal
 from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
 from ..common import (docstring, environment, expression_docstring, expression_header,
-                      grad_start_comment, header, python_geometry, special_docstring, wrap)
+                      grad_start_comment, header, python_geometry, special_docstring)
 from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
-                    bfloat16_context, bfloat16_kernels, host_partials, preamble_context)
+                    adaptive_window_code, bfloat16_context, bfloat16_kernels, fractional_window_code,
+                    host_partials, preamble_context)
 from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
-from ..printing import PYTHON, bare, integer_code
+from ..printing import bare
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -173,53 +173,94 @@ def context(art: Artifacts) -> dict:
     ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d, kernel))
     ctx["piecewise_linear"] = art.piecewise_linear
     if isinstance(kernel, ElementwiseKernel):
-        back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
-        # float16 in float32 (op.half_in_float): forward reads widened copies of the inputs (it
-        # saves the inputs themselves), backward rebinds its arguments to widened ones; the
-        # results are rounded to float16 once, where they are stored
-        wide = {s: sp.Symbol(f"{s}_f32", real=True) for s in kernel.inputs} if op.half_in_float else {}
-        forward_wide = [(f"{s}_f32", _widened(s)) for s in wide]
-        backward_wide = [(s, _widened(s)) for s in ("grad_output", *wide)]
-        sub = {sp.Symbol(s, real=True): w for s, w in wide.items()}
-        ctx.update(
-            template="numpy/elementwise.py.jinja",
-            inputs=list(kernel.inputs),
-            inputs_tuple=repr(tuple(kernel.inputs)),
-            output_kernels=[_output_kernel(
-                "_output", "forward's output in dtype.",
-                forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
-                                for a in kernel.intermediates],
-                numpy_code(kernel.output.xreplace(sub), select=True))],
-            gradient_kernels=[_gradient_kernel(
-                "_gradients", _GRADIENTS_DOC,
-                (backward_wide if wide else []) + [(a.name, numpy_code(a.expr)) for a in back_inter],
-                [(a.name, numpy_code(a.expr, select=True)) for a in shared + grads])],
-            broadcast=kernel.broadcast,
-            torch_sum_to=kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
-            forward_quiet=_forward_quiet(kernel),
-            returns=[(name, True) for name in kernel.inputs],
-            gradient_values=["next(grads)" for _ in kernel.inputs],  # every input in wrt
-        )
-        if bfloat16_kernels(art):  # (host.bfloat16_kernels: where bfloat16 rounds apart)
-            ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
-        return ctx
+        return _elementwise_context(art, ctx)
     assert isinstance(kernel, WindowKernel)
-    sel = kernel.selection
+    return _window_context(op, kernel, ctx)
 
-    def fold(a: str, b: str, step=numpy_extremum_fold) -> str:
-        """a folded with b: NumPy's own call, or the zeros rule's select (op.zeros)."""
-        if op.zeros is None:
-            return step(sel.extremum, a, b)
-        names = {BEST: sp.Symbol(a, real=True), V: sp.Symbol(b, real=True)}
-        return numpy_code(sel.combine.xreplace(names))
 
+def _elementwise_context(art: Artifacts, ctx: dict) -> dict:
+    """An elementwise op's module (elementwise.py.jinja): its output and gradient functions, in
+    float32 for float16 where the op computes so, and in bfloat16 where that rounds apart."""
+    op, kernel = art.op, art.kernel
+    back_inter, shared, grads = backward_plan(kernel, kernel.inputs)  # shared: temporaries
+    # float16 in float32 (op.half_in_float): forward reads widened copies of the inputs (it
+    # saves the inputs themselves), backward rebinds its arguments to widened ones; the
+    # results are rounded to float16 once, where they are stored
+    wide = {s: sp.Symbol(f"{s}_f32", real=True) for s in kernel.inputs} if op.half_in_float else {}
+    forward_wide = [(f"{s}_f32", _widened(s)) for s in wide]
+    backward_wide = [(s, _widened(s)) for s in ("grad_output", *wide)]
+    sub = {sp.Symbol(s, real=True): w for s, w in wide.items()}
     ctx.update(
+        template="numpy/elementwise.py.jinja",
+        inputs=list(kernel.inputs),
+        inputs_tuple=repr(tuple(kernel.inputs)),
+        output_kernels=[_output_kernel(
+            "_output", "forward's output in dtype.",
+            forward_wide + [(a.name, numpy_code(a.expr.xreplace(sub), select=True))
+                            for a in kernel.intermediates],
+            numpy_code(kernel.output.xreplace(sub), select=True))],
+        gradient_kernels=[_gradient_kernel(
+            "_gradients", _GRADIENTS_DOC,
+            (backward_wide if wide else []) + [(a.name, numpy_code(a.expr)) for a in back_inter],
+            [(a.name, numpy_code(a.expr, select=True)) for a in shared + grads])],
+        broadcast=kernel.broadcast,
+        torch_sum_to=kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
+        forward_quiet=_forward_quiet(kernel),
+        returns=[(name, True) for name in kernel.inputs],
+        gradient_values=["next(grads)" for _ in kernel.inputs],  # every input in wrt
+    )
+    if bfloat16_kernels(art):  # (host.bfloat16_kernels: where bfloat16 rounds apart)
+        ctx.update(_elementwise_bfloat16(kernel, ctx, back_inter, shared + grads))
+    return ctx
+
+
+def _window_context(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
+    """A window op's module (window.py.jinja, gather.py.jinja or adaptive.py.jinja, by the
+    windows' form): the selection's strings, the form's partials, then what the form adds."""
+    sel = kernel.selection
+    ctx.update(_selection_strings(op, kernel))
+    ctx.update(_window_bfloat16(kernel))
+    ctx.update(_form_partials(kernel))
+    # the mask form's lines that count each window's hits, where the weight shares the gradient
+    ctx.update(host_partials(kernel))
+    if sel.form == "mask":
+        ctx["quiet"] = _quiet(op, kernel)
+    # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
+    # lines that start and step it, and what forward stores
+    ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
+    if op.spec.spatial:  # pooling over (N, C, *spatial)
+        ctx["spatial"] = op.spec.spatial
+    if kernel.windows in _GATHER:
+        ctx["gather"] = _gather_words(op, kernel)
+    if kernel.runtime_windows or kernel.windows in _GATHER:  # whole-row calls (gathered)
+        ctx.update(_whole_row_strings(op, kernel))
+    if kernel.windows == "spans":
+        ctx.update(_spans_strings(kernel))
+    ctx.update(python_geometry(kernel))
+    ctx.update(_FORM_GEOMETRY.get(kernel.windows, lambda kernel: {})(kernel))
+    ctx["imports"] = _WINDOW_TEMPLATES[kernel.windows]["imports"]
+    return ctx
+
+
+def _fold(op: Op, sel, a: str, b: str, step=numpy_extremum_fold) -> str:
+    """a folded with b: NumPy's own call, or the zeros rule's select (op.zeros)."""
+    if op.zeros is None:
+        return step(sel.extremum, a, b)
+    names = {BEST: sp.Symbol(a, real=True), V: sp.Symbol(b, real=True)}
+    return numpy_code(sel.combine.xreplace(names))
+
+
+def _selection_strings(op: Op, kernel: WindowKernel) -> dict:
+    """The selection as NumPy code (the scan's take and arg-extremum, the mask's hit and weight,
+    the folds), the gradient's start and the write path's lines, the op's parameters."""
+    sel = kernel.selection
+    return dict(
         template=_WINDOW_TEMPLATES[kernel.windows]["template"],
         window=kernel.window,
         index_dtype=kernel.index_dtype or "",
         take=numpy_code(sel.take) if sel.form == "scan" else "",
-        combine=fold("best", "v"),
-        fold_out=fold("out", "v"),  # the output folded on its own
+        combine=_fold(op, sel, "best", "v"),
+        fold_out=_fold(op, sel, "out", "v"),  # the output folded on its own
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         tangent_term=numpy_code(kernel.tangent_term, select=True) if kernel.tangent_term is not None else "",
@@ -241,89 +282,97 @@ def context(art: Artifacts) -> dict:
         params_list=[(k.upper(), repr(v)) for k, v in op.params.items()],
         return_indices=bool(op.params.get("return_indices")),  # forward returns (output, indices)
     )
-    ctx.update(_window_bfloat16(kernel))
-    # the template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
-    # gather.py.jinja's: _gather_scan/_mask, with what Saved holds from host/_<geometry>_scan/_mask,
-    # the parts the cpu loaders share; adaptive.py.jinja's are all there)
-    ctx["selection_partial"] = _WINDOW_TEMPLATES[kernel.windows]["selection"].format(form=sel.form)
-    ctx["saved_partial"] = _WINDOW_TEMPLATES[kernel.windows]["saved"].format(form=sel.form)
-    ctx["form_doc"] = {site: words[sel.form] for site, words in _FORM_DOCS.get(kernel.windows, {}).items()}
+
+
+def _form_partials(kernel: WindowKernel) -> dict:
+    """The template's scan or mask parts, by the lowered form (window.py.jinja's: _window_scan/_mask,
+    gather.py.jinja's: _gather_scan/_mask, with what Saved holds from host/_<geometry>_scan/_mask,
+    the parts the cpu loaders share; adaptive.py.jinja's are all there), the docstrings' words of
+    the form, window.py.jinja's plan or gather.py.jinja's view, the write path's limit."""
+    form, templates = kernel.selection.form, _WINDOW_TEMPLATES[kernel.windows]
+    form_doc = {site: words[form] for site, words in _FORM_DOCS.get(kernel.windows, {}).items()}
     if kernel.tangent_term is not None:  # (conventions.TANGENT_SUMS "torch")
-        ctx["form_doc"]["jvp"] = TORCH_TANGENT_SUM_DOC
-    # window.py.jinja's plan, gather.py.jinja's view
-    ctx["geometry_partial"] = _WINDOW_TEMPLATES[kernel.windows]["geometry"]
-    ctx["write_up_to"] = _WRITE_UP_TO.get(kernel.windows, "")
-    # the mask form's lines that count each window's hits, where the weight shares the gradient
-    ctx.update(host_partials(kernel))
-    if sel.form == "mask":
-        ctx["quiet"] = _quiet(op, kernel)
-    # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace): the
-    # lines that start and step it, and what forward stores
-    ctx["scan_output"] = _scan_output(sel.form == "scan" and not sel.winner_is_output, ctx["fold_out"])
-    if op.spec.spatial:  # pooling over (N, C, *spatial)
-        ctx["spatial"] = op.spec.spatial
-    if kernel.windows in _GATHER:
-        ctx["gather"] = _GATHER[kernel.windows] | {
-            # the dtype of saved.index: the lowered one, or the one the module picks at run time
-            "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
-            "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
-            if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
-    if kernel.runtime_windows or kernel.windows in _GATHER:  # whole-row calls (gathered)
-        ctx["scan_winner"] = (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
-                              if sel.form == "scan" else "")
-        ctx["fold_winner"] = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
-                              if sel.form == "mask" or not sel.winner_is_output else "")
-        ctx["combine"] = fold("best", "v", numpy_extremum_step)  # the same rule for every dtype
-        ctx["fold_output"] = fold("output", "v", numpy_extremum_step)
-        ctx["cost"] = repr(_NUMPY_ADAPTIVE_COST[sel.form])
-        ctx["fold_winner_blocks"] = [ctx["fold_winner"]] if ctx["fold_winner"] else []  # helper functions
-        # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace):
-        # the lines that start, step and per window compute it, and what forward returns
-        output_is_fold = sel.form == "scan" and not sel.winner_is_output
-        ctx["output_fold"] = {
+        form_doc["jvp"] = TORCH_TANGENT_SUM_DOC
+    return {"selection_partial": templates["selection"].format(form=form),
+            "saved_partial": templates["saved"].format(form=form),
+            "form_doc": form_doc,
+            "geometry_partial": templates["geometry"],
+            "write_up_to": _WRITE_UP_TO.get(kernel.windows, "")}
+
+
+def _gather_words(op: Op, kernel: WindowKernel) -> dict:
+    """gather.py.jinja's words and signatures (_GATHER), with the dtype of saved.index and the
+    mask form's output."""
+    sel = kernel.selection
+    return _GATHER[kernel.windows] | {
+        # the dtype of saved.index: the lowered one, or the one the module picks at run time
+        "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
+        "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
+        if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
+
+
+def _whole_row_strings(op: Op, kernel: WindowKernel) -> dict:
+    """The whole-row calls (gathered windows, or windows known at run time): the winner's and the
+    fold's helpers, the folds for every dtype, the cost model, and the output's fold lines."""
+    sel = kernel.selection
+    fold_winner = (numpy_fold_winner(sel.extremum, zeros=op.zeros)  # the fold's output
+                   if sel.form == "mask" or not sel.winner_is_output else "")
+    fold_output = _fold(op, sel, "output", "v", numpy_extremum_step)
+    # the scan's output where it is the NaN-propagating fold, not the winner (keep/replace):
+    # the lines that start, step and per window compute it, and what forward returns
+    output_is_fold = sel.form == "scan" and not sel.winner_is_output
+    return {
+        "scan_winner": (numpy_scan_winner(sel.extremum, sel.order, sel.nan)
+                        if sel.form == "scan" else ""),
+        "fold_winner": fold_winner,
+        "combine": _fold(op, sel, "best", "v", numpy_extremum_step),  # the same rule for every dtype
+        "fold_output": fold_output,
+        "cost": repr(_NUMPY_ADAPTIVE_COST[sel.form]),
+        "fold_winner_blocks": [fold_winner] if fold_winner else [],  # helper functions
+        "output_fold": {
             "start": ["output = best.copy()  # under this NaN rule the winner of a NaN window need not be the NaN"]
             if output_is_fold else [],
-            "step": [f"folded = {ctx['fold_output']}",
+            "step": [f"folded = {fold_output}",
                      "output = folded if valid is None else np.where(valid, folded, output)"] if output_is_fold else [],
             "result": "output" if output_is_fold else "best",
             "per_window": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, not the winner"]
-            if output_is_fold else []}
-    if kernel.windows == "spans":
-        # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
-        # inside every window (held by all of an axis's windows, along every axis)
-        inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
-                  " == len(axes)")
-        ctx["grad_zeros"] = (f"np.broadcast_to(np.where({inside}, saved.dtype.type(-0.0), "
-                             f"saved.dtype.type(0)), batched).copy()"
-                             if kernel.grad_start == "slices" else "np.zeros(batched, dtype=saved.dtype)")
-        # the order backward adds an element's windows' gradients in (WindowKernel.grad_order):
-        # the windows, and each element's m-th holders, in row-major order or reversed
-        # and, reversed (JAX's slices), each window's gradient rounded to the dtype before it is added
-        windows, holders = "_windows(axes)", "np.ndindex(*(a.most for a in axes))"
-        rounding = []
-        if kernel.grad_order == "reversed":
-            windows, holders = f"reversed(list({windows}))", f"reversed(list({holders}))"
-            rounding = ["weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype"]
-        ctx.update(backward_windows=windows, backward_holders=holders, weight_rounding=rounding)
-        ctx.update(window_start=numpy_integer_code(ADAPTIVE.start),
-                   window_end=numpy_integer_code(ADAPTIVE.end),
-                   first_holder=numpy_integer_code(ADAPTIVE.first_holder),
-                   end_holder=numpy_integer_code(ADAPTIVE.end_holder),
-                   windows_doc=wrap(f'"""Along an axis of length `length` with `out` outputs (as '
-                                    f'PyTorch\'s): {ADAPTIVE.doc()}."""', 96, ""))
-    ctx.update(python_geometry(kernel))
-    if kernel.windows == "strided":
-        ctx.update(pool=_pool_code(kernel.axes))
-    if kernel.windows == "blocks":
-        ctx["maxout_groups"] = numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})
-    if kernel.windows == "sampled":
-        arrays = replace(PYTHON, real=lambda s: f"real({s})", trunc=lambda s: f"({s}).astype(np.intp)")
-        ctx.update(fractional={f: integer_code(getattr(kernel.axes, f), arrays, {"u": "u[:, None]"})
-                               for f in ("alpha", "start", "last_start")})
-        ctx["sample_of"] = repr(kernel.sample_of)
-        ctx["windows_doc"] = f"PyTorch's window starts along one axis, per plane: {kernel.sampling}."
-    ctx["imports"] = _WINDOW_TEMPLATES[kernel.windows]["imports"]
-    return ctx
+            if output_is_fold else []}}
+
+
+def _spans_strings(kernel: WindowKernel) -> dict:
+    """Adaptive windows (spans): the gradient's start, the order backward adds in, and the
+    windows' integer geometry with its docstring (host.adaptive_window_code)."""
+    # the gradient's start (WindowKernel.grad_start): under "slices", -0.0 where an element is
+    # inside every window (held by all of an axis's windows, along every axis)
+    inside = ("sum(np.ix_(*[((a.holders == a.out) & (a.out > 0)).astype(np.intp) for a in axes]))"
+              " == len(axes)")
+    grad_zeros = (f"np.broadcast_to(np.where({inside}, saved.dtype.type(-0.0), "
+                  f"saved.dtype.type(0)), batched).copy()"
+                  if kernel.grad_start == "slices" else "np.zeros(batched, dtype=saved.dtype)")
+    # the order backward adds an element's windows' gradients in (WindowKernel.grad_order):
+    # the windows, and each element's m-th holders, in row-major order or reversed
+    # and, reversed (JAX's slices), each window's gradient rounded to the dtype before it is added
+    windows, holders = "_windows(axes)", "np.ndindex(*(a.most for a in axes))"
+    rounding = []
+    if kernel.grad_order == "reversed":
+        windows, holders = f"reversed(list({windows}))", f"reversed(list({holders}))"
+        rounding = ["weight = weight.astype(grad.dtype, copy=False)  # a window's gradient: an array of the dtype"]
+    return dict(grad_zeros=grad_zeros, backward_windows=windows, backward_holders=holders,
+                weight_rounding=rounding, **adaptive_window_code())
+
+
+def _strided_geometry(kernel: WindowKernel) -> dict:
+    """Pooling's phase planes (_geometry_pool.py.jinja)."""
+    return dict(pool=_pool_code(kernel.axes))
+
+
+def _blocks_geometry(kernel: WindowKernel) -> dict:
+    """Maxout's groups (_geometry_maxout.py.jinja)."""
+    return {"maxout_groups": numpy_integer_code(kernel.axes.output_size, {"length": "c", "k": "PIECES"})}
+
+
+# the geometry strings a form of windows adds after python_geometry: {windows' form: builder}
+_FORM_GEOMETRY = {"strided": _strided_geometry, "blocks": _blocks_geometry, "sampled": fractional_window_code}
 
 
 def _pool_code(g) -> dict:
