@@ -73,21 +73,12 @@ def _unpack(numbers: list) -> list[str]:
     return [f"({', '.join(f'_n{k}' for k in range(len(numbers)))},) = _NUMBERS[dtype]"]
 
 
-def context(art: "Artifacts") -> dict:
-    """The template context of an op's PyTorch module: finished strings only."""
-    # imported here, not with symgrad: SymPy's PyTorch printer imports torch when it is loaded
-    from .printer import float_literal, rounded, torch_code
-    op, d, kernel = art.op, art.derivation, art.kernel
-    expression = kernel.wrt is not None  # an expression: backward returns the gradients of wrt
-    wrt = tuple(kernel.wrt) if expression else tuple(kernel.inputs)
-    back_inter, shared, grads = backward_plan(kernel, wrt)
-    # float16 computed in float32 and rounded once (a preset's half_in_float), as the NumPy module
-    half_in_float = bool(getattr(op, "half_in_float", False))
-    # a preset computes a whole-bfloat16 op in bfloat16 (each number, product, sum and quotient
-    # rounded to bfloat16), as the framework does; where no operation rounds that is the float32
-    # code rounded once, so the NumPy module's two forms give the same bits
-    bfloat16_kernels = bool(getattr(op, "convention", None)) and not half_in_float and not expression
-
+def _kernels(kernel, plan: tuple, bfloat16_kernels: bool) -> tuple:
+    """({output_kernels, gradient_kernels}, the named numbers they read): forward's output and
+    backward's gradients as torch code, and their bfloat16 forms where the preset computes in
+    bfloat16."""
+    from .printer import torch_code
+    back_inter, shared, grads = plan
     numbers: list = []
 
     def gradient(a, bfloat16=False) -> str:
@@ -114,6 +105,24 @@ def context(art: "Artifacts") -> dict:
             [(a.name, torch_code(a.expr, [], True)) for a in back_inter],
             grads=[(a.name, gradient(a, True)) for a in shared + grads]))
 
+    return kernels, numbers
+
+
+def context(art: "Artifacts") -> dict:
+    """The template context of an op's PyTorch module: finished strings only."""
+    # imported here, not with symgrad: SymPy's PyTorch printer imports torch when it is loaded
+    from .printer import float_literal, rounded
+    op, d, kernel = art.op, art.derivation, art.kernel
+    expression = kernel.wrt is not None  # an expression: backward returns the gradients of wrt
+    wrt = tuple(kernel.wrt) if expression else tuple(kernel.inputs)
+    # float16 computed in float32 and rounded once (a preset's half_in_float), as the NumPy module
+    half_in_float = bool(getattr(op, "half_in_float", False))
+    # a preset computes a whole-bfloat16 op in bfloat16 (each number, product, sum and quotient
+    # rounded to bfloat16), as the framework does; where no operation rounds that is the float32
+    # code rounded once, so the NumPy module's two forms give the same bits
+    bfloat16_kernels = bool(getattr(op, "convention", None)) and not half_in_float and not expression
+
+    kernels, numbers = _kernels(kernel, backward_plan(kernel, wrt), bfloat16_kernels)
     inputs = list(kernel.inputs)
     result_type = f"{inputs[0]}.dtype"
     for name in inputs[1:]:
