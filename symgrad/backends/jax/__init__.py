@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 
 # the templates, by the type of the lowered kernel
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
+FORMS = tuple(t.__name__ for t in _TEMPLATES)  # the kernel forms it builds (lower.kernel_form)
 
 
 def _templates():
