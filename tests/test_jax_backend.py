@@ -355,3 +355,20 @@ def test_templates_place_finished_strings():
     from test_render import _template_decisions
     found = _template_decisions([Path(backends.get("jax").templates)])
     assert found == [], "\n".join(found)
+
+
+def test_a_broadcast_gradient_of_inexact_sums_is_close():
+    """A broadcast input's gradient is summed in XLA's order, not NumPy's (nor at::sum_to's under
+    the torch preset): the same bits where the sums are exact (the tests above), within rounding
+    elsewhere (documented in the module's docstring)."""
+    rng = np.random.default_rng(6)
+    for settings in ({"ties": "split"}, {"convention": "torch"}):
+        n = symgrad.load("maximum", **settings)
+        m = symgrad.load("maximum", backend="jax", **settings)
+        a = rng.standard_normal((300, 8)).astype(np.float32)
+        b = (rng.standard_normal(8) - 3).astype(np.float32)
+        g = rng.standard_normal((300, 8)).astype(np.float32)
+        want = n.backward(g, n.forward(a, b)[1])
+        got = jax.jit(m.backward)(g, m.forward(a, b)[1])
+        assert _same(got[0], want[0]) is None  # not summed: the same bits
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
