@@ -1,44 +1,53 @@
-"""symgrad ops as JAX functions: jit, grad, vmap and grad-of-grad, on the CPU.
+"""symgrad ops as JAX functions: jit, grad, vmap and grad-of-grad.
 
 ``symgrad.jax.op(name, ties=None, convention=None, nan=None, order=None, **params)`` and
-``symgrad.jax.expr(text, ...)`` return functions of JAX arrays backed by the generated NumPy
-modules (``symgrad.load`` / ``symgrad.load_expr``; the same arguments, checked the same way).
+``symgrad.jax.expr(text, ...)`` return functions of JAX arrays (symgrad.load's / symgrad.load_expr's
+arguments, checked the same way).  Each op takes one of two paths:
 
-How: a ``jax.custom_jvp`` function whose primal runs the module's forward in a
-``jax.pure_callback`` (returning the output and the saved arrays), and whose tangent is
-``jax.custom_derivatives.linear_call(jvp, backward, residuals, tangents)``: the module's ``jvp``,
-declared linear in the tangents with the module's ``backward`` as its transpose.  Reverse mode is
-JAX's transposition of that linear call, so ``jax.grad`` runs the generated backward (a gather),
-never a transposed jvp; no fallback to ``custom_vjp`` is needed.  linear_call differentiates
-itself in its linear arguments (its derivative is itself, and the transpose of the transpose is
-the jvp again); its residuals (the inputs, the output, the saved arrays) go through
-``lax.stop_gradient`` for piecewise-linear modules (``PIECEWISE_LINEAR``: W is constant in them
-almost everywhere), which makes grad-of-grad and higher orders exact; for logsumexp and
-expressions with smooth non-linear parts a derivative with respect to the residuals is refused
-with a NotImplementedError (first order only).  Only the inputs that are differentiated are
-linear arguments (the jvp rule sees the others' tangents as symbolic zeros and passes None for
-them), as JAX transposes a linear_call only when all of them are unknown; an expression's input
-outside ``wrt`` that gets a tangent is a ValueError, never a silent zero.
+* **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
+  abs; and every expression): the jax backend's generated module (``symgrad.load(...,
+  backend="jax")``), plain jax.numpy code, traced into the caller's program: XLA fuses it with its
+  neighbours, ``vmap`` batches it natively, and it runs on every device JAX has (CPU, GPU, TPU).
+  Its results equal the NumPy backend's module bit for bit on the CPU.
+* **callback** (the window ops: pooling, maxout, reductions, adaptive and fractional pooling;
+  unpooling; logsumexp): the generated NumPy module (or, for float32/float64, the cpu backend's
+  compiled C module) in a ``jax.pure_callback`` on the host: CPU only, vmapped sequentially
+  (``vmap_method="sequential"``: a module's leading axes have meanings, e.g. N and C of a pooling,
+  so a batch axis cannot be handed to it), opaque to XLA.  The jax backend does not build these
+  kernels yet.
 
-The shapes of the callbacks' results come from the input shapes (the module is run once on zeros
-of each new signature, ``symgrad.bridge``), so one jitted function serves any shape.  Callbacks
-are vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have meanings,
-e.g. N and C of a pooling, so a batch axis cannot be handed to it); JAX 0.10 has no batching rule
-for linear_call, so importing this module registers one (sequential, ``lax.map``) where JAX has
-none.  float16, bfloat16 (ml_dtypes' type, as JAX's), float32 and float64 (float64 with
-``jax_enable_x64``).  CPU only: the callbacks run NumPy on the host.
+Both are a ``jax.custom_jvp`` function whose tangent is ``jax.custom_derivatives.linear_call(jvp,
+backward, residuals, tangents)``: the module's ``jvp``, declared linear in the tangents with the
+module's ``backward`` as its transpose.  Reverse mode is JAX's transposition of that linear call,
+so ``jax.grad`` runs the generated backward (a gather), never a transposed jvp.  linear_call
+differentiates itself in its linear arguments (its derivative is itself, and the transpose of the
+transpose is the jvp again); its residuals (native: the saved inputs; callback: the inputs, the
+output, the saved arrays) go through ``lax.stop_gradient`` for piecewise-linear modules
+(``PIECEWISE_LINEAR``: W is constant in them almost everywhere), which makes grad-of-grad and
+higher orders exact; for logsumexp and expressions with smooth non-linear parts a derivative with
+respect to the residuals is refused with a NotImplementedError (first order only).  Only the
+inputs that are differentiated are linear arguments (the jvp rule sees the others' tangents as
+symbolic zeros and passes None for them), as JAX transposes a linear_call only when all of them
+are unknown; an expression's input outside ``wrt`` that gets a tangent is a ValueError, never a
+silent zero.  JAX 0.10 has no batching rule for linear_call, so importing this module registers
+one where JAX has none: the linear map and its transpose are each batched as JAX batches any
+function (vmap of their jaxprs), not mapped one example at a time.
 
-``op`` runs float32/float64 arrays through the cpu backend's module (``backend="cpu"``: compiled C,
-the same bits as the NumPy module) for the kinds it builds where a C compiler is found, else
-through the NumPy module; ``$SYMGRAD_CPU_BACKEND`` chooses (``auto``, the default; ``cpu`` to
-require it; ``numpy``), read when ``op`` is called.
+float16, bfloat16 (ml_dtypes' type, as JAX's), float32 and float64 (float64 with
+``jax_enable_x64``).
 
-Errors in the data (an unpooling index outside the output plane, ...) are found by the module on
-the host, inside a callback.  Called eagerly, an op raises the module's own one-line ValueError
-(or TypeError).  Under ``jit`` the values are not known while tracing and compiled code cannot
-raise a Python exception: the call raises ``jax.errors.JaxRuntimeError``, whose message (after
-XLA's callback traceback) ends with the module's one-line error; check such inputs before the
-jitted call, or run the op eagerly, to get the ValueError itself.
+Callback path details: the shapes of the callbacks' results come from the input shapes (the
+module is run once on zeros of each new signature, ``symgrad.bridge``), so one jitted function
+serves any shape.  ``op`` runs float32/float64 arrays through the cpu backend's module
+(``backend="cpu"``: compiled C, the same bits as the NumPy module) for the kinds it builds where a
+C compiler is found, else through the NumPy module; ``$SYMGRAD_CPU_BACKEND`` chooses (``auto``,
+the default; ``cpu`` to require it; ``numpy``), read when ``op`` is called.  Errors in the data (an
+unpooling index outside the output plane, ...) are found by the module on the host, inside a
+callback.  Called eagerly, an op raises the module's own one-line ValueError (or TypeError).
+Under ``jit`` the values are not known while tracing and compiled code cannot raise a Python
+exception: the call raises ``jax.errors.JaxRuntimeError``, whose message (after XLA's callback
+traceback) ends with the module's one-line error; check such inputs before the jitted call, or run
+the op eagerly, to get the ValueError itself.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
 from . import api, bridge
+from .ops import OPS
 from .backends.cpu import framework_threads
 
 __all__ = ["op", "expr", "wrap"]
@@ -80,6 +90,105 @@ def _not_reraised(record: logging.LogRecord) -> bool:
 
 
 logging.getLogger("jax._src.callback").addFilter(_not_reraised)
+
+
+def _checked(op, args) -> list:
+    """The arguments of an op's call as JAX arrays, or a TypeError naming what was expected."""
+    if len(args) != len(op.inputs):
+        raise TypeError(f"{op.op}: expected {len(op.inputs)} array(s) "
+                        f"({', '.join(op.inputs)}), got {len(args)}")
+    xs = []
+    for k, (name, x) in enumerate(zip(op.inputs, args)):
+        x = jnp.asarray(x)
+        if k in op.integers:
+            if not jnp.issubdtype(x.dtype, jnp.integer):
+                raise TypeError(f"{op.op}: {name} must be an integer array, got {x.dtype}")
+        elif np.dtype(x.dtype) not in _FLOATS:
+            raise TypeError(f"{op.op}: {name} must be a float16, bfloat16, float32 or float64 "
+                            f"array, got {x.dtype}")
+        xs.append(x)
+    return xs
+
+
+def _refuse_higher_order(op: str):
+    """The identity, whose derivative is a clear error: W depends smoothly on the residuals."""
+
+    @jax.custom_jvp
+    def refuse(residuals):
+        return residuals
+
+    @refuse.defjvp
+    def _(primals, tangents):
+        raise NotImplementedError(
+            f"{op}: derivatives beyond the first are supported for piecewise-linear ops only "
+            f"(this module's backward depends smoothly on its inputs)")
+    return refuse
+
+
+class _Native:
+    """A jax backend module (symgrad.load(..., backend="jax")) as a JAX function: its forward
+    traced in place, custom_jvp with its jvp, reverse mode by transposition into its backward
+    (see the module docstring).  No callback: jit, vmap and every device."""
+
+    integers = ()  # (the elementwise kernels take no integer inputs)
+
+    def __init__(self, module):
+        self.module = module
+        self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
+        self.inputs = tuple(module.INPUTS)
+        self.differentiable = tuple(k for k, name in enumerate(self.inputs) if name in module.WRT)
+        self.fn = self._build()
+        self.__doc__ = (f"{self.op} (ties={self.ties!r}, params={self.params}) as a JAX function "
+                        f"of {', '.join(self.inputs)}: the jax backend's module traced in place, "
+                        f"custom_jvp with its jvp, reverse mode by transposition into its backward.")
+
+    def __repr__(self) -> str:
+        return f"symgrad.jax op {self.op} (ties={self.ties!r}, params={self.params}, native)"
+
+    def __call__(self, *args):
+        return self.fn(*_checked(self, args))
+
+    def _build(self):
+        me, m, n = self, self.module, len(self.inputs)
+        # the residuals (the saved inputs): for a piecewise-linear module W is constant in them
+        # almost everywhere, so their derivative is stopped (exact at every order); otherwise
+        # differentiating through them is refused
+        fixed = jax.lax.stop_gradient if m.PIECEWISE_LINEAR else _refuse_higher_order(self.op)
+
+        @jax.custom_jvp
+        def fn(*xs):
+            return m.forward(*xs)[0]
+
+        @partial(fn.defjvp, symbolic_zeros=True)
+        def _(primals, tangents):
+            # the output through fn itself, so that a derivative of this rule (grad-of-grad)
+            # differentiates it by this rule again, not the forward's jax.numpy code
+            out, saved = fn(*primals), m.forward(*primals)[1]
+            moving = [k for k, t in enumerate(tangents) if not isinstance(t, SymbolicZero)]
+            for k in moving:
+                if k not in me.differentiable:
+                    raise ValueError(
+                        f"{me.op}: {me.inputs[k]} is not differentiated (wrt="
+                        f"{[me.inputs[j] for j in me.differentiable]}); load the expression with "
+                        f"{me.inputs[k]} in wrt to differentiate it")
+            if not moving:
+                return out, jnp.zeros(out.shape, out.dtype)
+
+            def apply_jvp(residuals, ts):
+                """W t: the module's jvp, linear in the tangents (None: the inputs not moving)."""
+                given = dict(zip(moving, ts))
+                return m.jvp(*[given.get(k) for k in range(n)], residuals)
+
+            def apply_backward(residuals, g):
+                """W^T g: the module's backward, linear in g."""
+                grads = m.backward(g, residuals)
+                return tuple(grads[k] for k in moving)
+
+            out_dot = linear_call(apply_jvp, apply_backward, fixed(saved),
+                                  tuple(tangents[k] for k in moving))
+            return out, out_dot
+
+        return fn
 
 
 class _Op:
@@ -102,19 +211,7 @@ class _Op:
         return f"symgrad.jax op {self.op} (ties={self.ties!r}, params={self.params})"
 
     def __call__(self, *args):
-        if len(args) != len(self.inputs):
-            raise TypeError(f"{self.op}: expected {len(self.inputs)} array(s) "
-                            f"({', '.join(self.inputs)}), got {len(args)}")
-        xs = []
-        for k, (name, x) in enumerate(zip(self.inputs, args)):
-            x = jnp.asarray(x)
-            if k in self.integers:
-                if not jnp.issubdtype(x.dtype, jnp.integer):
-                    raise TypeError(f"{self.op}: {name} must be an integer array, got {x.dtype}")
-            elif np.dtype(x.dtype) not in _FLOATS:
-                raise TypeError(f"{self.op}: {name} must be a float16, bfloat16, float32 or float64 "
-                                f"array, got {x.dtype}")
-            xs.append(x)
+        xs = _checked(self, args)
         self._host_error = None
         outer, _EAGER.active = getattr(_EAGER, "active", False), True
         try:
@@ -176,21 +273,6 @@ class _Op:
 
     # -- the JAX functions
 
-    def _refuse_higher_order(self):
-        """The identity, whose derivative is a clear error: W depends smoothly on the residuals."""
-        op = self.op
-
-        @jax.custom_jvp
-        def refuse(residuals):
-            return residuals
-
-        @refuse.defjvp
-        def _(primals, tangents):
-            raise NotImplementedError(
-                f"{op}: derivatives beyond the first are supported for piecewise-linear ops only "
-                f"(this module's backward depends smoothly on its inputs)")
-        return refuse
-
     def _build(self):
         me, n = self, len(self.inputs)
 
@@ -227,7 +309,7 @@ class _Op:
         # The linear maps' residuals (the inputs, the output, the saved arrays): for a
         # piecewise-linear module W is constant in them almost everywhere, so their derivative
         # is stopped (exact at every order); otherwise differentiating through them is refused.
-        fixed = jax.lax.stop_gradient if me.module.PIECEWISE_LINEAR else self._refuse_higher_order()
+        fixed = jax.lax.stop_gradient if me.module.PIECEWISE_LINEAR else _refuse_higher_order(self.op)
 
         @jax.custom_jvp
         def forward(*xs):
@@ -265,31 +347,40 @@ class _Op:
 
 
 def _batch_linear_call() -> None:
-    """Give JAX's linear_call a batching rule where it has none (JAX 0.10 has none): the batch
-    is mapped sequentially with lax.map, each element one linear_call, which stays linear and
-    transposable.  Without it vmap would work on an op but not on its gradients."""
+    """Give JAX's linear_call a batching rule where it has none (JAX 0.10 has none): every
+    argument moved to (or broadcast along) a leading batch axis, the linear map and its transpose
+    each batched as vmap batches any function (their jaxprs), the batched call still a
+    linear_call, linear and transposable.  Without it vmap would work on an op but not on its
+    gradients.  (A callback inside is batched by its own rule: sequentially.)"""
     try:
         from jax._src.custom_derivatives import linear_call_p
         from jax._src.interpreters import batching
+        from jax._src.interpreters import partial_eval as pe
     except ImportError:  # another JAX layout: vmap of gradients is then not available
         return
-    if linear_call_p in batching.fancy_primitive_batchers:  # where primitive_batchers registers too
+    if linear_call_p in batching.fancy_primitive_batchers:
         return
 
-    def rule(vals, dims, **params):
-        vals = [v if d is None else jnp.moveaxis(v, d, 0) for v, d in zip(vals, dims)]
-        batched = [k for k, d in enumerate(dims) if d is not None]
+    def rule(axis_data, vals, dims, *, callee, transpose_thunk, num_callee_consts, num_res):
+        if all(d is None for d in dims):
+            outs = linear_call_p.bind(*vals, callee=callee, transpose_thunk=transpose_thunk,
+                                      num_callee_consts=num_callee_consts, num_res=num_res)
+            return outs, [None] * len(outs)
+        vals = [batching.bdim_at_front(v, d, axis_data.size) for v, d in zip(vals, dims)]
+        batched, _ = batching.batch_jaxpr(callee, axis_data, [True] * len(vals), True)
 
-        def one(sliced):
-            args = list(vals)
-            for k, v in zip(batched, sliced):
-                args[k] = v
-            return linear_call_p.bind(*args, **params)
+        @pe._memoize
+        def batched_transpose():
+            transpose, consts = transpose_thunk()
+            rest = len(transpose.in_avals) - len(consts)
+            jaxpr, _ = batching.batch_jaxpr(transpose, axis_data, [False] * len(consts) + [True] * rest, True)
+            return jaxpr, consts
 
-        outs = jax.lax.map(one, [vals[k] for k in batched])
+        outs = linear_call_p.bind(*vals, callee=batched, transpose_thunk=batched_transpose,
+                                  num_callee_consts=num_callee_consts, num_res=num_res)
         return outs, [0] * len(outs)
 
-    batching.primitive_batchers[linear_call_p] = rule
+    batching.fancy_primitive_batchers[linear_call_p] = rule
 
 
 _batch_linear_call()
@@ -305,19 +396,42 @@ _OPS: dict = {}
 _OPS_LOCK = threading.Lock()
 
 
-def wrap(module) -> _Op:
-    """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as a JAX function."""
-    bridge.require_module(module, "symgrad.jax.wrap")
+def wrap(module):
+    """A module that symgrad.load or symgrad.load_expr returned as a JAX function: a jax backend
+    module natively, a NumPy module through host callbacks."""
+    if getattr(module, "__name__", None) is not None and getattr(module, "BACKEND", None) == "jax":
+        wrapper = _Native
+    else:
+        bridge.require_module(module, "symgrad.jax.wrap")
+        wrapper = _Op
     with _OPS_LOCK:
         found = _OPS.get(module.__name__)
         if found is None:
-            found = _OPS[module.__name__] = _Op(module)
+            found = _OPS[module.__name__] = wrapper(module)
     return found
 
 
+# the lowerings whose kernel the jax backend builds (lower.ElementwiseKernel): these ops and
+# expressions take the native path; the others the callback path
+NATIVE_LOWERINGS = ("elementwise", "expression")
+
+
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
-       order: str | None = None, **params) -> _Op:
-    """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors)."""
+       order: str | None = None, **params):
+    """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors): the
+    jax backend's module for the elementwise ops, host callbacks for the others."""
+    api.check_names(name, params)
+    spec = OPS.get(name)
+    if spec is not None and spec.strategy.lowering in NATIVE_LOWERINGS:
+        return wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
+                             order=order, **params))
+    return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)
+
+
+def _callback_op(name: str, ties: str | None = None, convention: str | None = None,
+                 nan: str | None = None, order: str | None = None, **params):
+    """A symgrad op through host callbacks into the NumPy (or cpu backend's) module: the path of
+    the kinds the jax backend does not build (any op can take it: the benchmarks compare)."""
     api.check_names(name, params)
     if params.get("return_indices"):
         api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)  # checks
@@ -353,6 +467,6 @@ class _OnCpuBackend:
 
 
 def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | None = None,
-         **kwargs) -> _Op:
-    """An expression (symgrad.load_expr's arguments) as a JAX function."""
-    return wrap(api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, **kwargs))
+         **kwargs) -> _Native:
+    """An expression (symgrad.load_expr's arguments) as a JAX function: the jax backend's module."""
+    return wrap(api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, backend="jax", **kwargs))

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from . import cpu, cuda, numpy, torch
+from . import cpu, cuda, jax, numpy, torch
 
 if TYPE_CHECKING:
     from ..lower import Artifacts
@@ -65,6 +65,7 @@ REGISTRY = {b.name: b for b in (
     Backend("cuda", "a .cu file and its CuPy loader", cuda),
     Backend("cpu", "a .c file and its loader (compiled on first use)", cpu),
     Backend("torch", "a PyTorch module (torch operations: torch.compile, every device)", torch),
+    Backend("jax", "a JAX module (jax.numpy and lax: jit, vmap, every device)", jax),
 )}
 NAMES = tuple(REGISTRY)
 # the backends that build every kind: the committed catalog holds these (`--backend all` writes

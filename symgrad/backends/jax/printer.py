@@ -1,0 +1,115 @@
+"""The jax backend's printer: ``JaxCodePrinter`` subclasses SymPy's ``JaxPrinter`` and adds the
+nodes of the lowered kernel description (lower.py), printed as jax.numpy code (``jnp``).
+Comparisons are printed as comparisons, Boolean connectives as ``& | ~``; numbers as Python
+floats (weak scalars: JAX computes with them in the working dtype, as NumPy does); the extremum
+of two operands as the generated module's ``_maximum``/``_minimum`` (NumPy's rule for every
+dtype, where XLA's max/min differ at +0/-0)."""
+
+from __future__ import annotations
+
+import sympy as sp
+from sympy.printing.numpy import JaxPrinter
+
+from ..printing import ConditionPrinter, float_value
+from ..printing import bare as _bare
+from ..printing import operand as _operand
+
+_EXACT = 2 ** 53  # integers up to this size are doubles exactly
+
+
+def _float_literal(value: float) -> str:
+    if value != value:
+        return "jnp.nan"
+    if value in (float("inf"), float("-inf")):
+        return "jnp.inf" if value > 0 else "(-jnp.inf)"
+    return repr(value)
+
+
+class JaxCodePrinter(ConditionPrinter, JaxPrinter):
+    """SymPy's JAX printer, with ``jnp`` as the module name and the lowered nodes added."""
+
+    _module = "jax.numpy"
+    AND, OR, NOT, TRUE, FALSE = "&", "|", "~", "True", "False"  # elementwise operators
+
+    def __init__(self, settings=None):
+        super().__init__({"strict": True, "fully_qualified_modules": True, **(settings or {})})
+
+    def _module_format(self, fqn, register=True):
+        if fqn.startswith("jax.numpy."):  # the generated modules import jax.numpy as jnp
+            fqn = "jnp." + fqn[len("jax.numpy."):]
+        return super()._module_format(fqn, register)
+
+    def _print_IeeeNot(self, expr):
+        return f"~{self._print(expr.args[0])}"
+
+    def _print_IsNan(self, expr):
+        return f"jnp.isnan({_bare(self._print(expr.args[0]))})"
+
+    def _print_SignBit(self, expr):
+        return f"jnp.signbit({_bare(self._print(expr.args[0]))})"
+
+    def _print_IsFinite(self, expr):
+        return f"jnp.isfinite({_bare(self._print(expr.args[0]))})"
+
+    def _print_exp(self, expr):
+        return f"jnp.exp({self._print(expr.args[0])})"
+
+    def _print_log(self, expr):
+        return f"jnp.log({self._print(expr.args[0])})"
+
+    def _print_sigmoid(self, expr):
+        return f"(1 / (1 + jnp.exp(-{self.parenthesize(expr.args[0], 60, strict=True)})))"
+
+    def _print_Select(self, expr):
+        cond, a, b = expr.args
+        if a.is_number and b.is_number:  # two numbers: typed, so the array has the working dtype
+            return (f"jnp.where({_bare(self._print(cond))}, dtype.type({self._print(a)}), "
+                    f"dtype.type({self._print(b)}))")
+        # jnp.where(c, a, 0) is +0.0 where c is false, as the NumPy module's bitwise select
+        return f"jnp.where({_bare(self._print(cond))}, {self._print(a)}, {self._print(b)})"
+
+    def _print_Quotient(self, expr):
+        return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
+
+    def _print_Count(self, expr):
+        # the number of conditions that hold, added up in the working dtype
+        return "(" + " + ".join(f"jnp.asarray({_bare(self._print(a))}, dtype)" for a in expr.args) + ")"
+
+    def _print_MaxOf(self, expr):
+        return self._fold("_maximum", expr.args)
+
+    def _print_MinOf(self, expr):
+        return self._fold("_minimum", expr.args)
+
+    def _fold(self, fn, args):
+        out = self._print(args[0])
+        for a in args[1:]:
+            out = f"{fn}({out}, {self._print(a)})"
+        return out
+
+    # numbers: Python floats (weak scalars); an integer or fraction that a double holds exactly is
+    # printed as written, a larger one as the double it rounds to, inf where it overflows
+    def _print_Float(self, expr):
+        return _float_literal(float_value(expr))
+
+    def _print_Literal(self, expr):
+        # a parameter kept as a symbol (indicators.Literal): its value, a negative one in
+        # parentheses, as it stands in a product
+        text = _float_literal(expr.value)
+        return f"({text})" if text.startswith("-") else text
+
+    def _print_Integer(self, expr):
+        if abs(int(expr)) <= _EXACT:
+            return super()._print_Integer(expr)
+        return _float_literal(float_value(expr))
+
+    def _print_Rational(self, expr):
+        if abs(int(expr.p)) <= _EXACT and int(expr.q) <= _EXACT:
+            return super()._print_Rational(expr)
+        return _float_literal(float_value(expr))
+
+
+def jax_code(expr: sp.Basic) -> str:
+    """expr as jax.numpy code (an expression of the kernel's names, ``dtype`` and the module's
+    helpers)."""
+    return _bare(JaxCodePrinter().doprint(expr))

@@ -1,0 +1,374 @@
+"""The jax backend (symgrad/backends/jax/) and symgrad.jax's native path.
+
+Oracle: the NumPy backend's module of the same op (itself checked against finite differences and
+the SymPy derivation): the jax module's forward, backward and jvp equal it bit for bit on the CPU
+(float16, bfloat16, float32 and float64; NaN == NaN whatever its payload, every other value by its
+bits, so signs of zero count), under jax.jit, at ties (small integers, repeated values), NaN, +-0
+and +-inf.  symgrad.jax's native path: no callback in the jaxpr, vmap equals a loop, jit(grad)
+equals the NumPy module's backward bit for bit (the presets' equality with JAX's own ops is
+tests/test_symgrad_jax.py's).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="JAX is not installed (pip install \".[jax]\")")
+import jax.numpy as jnp  # noqa: E402
+
+import symgrad  # noqa: E402
+from symgrad import backends, policy  # noqa: E402
+from symgrad.ops import OPS, ORDERS, resolve  # noqa: E402
+from symgrad.pipeline import render  # noqa: E402
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+ELEMENTWISE = ["maximum", "minimum", "relu", "clamp", "hardtanh", "relu6", "leaky_relu", "abs"]
+PARAMS = {"clamp": [{"min": -1.0, "max": 1.0}, {"min": 0}, {"max": 2}],
+          "hardtanh": [{}, {"min_val": -2, "max_val": 3.5}],
+          "leaky_relu": [{}, {"negative_slope": 0.0}, {"negative_slope": 0.2}]}
+DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+# ties, NaN, +-0, +-inf, values that clamp/hardtanh/relu6 tie with (their bounds)
+VALUES = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 0.5, 3.5, 6.0, np.inf, -np.inf, np.nan])
+GRADS = np.array([1.0, -1.0, 0.0, -0.0, 3.0, 0.5, np.inf, np.nan])
+
+
+def _settings(name):
+    """(params, settings) of every variant: the presets and every tie policy x NaN rule x order the
+    op allows (those resolve() refuses left out)."""
+    spec = OPS[name]
+    out = []
+    for params in PARAMS.get(name, [{}]):
+        combos = [{"convention": "torch"}, {"convention": "jax"}] + [
+            {"ties": t, "nan": n, "order": o} for t, n, o in itertools.product(
+                spec.policies or policy.TIES, spec.nan_rules or policy.NAN_RULES, ORDERS)]
+        for s in combos:
+            try:
+                resolve(name, s.get("ties"), nan=s.get("nan"), order=s.get("order"),
+                        convention=s.get("convention"), **params)
+            except (ValueError, TypeError):
+                continue
+            out.append((name, params, s))
+    return out
+
+
+ALL = [v for name in ELEMENTWISE for v in _settings(name)]
+
+
+def _representative():
+    """Per op: both presets and one tie policy x NaN rule x order variant (a fixed sample) of its
+    first parameter set; leaky_relu's slope 0 (a Literal: x * 0) under both presets."""
+    chosen = []
+    for name in ELEMENTWISE:
+        first = PARAMS.get(name, [{}])[0]
+        variants = [v for v in ALL if v[0] == name and v[1] == first]
+        chosen += [v for v in variants if "convention" in v[2]]
+        chosen += random.Random(name).sample([v for v in variants if "convention" not in v[2]], 1)
+    chosen += [v for v in ALL if v[0] == "leaky_relu" and v[1] == {"negative_slope": 0.0} and "convention" in v[2]]
+    return chosen
+
+
+REPRESENTATIVE = _representative()
+SLOW = [v for v in ALL if v not in REPRESENTATIVE]
+
+
+def _id(v):
+    name, params, s = v
+    return "-".join([name] + [f"{k}={p}" for k, p in params.items()] + [str(x) for x in s.values()])
+
+
+def _same(got, want) -> str | None:
+    """None where got equals want bit for bit (NaN == NaN whatever its bits), else what differs."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return f"{got.dtype}{got.shape} != {want.dtype}{want.shape}"
+    nan_got, nan_want = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
+    bits = np.dtype(f"u{got.dtype.itemsize}")
+    equal = (got.view(bits) == want.view(bits)) | (nan_got & nan_want)
+    if equal.all():
+        return None
+    return f"{(~equal).sum()} differ, e.g. {got[~equal][:4]} != {want[~equal][:4]}"
+
+
+def _check_variant(variant, rng):
+    name, params, s = variant
+    kw = dict(ties=s.get("ties"), nan=s.get("nan"), order=s.get("order"), convention=s.get("convention"), **params)
+    numpy_module = symgrad.load(name, **kw)
+    jax_module = symgrad.load(name, backend="jax", **kw)
+
+    @jax.jit
+    def results(xs, g, ts):  # one compilation per signature: forward, backward and jvp
+        y, saved = jax_module.forward(*xs)
+        return [y, *jax_module.backward(g, saved), jax_module.jvp(*ts, saved)]
+    two = len(numpy_module.INPUTS) == 2
+    bad = []
+    for dtype in DTYPES:
+        a = rng.choice(VALUES, (6, 8))
+        # shapes that broadcast, and the second input equal to the first where it can be (ties)
+        cases = [[a.reshape(-1)]] if not two else [
+            [a, np.where(rng.random(a.shape) < 0.5, a, rng.choice(VALUES, a.shape))],
+            [a[:, :1], a[0]]]
+        for xs in cases:
+            xs = [x.astype(dtype) for x in xs]
+            with np.errstate(all="ignore"):
+                y, saved = numpy_module.forward(*xs)
+                g = rng.choice(GRADS, y.shape).astype(dtype)
+                ts = [rng.choice(GRADS[:-1], x.shape).astype(dtype) for x in xs]
+                want = [y, *numpy_module.backward(g, saved), numpy_module.jvp(*ts, saved)]
+            got = results(xs, g, ts)
+            for label, u, w in zip(["forward", *(f"backward[{k}]" for k in range(len(xs))), "jvp"], got, want):
+                why = _same(u, w)
+                if why:
+                    bad.append(f"{np.dtype(dtype).name} {[x.shape for x in xs]} {label}: {why}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("variant", REPRESENTATIVE, ids=[_id(v) for v in REPRESENTATIVE])
+def test_jax_module_equals_the_numpy_module_bit_for_bit(variant):
+    with jax.enable_x64(True):
+        _check_variant(variant, np.random.default_rng(0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", SLOW, ids=[_id(v) for v in SLOW])
+def test_jax_module_equals_the_numpy_module_bit_for_bit_every_variant(variant, request):
+    """The rest of the product (op x parameters x policy x NaN rule x order x preset): about 340
+    variants, minutes; run with -m slow."""
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("exhaustive: run with -m slow")
+    with jax.enable_x64(True):
+        _check_variant(variant, np.random.default_rng(1))
+
+
+def test_float32_without_x64():
+    """JAX's default (no x64): float32 arrays stay float32, the same bits."""
+    with jax.enable_x64(False):
+        m, n = symgrad.load("maximum", backend="jax", ties="split"), symgrad.load("maximum", ties="split")
+        a = np.array([1.0, 2.0, -0.0, np.nan], np.float32)
+        b = np.array([1.0, 3.0, 0.0, 1.0], np.float32)
+        y, s = jax.jit(m.forward)(a, b)
+        want, saved = n.forward(a, b)
+        assert y.dtype == jnp.float32 and _same(y, want) is None
+        for u, w in zip(jax.jit(m.backward)(np.ones(4, np.float32), s), n.backward(np.ones(4, np.float32), saved)):
+            assert _same(u, w) is None
+
+
+EXPRESSIONS = [("Max(x*y, x + y, 0)", ["x", "y"], None), ("abs(x) + Min(x, 1)", ["x"], None),
+               ("Max(x, 2*y) - Min(x, y)", ["x", "y"], ["x"])]
+
+
+@pytest.mark.parametrize("text,inputs,wrt", EXPRESSIONS)
+@pytest.mark.parametrize("ties", ["split", "first"])
+def test_piecewise_linear_expressions_equal_the_numpy_module(text, inputs, wrt, ties):
+    """Expressions of max/min, +, * (no exp or log, whose XLA and NumPy roundings differ): the same
+    bits, gradients of the inputs outside wrt None, as the NumPy module."""
+    rng = np.random.default_rng(2)
+    n = symgrad.load_expr(text, inputs=inputs, wrt=wrt, ties=ties)
+    m = symgrad.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, backend="jax")
+    with jax.enable_x64(True):
+        for dtype in (np.float32, np.float64):
+            xs = [rng.choice(VALUES, (5, 4)).astype(dtype) for _ in inputs]
+            if len(xs) == 2:
+                xs[1] = np.where(rng.random(xs[0].shape) < 0.5, xs[0], xs[1])
+            with np.errstate(all="ignore"):
+                y, saved = n.forward(*xs)
+                g = rng.choice(GRADS, y.shape).astype(dtype)
+                ts = [rng.choice(GRADS[:-1], x.shape).astype(dtype) if (wrt is None or name in wrt) else None
+                      for name, x in zip(inputs, xs)]
+                want = [y, *n.backward(g, saved), n.jvp(*ts, saved)]
+            y_j, saved_j = jax.jit(m.forward)(*xs)
+            got = [y_j, *jax.jit(m.backward)(g, saved_j), m.jvp(*ts, saved_j)]
+            for u, w in zip(got, want):
+                assert (u is None) == (w is None)
+                if w is not None:
+                    assert _same(u, w) is None, (dtype, _same(u, w))
+
+
+def test_smooth_expression_is_close_to_the_numpy_module():
+    """exp and log round differently in XLA and NumPy: close, not bit for bit."""
+    text = "max(x, 0) * exp(y) - min(x, y)"
+    n, m = symgrad.load_expr(text), symgrad.load_expr(text, backend="jax")
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((2, 7))
+    want_y, saved = n.forward(x, y)
+    got_y, saved_j = jax.jit(m.forward)(x, y)
+    np.testing.assert_allclose(got_y, want_y, rtol=1e-6)
+    for u, w in zip(m.backward(np.ones(7, np.float32), saved_j), n.backward(np.ones(7), saved)):
+        np.testing.assert_allclose(u, w, rtol=1e-6)
+    assert not m.PIECEWISE_LINEAR
+
+
+# ----------------------------------------------------------------------------- symgrad.jax, natively
+
+def test_the_jitted_grad_holds_no_callback():
+    import symgrad.jax as sj
+    f = sj.op("relu", ties="split")
+    text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda x: f(x).sum())))(jnp.ones(8)))
+    assert "callback" not in text and "linear_call" in text
+    # the window ops keep the callback path (the jax backend does not build them yet)
+    pool = sj.op("max_pool1d", kernel_size=2)
+    assert "callback" in str(jax.make_jaxpr(jax.grad(lambda x: pool(x).sum()))(jnp.ones((1, 1, 4))))
+
+
+def test_expressions_take_the_native_path():
+    import symgrad.jax as sj
+    e = sj.expr("Max(x, 2*y)", inputs=["x", "y"])
+    text = str(jax.make_jaxpr(jax.grad(lambda x, y: e(x, y).sum(), argnums=(0, 1)))(jnp.ones(3), jnp.ones(3)))
+    assert "callback" not in text
+
+
+@pytest.mark.parametrize("name,settings", [("relu", {"ties": "split"}), ("maximum", {"ties": "first"}),
+                                           ("clamp", {"convention": "torch", "min": -1.0, "max": 1.0}),
+                                           ("leaky_relu", {"convention": "jax"})])
+def test_jit_grad_equals_the_numpy_modules_backward(name, settings):
+    """jit(grad) and jvp through symgrad.jax: the NumPy module's backward and jvp, bit for bit."""
+    import symgrad.jax as sj
+    f = sj.op(name, **settings)
+    n = symgrad.load(name, **settings)
+    rng = np.random.default_rng(4)
+    with jax.enable_x64(True):
+        for dtype in (np.float32, np.float64):
+            xs = [rng.choice(VALUES, 40).astype(dtype) for _ in n.INPUTS]
+            if len(xs) == 2:
+                xs[1] = np.where(rng.random(40) < 0.5, xs[0], xs[1])
+            g = rng.choice(GRADS[:-2], 40).astype(dtype)
+            with np.errstate(all="ignore"):
+                y, saved = n.forward(*xs)
+                want = n.backward(g, saved)
+                want_t = n.jvp(*xs, saved)
+            got = jax.jit(jax.grad(lambda *v: (f(*v) * g).sum(), argnums=tuple(range(len(xs)))))(*xs)
+            for u, w in zip(got, want):
+                assert _same(u, w) is None
+            assert _same(jax.jit(f)(*xs), y) is None
+            assert _same(jax.jit(lambda *v: jax.jvp(f, v, tuple(xs))[1])(*xs), want_t) is None
+
+
+def test_vmap_of_grad_equals_a_loop_natively():
+    """vmap of grad, of grad-of-grad and of jvp equal a loop over the examples; the batched jaxpr
+    has no sequential map (the linear_call's batching rule batches natively)."""
+    import symgrad.jax as sj
+    rng = np.random.default_rng(5)
+    f, m = sj.op("relu", ties="split"), sj.op("maximum", ties="split")
+    xs = jnp.asarray(rng.integers(-2, 3, (5, 7)).astype(np.float32))
+    w = jnp.asarray(rng.standard_normal(7).astype(np.float32))
+
+    def loss(x):
+        return (f(x) ** 2 * w).sum()
+    gg = jax.grad(lambda x: (jax.grad(loss)(x) * w).sum())
+    for fn in (jax.grad(loss), gg, lambda x: jax.jvp(f, (x,), (w,))[1]):
+        np.testing.assert_array_equal(jax.jit(jax.vmap(fn))(xs), np.stack([fn(x) for x in xs]))
+    text = str(jax.make_jaxpr(jax.vmap(jax.grad(loss)))(xs))
+    assert "while" not in text and "scan" not in text and "callback" not in text
+    # one input batched, the other not
+    b = xs[0]
+    grads = jax.vmap(jax.grad(lambda u, v: (m(u, v) * w).sum(), argnums=(0, 1)), in_axes=(0, None))(xs, b)
+    loop = [jax.grad(lambda u, v: (m(u, v) * w).sum(), argnums=(0, 1))(u, b) for u in xs]
+    for k in range(2):
+        np.testing.assert_array_equal(grads[k], np.stack([gr[k] for gr in loop]))
+
+
+def test_grad_of_grad_is_the_tie_policys():
+    """The second derivative of relu(x)**2 is 2 W**2 with the split weight (1/2 at 0), not the
+    derivative of the forward's jax.numpy code (which would give 1 at 0)."""
+    import symgrad.jax as sj
+    f = sj.op("relu", ties="split")
+    x = jnp.asarray([-1.0, 0.0, 2.0])
+    np.testing.assert_array_equal(jax.grad(lambda u: jax.grad(lambda v: (f(v) ** 2).sum())(u).sum())(x),
+                                  [0.0, 0.5, 2.0])
+
+
+def test_symgrad_jax_gets_the_jax_library():
+    """The backend package backends/jax/ shadows nothing: symgrad.jax imports the JAX library."""
+    import symgrad.backends.jax as backend
+    import symgrad.jax as sj
+    assert sj.jax is jax and sj.jnp is jnp
+    assert backend.__name__ == "symgrad.backends.jax" and backends.get("jax").package is backend
+
+
+# ----------------------------------------------------------------------------- files, CLI, errors
+
+def test_generate_and_load(tmp_path):
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "symgrad", "generate", "relu", "--ties", "split", "--backend",
+                        "jax", "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (path,) = out.iterdir()
+    text = path.read_text()
+    assert "--backend jax" in text.splitlines()[1] and "import jax.numpy as jnp" in text
+    assert "pure_callback" not in text and "io_callback" not in text and ".numpy()" not in text
+    m = symgrad.load("relu", backend="jax", ties="split")
+    assert m.BACKEND == "jax" and m.TIES == "split"
+    np.testing.assert_array_equal(m.backward(jnp.ones(3), m.forward(jnp.asarray([-1.0, 0.0, 1.0]))[1])[0],
+                                  [0.0, 0.5, 1.0])
+
+
+def test_rendering_is_deterministic():
+    op = resolve("clamp", "split", min=-1.0, max=1.0)
+    assert render(op, backends.get("jax")) == render(op, backends.get("jax"))
+
+
+def test_window_kernels_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^max_pool2d: the jax backend builds elementwise kernels .* "
+                                         r"use backend='numpy'") as err:
+        symgrad.load("max_pool2d", backend="jax", kernel_size=2)
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_jax_is_explained_by_the_generated_module(tmp_path):
+    files = render(resolve("relu", "split"), backends.get("jax"))
+    (name, text), = files.items()
+    (tmp_path / name).write_text(text)
+    code = (f"import sys; sys.modules['jax'] = None; sys.path.insert(0, {str(tmp_path)!r})\n"
+            f"try:\n    import {name[:-3]}\nexcept ModuleNotFoundError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.count("\n") == 1 and 'pip install ".[jax]"' in out.stdout, out.stdout
+
+
+def test_errors():
+    m = symgrad.load("maximum", backend="jax", ties="split")
+    with pytest.raises(TypeError, match="maximum: a must be an array of float16, bfloat16, float32 or float64, "
+                                        "got dtype int32"):
+        m.forward(jnp.ones(3, jnp.int32), jnp.ones(3))
+    with pytest.raises(ValueError, match=r"maximum: inputs a and b must broadcast together"):
+        m.forward(jnp.ones(3), jnp.ones(4))
+    _, saved = m.forward(jnp.ones(3), jnp.ones(3))
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape \(3,\)"):
+        m.backward(jnp.ones(4), saved)
+    with pytest.raises(TypeError, match="saved must be the Saved value"):
+        m.backward(jnp.ones(3), (1, 2))
+    e = symgrad.load_expr("Max(x, 2*y)", inputs=["x", "y"], wrt=["x"], backend="jax")
+    _, saved = e.forward(jnp.ones(2), jnp.ones(2))
+    with pytest.raises(ValueError, match="tangent_y must be None"):
+        e.jvp(None, jnp.ones(2), saved)
+    assert e.backward(jnp.ones(2), saved)[1] is None
+
+
+def test_templates_place_finished_strings():
+    from pathlib import Path
+
+    from test_render import _template_decisions
+    found = _template_decisions([Path(backends.get("jax").templates)])
+    assert found == [], "\n".join(found)
+
+
+def test_a_broadcast_gradient_of_inexact_sums_is_close():
+    """A broadcast input's gradient is summed in XLA's order, not NumPy's (nor at::sum_to's under
+    the torch preset): the same bits where the sums are exact (the tests above), within rounding
+    elsewhere (documented in the module's docstring)."""
+    rng = np.random.default_rng(6)
+    for settings in ({"ties": "split"}, {"convention": "torch"}):
+        n = symgrad.load("maximum", **settings)
+        m = symgrad.load("maximum", backend="jax", **settings)
+        a = rng.standard_normal((300, 8)).astype(np.float32)
+        b = (rng.standard_normal(8) - 3).astype(np.float32)
+        g = rng.standard_normal((300, 8)).astype(np.float32)
+        want = n.backward(g, n.forward(a, b)[1])
+        got = jax.jit(m.backward)(g, m.forward(a, b)[1])
+        assert _same(got[0], want[0]) is None  # not summed: the same bits
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
