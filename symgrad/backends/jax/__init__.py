@@ -17,6 +17,14 @@ import sympy as sp
 from ... import naming
 from ...lower import ElementwiseKernel, backward_plan
 from ..common import docstring, environment, header
+from ..host import preamble_context
+
+# the paragraph the module's docstring ends with
+JAX_NOTE = [
+    "A JAX module (jax.numpy only: no host callback, no branch on array values), so forward, backward",
+    "and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has; on the CPU they give",
+    "the NumPy backend's module's results bit for bit (where a broadcast input's gradient is summed,",
+    "XLA adds in its own order: the same bits where the sums are exact)."]
 from .printer import jax_code
 
 if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
@@ -84,7 +92,7 @@ def context(art: Artifacts) -> dict:
     code = "\n".join([c for _, c in output_lines + gradient_lines] + [jax_code(kernel.output)])
     helpers = [name for name in ("_maximum", "_minimum") if f"{name}(" in code]
     return {
-        "header": header(op, "jax"),
+        **preamble_context(header(op, "jax"), JAX_NOTE, ()),
         "docstring": docstring(op, d, kernel),
         "op": op.name, "ties": op.ties, "params": repr(op.params),
         "inputs": inputs,

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ... import naming
 from ...lower import ElementwiseKernel, backward_plan
 from ..common import docstring, environment, expression_docstring, expression_header, header
+from ..host import preamble_context
 
 if TYPE_CHECKING:
     from ...lower import Artifacts
@@ -134,7 +135,7 @@ def context(art: "Artifacts") -> dict:
         head, doc = header(op, "torch"), docstring(op, d, kernel)
     wide = ("torch.bfloat16", "torch.float16") if half_in_float else ("torch.bfloat16",)
     return {
-        "header": head, "docstring": doc, "op": op.name, "ties": op.ties, "params": repr(op.params),
+        **preamble_context(head, None, ()), "docstring": doc, "op": op.name, "ties": op.ties, "params": repr(op.params),
         "inputs": inputs, "inputs_tuple": repr(tuple(inputs)),
         "piecewise_linear": art.piecewise_linear,
         "missing_torch": repr(f"{op.name}: {MISSING_TORCH}"),
