@@ -103,5 +103,13 @@ __all__ = ["ELEMENTWISE", "WINDOWED", "POLICIES", "case_id", "sympy_value", "tie
 _FIRST = ("test_cuda.py", "test_cpu_kinds.py", "test_cpu.py", "test_cli.py")
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _FIRST.index(item.path.name) if item.path.name in _FIRST else len(_FIRST))
+    # exhaustive variants (@pytest.mark.slow) run with `-m slow` or SYMGRAD_SLOW=1; the default run
+    # keeps their representative set
+    if "slow" in (config.getoption("markexpr") or "") or os.environ.get("SYMGRAD_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="exhaustive variant: run with -m slow (or SYMGRAD_SLOW=1)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

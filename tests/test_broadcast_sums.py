@@ -93,3 +93,26 @@ def test_float32_broadcast_gradient_is_within_the_bound_of_jaxs(shape_a, shape_b
     np.testing.assert_array_equal(np.asarray(jnp.asarray(terms).sum(axes, keepdims=True)).reshape(want.shape), want)
     bound = 4 * np.finfo(np.float32).eps * np.abs(terms.astype(np.float64)).sum(axes, keepdims=True)
     assert np.all(np.abs(gb.astype(np.float64) - want) <= bound.reshape(want.shape))
+
+
+def test_torch_order_sum_of_infinities_is_nan_silently_as_pytorch():
+    """Under the torch preset a broadcast input's gradient summed over +inf and -inf terms is NaN,
+    as PyTorch's autograd gives, and the generated module computes it without a RuntimeWarning
+    (its sums run under np.errstate, as its other additions do)."""
+    import warnings
+
+    import torch
+
+    m = symgrad.load("maximum", convention="torch")
+    a = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b = np.array([5.0, 6.0], np.float32)
+    g = np.array([[np.inf, 1.0], [-np.inf, 1.0]], np.float32)
+    y, saved = m.forward(a, b)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, got = m.backward(g, saved)
+    ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    torch.maximum(ta, tb).backward(torch.tensor(g))
+    want = tb.grad.numpy()
+    assert np.isnan(got[0]) and np.array_equal(got.view(np.uint32)[1:], want.view(np.uint32)[1:])
+    assert np.isnan(want[0])

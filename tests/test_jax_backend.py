@@ -140,8 +140,6 @@ def test_jax_module_equals_the_numpy_module_bit_for_bit(variant):
 def test_jax_module_equals_the_numpy_module_bit_for_bit_every_variant(variant, request):
     """The rest of the product (op x parameters x policy x NaN rule x order x preset): about 340
     variants, minutes; run with -m slow."""
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("exhaustive: run with -m slow")
     with jax.enable_x64(True):
         _check_variant(variant, np.random.default_rng(1))
 

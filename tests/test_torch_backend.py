@@ -6,7 +6,6 @@ preset, and the module's contract (plain torch code, one clear error without tor
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 import sys
 import textwrap
@@ -168,7 +167,6 @@ def test_torch_module_equals_numpy_module_bit_for_bit(name, kw):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("SYMGRAD_SLOW") != "1", reason="the full product: SYMGRAD_SLOW=1")
 @pytest.mark.parametrize("name,kw", list(_variants(True)),
                          ids=[f"{n}-{'-'.join(map(str, k.values()))}" for n, k in _variants(True)])
 def test_torch_module_equals_numpy_module_every_variant(name, kw):
@@ -249,7 +247,6 @@ def test_expressions_equal_numpy():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("SYMGRAD_SLOW") != "1", reason="the full product: SYMGRAD_SLOW=1")
 @pytest.mark.parametrize("ties", TIES)
 def test_expressions_equal_numpy_every_policy(ties):  # (expressions take the NaN rule dominate only)
     _expressions(ties)

@@ -421,6 +421,12 @@ def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray
     of a contiguous tensor of input_shape, one thread (cascade_sum): _line_sum along the last
     dims, _column_sum along others.  Reduced dims that are not adjacent: in row order (not
     PyTorch's)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as PyTorch adds
+        return _torch_sum_terms(terms, input_shape, dims)
+
+
+def _torch_sum_terms(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray:
+    """_torch_sum's additions."""
     shape = [s for s in input_shape]
     reduced = [d for d in dims if shape[d] != 1]
     n = terms.shape[-1]
