@@ -5,10 +5,11 @@ autodiff of the same expression written with their operations, side by side.
 The points are found from the expression's max/min nodes (two arguments equal), the arguments of
 Heaviside and sign (= 0) and the boundaries of Piecewise conditions (both sides equal): nested
 non-smooth parts are replaced by each of their pieces in turn, the smooth equation is solved with
-SymPy, and a solution is kept where the equation holds for the expression as written. With one
-input, every real solution (within +-LIMIT where there are infinitely many); with several, the
-first variable is solved for and the others are set to 1 (then 2, 1/2, -1, 0: the first value that
-gives a real point).
+SymPy (numerically, on a grid over +-LIMIT, where it finds no closed form), and a solution is kept
+where the equation holds for the expression as written and the tied pair attains its max/min. With
+one input, every real solution (within +-LIMIT where there are infinitely many); with several, the
+others are set to 1 (then 2, 1/2, -1, 0: the first value that gives a point) and the first is
+solved for.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import ast
 import math
 from dataclasses import dataclass, field
 
+import mpmath
 import numpy as np
 import sympy as sp
+from sympy.polys.polyerrors import BasePolynomialError
 
 from . import expr as _expr
 from .indicators import MaxOf, MinOf
@@ -113,28 +116,103 @@ def _real(v) -> bool:
     return c.imag == 0 and math.isfinite(c.real)
 
 
-def _holds(a: sp.Expr, b: sp.Expr, point: dict) -> bool:
+def _at(e: sp.Expr, point: dict):
+    """e's value at the point, to 60 digits (None where it has none)."""
+    at = {k: sp.Float(sp.N(v, 70), 70) for k, v in point.items()}
     try:
-        d = sp.N(_plain(a - b).subs(point), 50)
+        c = complex(sp.N(_plain(e).subs(at), 60))
     except (TypeError, ValueError, ZeroDivisionError):
+        return None
+    return c if c.imag == 0 and math.isfinite(c.real) else None
+
+
+def _holds(a: sp.Expr, b: sp.Expr, point: dict) -> bool:
+    """a = b at the point (to 1e-40)."""
+    d = _at(a - b, point)
+    return d is not None and abs(d) < 1e-40
+
+
+def _attains(node: sp.Expr, a: sp.Expr, point: dict) -> bool:
+    """a (one of a max's or min's arguments) is the max or min at the point."""
+    va = _at(a, point)
+    if va is None:
         return False
-    try:
-        return d == 0 or abs(complex(d)) < 1e-40
-    except (TypeError, ValueError):
-        return False
+    for c in node.args:
+        vc = _at(c, point)
+        if vc is None or (vc.real > va.real + 1e-40 if node.kind == "max"
+                          else vc.real < va.real - 1e-40):
+            return False
+    return True
+
+
+def _numeric_roots(eq: sp.Expr, v: sp.Symbol) -> list:
+    """Roots of eq in [-LIMIT, LIMIT] where it changes sign on a grid, refined to 60 digits
+    (a root where eq touches 0 without crossing is missed)."""
+    f = sp.lambdify(v, eq, "mpmath")
+    with mpmath.workdps(70):
+        return _crossings(f)
+
+
+def _crossings(f) -> list:
+    grid = [mpmath.mpf(k) / 20 for k in range(-20 * LIMIT, 20 * LIMIT + 1)]
+    roots = []
+
+    def at(t):
+        try:
+            y = f(t)
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            return None
+        return y if isinstance(y, mpmath.mpf) else None
+
+    prev = None
+    for t in grid:
+        y = at(t)
+        if y is not None and y == 0:
+            roots.append(sp.Float(t, 60))
+        elif y is not None and prev is not None and prev[1] != 0 and (prev[1] < 0) != (y < 0):
+            try:
+                r = mpmath.findroot(f, (prev[0], t), solver="anderson")
+            except (ValueError, ZeroDivisionError):
+                r = None
+            if r is not None and prev[0] <= r <= t:
+                roots.append(sp.Float(r, 60))
+        prev = (t, y) if y is not None else None
+    return roots
 
 
 def _solutions(eq: sp.Expr, v: sp.Symbol) -> list:
-    s = sp.solveset(eq, v, sp.S.Reals)
-    if not isinstance(s, sp.FiniteSet):
-        s = s.intersect(sp.Interval(-LIMIT, LIMIT))
-    return list(s) if isinstance(s, sp.FiniteSet) else []
+    """The real solutions of eq = 0 (exact where SymPy finds them, else numeric)."""
+    try:
+        if eq.is_polynomial(v):
+            return list(dict.fromkeys(sp.real_roots(sp.Poly(eq, v))))
+        s = sp.solveset(eq, v, sp.S.Reals)
+        if not isinstance(s, sp.FiniteSet):
+            s = s.intersect(sp.Interval(-LIMIT, LIMIT))
+        if isinstance(s, sp.FiniteSet):
+            return list(s)
+    except (NotImplementedError, ValueError, TypeError, BasePolynomialError):
+        pass
+    return _numeric_roots(eq, v)
+
+
+def _ties_in_double(pairs, syms, doubles) -> bool | None:
+    """Whether some tied pair is equal in float64 at the doubles (None where Python's math cannot
+    evaluate a side)."""
+    for a, b in pairs:
+        try:
+            fa, fb = (sp.lambdify(syms, _plain(e), "math") for e in (a, b))
+            if fa(*doubles) == fb(*doubles):
+                return True
+        except Exception:  # noqa: BLE001 (a function Python's math lacks, a domain error)
+            return None
+    return False
 
 
 @dataclass
 class Point:
     values: tuple  # exact SymPy numbers, in input order
     labels: list = field(default_factory=list)
+    pairs: list = field(default_factory=list)  # the tied (a, b)
 
     def doubles(self) -> tuple:
         return tuple(float(sp.N(v, 30)) for v in self.values)
@@ -154,20 +232,23 @@ def kinks(parsed: _expr.Parsed) -> list[Point]:
                     continue
                 v = next(s for s in syms if s in eq.free_symbols)
                 others = [s for s in syms if s is not v]
-                for sol in _solutions(eq, v) if not others else sp.solve(eq, v):
-                    for t in (TRIALS if others else (None,)):
-                        at = {o: t for o in others}
-                        value = sp.simplify(sol.subs(at)) if others else sol
+                # with several inputs, the others at 1 (or the next trial value that gives a point)
+                for t in (TRIALS if others else (None,)):
+                    at = {o: t for o in others}
+                    found = False
+                    for value in _solutions(eq.subs(at), v):
                         point = {**at, v: value}
                         # a tie of a max/min counts where the tied pair attains it
                         if _real(value) and _holds(a, b, point) and (
-                                not isinstance(node, (MaxOf, MinOf)) or _holds(node, a, point)):
-                            key = tuple(sp.nsimplify(point[s]) if point[s].is_Float else point[s]
-                                        for s in syms)
-                            p = points.setdefault(key, Point(key))
+                                not isinstance(node, (MaxOf, MinOf)) or _attains(node, a, point)):
+                            values = tuple(point[s] for s in syms)
+                            p = points.setdefault(Point(values).doubles(), Point(values))
                             if label not in p.labels:
                                 p.labels.append(label)
-                            break
+                                p.pairs.append((a, b))
+                            found = True
+                    if found:
+                        break
     return sorted(points.values(), key=Point.doubles)
 
 
@@ -248,7 +329,9 @@ def _framework(text: str, inputs: tuple[str, ...], fw: str):
             if len(vals) == 1:
                 raise NotInFramework("Heaviside(u) takes the tie policy's value at 0, which "
                                      "frameworks lack: write Heaviside(u, h0)")
-            return m.heaviside(vals[0], vals[1])
+            # (torch.heaviside has no derivative; 0 is the frameworks' gradient of a step)
+            u = vals[0]
+            return m.where(u > 0, const(1.0), m.where(u == 0, vals[1], const(0.0)))
         return fns.get(name, getattr(m, name, None))(*vals)
 
     return lambda *xs: ev(body, dict(zip(inputs, xs)))
@@ -283,7 +366,11 @@ def _available(fw: str) -> bool:
 
 def _point_text(names, values) -> str:
     def one(v):
-        return sp.sstr(v) if v.is_Rational else f"{sp.sstr(v)} ({_number(float(sp.N(v, 30)))})"
+        if v.is_Rational:
+            return sp.sstr(v)
+        if v.is_Float:  # found numerically
+            return f"{float(v)!r} (numeric)"
+        return f"{sp.sstr(v)} ({_number(float(sp.N(v, 30)))})"
     return ", ".join(f"{n} = {one(v)}" for n, v in zip(names, values))
 
 
@@ -302,6 +389,8 @@ def rows(text: str, inputs=None) -> tuple[list[str], list[list[str]], list[str]]
         return header, [], [f"no kinks or ties found in {parsed.text} (they come from max, min, "
                             f"abs, relu, Heaviside, sign and Piecewise)"]
     columns = [[p.doubles()[i] for p in points] for i in range(len(parsed.inputs))]
+    symbols = {s.name: s for s in parsed.expr.free_symbols}
+    syms = [symbols[n] for n in parsed.inputs]
     cells: dict[str, list[str]] = {}
 
     def per_point(grads) -> list[str]:
@@ -328,7 +417,10 @@ def rows(text: str, inputs=None) -> tuple[list[str], list[list[str]], list[str]]
         t, j = cells["torch"][k], cells["jax"][k]
         both = all(_available(fw) and cells[fw][k] != "n/a" for fw in FRAMEWORKS)
         flag = ("DIFFER" if t != j else "same") if both else ""
-        body.append([_point_text(parsed.inputs, p.values), "; ".join(p.labels)]
+        at = _point_text(parsed.inputs, p.values)
+        if _ties_in_double(p.pairs, syms, p.doubles()) is False:
+            at += " (no tie in float64)"
+        body.append([at, "; ".join(p.labels)]
                     + [cells[c][k] for c in list(POLICIES) + list(FRAMEWORKS)] + [flag])
     notes.insert(0, "Gradient of each input with grad_output = 1 (a ; b for two inputs) at the "
                  "double nearest each point: the policies by running the generated modules "
@@ -336,7 +428,9 @@ def rows(text: str, inputs=None) -> tuple[list[str], list[list[str]], list[str]]
                  "jax.grad; float64, CPU) of the expression written with their operations: max/min "
                  "of two terms torch.maximum/minimum and jnp.maximum/minimum, of a term and a "
                  "constant torch.clamp and jnp.clip, Piecewise torch.where and jnp.where, relu "
-                 "torch.relu and jax.nn.relu.")
+                 "torch.relu and jax.nn.relu. \"(no tie in float64)\": the point is not a double, "
+                 "and at the double nearest it the pieces differ, so every column gives that "
+                 "side's gradient.")
     return header, body, notes
 
 

@@ -103,6 +103,16 @@ def test_inputs_order_and_an_inactive_tie_left_out(capsys):
         assert pieces[-1] == pieces[-2]  # the two largest tie
 
 
+def test_a_numeric_kink_that_is_no_double(capsys):
+    import math
+    rows, out = table(capsys, "max(pi*x**2, 1)")
+    r = 1 / math.sqrt(math.pi)
+    assert [r_["at"] for r_ in rows] == \
+        [f"x = {v!r} (numeric) (no tie in float64)" for v in (-r, r)]
+    assert math.pi * r * r != 1.0
+    assert "(no tie in float64)\": the point is not a double" in out
+
+
 def test_missing_framework_column_says_what_to_install(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "jax", None)
     rows, out = table(capsys, LEAKY)
