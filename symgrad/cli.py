@@ -184,6 +184,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="rewrite the table between the conventions-table markers of FILE")
     c.add_argument("--check", type=Path, metavar="FILE",
                    help="exit 1 with a diff if FILE's table is stale; write nothing")
+    c.add_argument("--expr", default=None, metavar="EXPR",
+                   help="an expression's gradient at each of its kinks and ties, per policy and "
+                   "under PyTorch's and JAX's autodiff, flagging where the two differ")
+    c.add_argument("--inputs", nargs="+", default=None, metavar="NAME",
+                   help="--expr: the input names in order (default: in order of first "
+                   "appearance)")
     d = sub.add_parser("derive", help="print the derivation of an op's (or an expression's) backward")
     d.add_argument("op", nargs="?")
     _add_settings(d)
@@ -253,6 +259,14 @@ def cmd_list(out) -> int:
 def cmd_conventions(ns, out) -> int:
     from . import table
     from .files import diff
+    if ns.expr is not None:
+        if ns.update or ns.check:
+            raise ValueError("--expr prints its table; --update and --check apply to the op table")
+        from . import expr_table
+        print(expr_table.markdown(ns.expr, _names(ns.inputs)), end="", file=out)
+        return 0
+    if ns.inputs is not None:
+        raise ValueError("--inputs applies to --expr only")
     md = table.markdown()
     target = ns.update or ns.check
     if target is None:
