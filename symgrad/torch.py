@@ -159,9 +159,10 @@ class SymgradOp:
         for k, (name, t) in enumerate(zip(self.inputs, tensors)):
             self._check_tensor(k, name, t)
         if self._native is not None:
-            if torch.compiler.is_compiling():  # plain torch code that Dynamo traces into
-                return self._native[1].apply(*tensors)
-            if tensors[0].device.type != "cpu":  # every device: the torch backend's module
+            if torch.compiler.is_compiling():
+                if NATIVE_UNDER_COMPILE:  # plain torch code that Dynamo traces into
+                    return self._native[1].apply(*tensors)
+            elif tensors[0].device.type != "cpu":  # every device: the torch backend's module
                 return self._native[0].apply(*tensors)
         if torch.compiler.is_compiling():  # the registered operators, which tracing sees
             output, *_ = self._ops[0](list(tensors))
@@ -392,6 +393,19 @@ class _Backward(torch.autograd.Function):
         tensors, out, arrays = _unpack(rest, ctx.n_inputs)
         in_g, in_inputs = op._backward_grads(op._backward_impl, op._jvp_impl, g, grads, tensors, out, arrays)
         return (None, in_g, None, *in_inputs) + (None,) * (len(rest) - len(tensors))
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as "2.13.0+cpu"."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+# the torch backend's autograd.Function under torch.compile needs PyTorch 2.13 (the version symgrad
+# pins and tests): PyTorch 2.11's Dynamo traced it into zero gradients (seen on an H200, on CPU
+# and CUDA tensors alike, with the aot_eager backend too); older versions take the registered
+# operators under torch.compile
+NATIVE_UNDER_COMPILE = _release(torch.__version__) >= (2, 13)
 
 
 def _native_function(module) -> tuple[type, type]:
