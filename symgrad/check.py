@@ -134,8 +134,12 @@ class _Target:
         spec = OPS.get(self.op) if isinstance(self.op, str) else None
         self.constant = spec.constant_inputs if spec is not None and "expr" not in self.params else ()
         self.kind = kind
-        self.forward, self.vjp, self.jvp = {"module": _module_calls, "torch": _torch_calls,
-                                            "jax": _jax_calls, "pair": _pair_calls}[kind](fn)
+        if kind == "jax":  # jax.vjp of a symgrad.jax op refuses to differentiate its constant inputs
+            skip = {k for k, n in enumerate(self.names) if n in self.constant}
+            self.forward, self.vjp, self.jvp = _jax_calls(fn, skip)
+        else:
+            self.forward, self.vjp, self.jvp = {"module": _module_calls, "torch": _torch_calls,
+                                                "pair": _pair_calls}[kind](fn)
 
 
 def _kind(fn, inputs) -> str:
@@ -221,7 +225,7 @@ def _torch_calls(fn):
     return forward, vjp, jvp
 
 
-def _jax_calls(fn):
+def _jax_calls(fn, skip=frozenset()):
     import jax
     import jax.numpy as jnp
 
@@ -229,7 +233,7 @@ def _jax_calls(fn):
         return np.asarray(fn(*[jnp.asarray(x) for x in xs]), dtype=np.float64)
 
     def vjp(xs, g):
-        floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f"]
+        floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f" and k not in skip]
 
         def of_floats(*fs):
             args = list(xs)

@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 import symgrad
+from symgrad import catalog
+
+from test_check import _inputs, _params
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
 
@@ -201,15 +204,27 @@ def test_errors_and_the_default():
     assert "6 entries compared between forward and reverse mode" in str(symgrad.check(m, A, B, modes="both"))
 
 
-def test_the_catalog_passes_both_modes():
+@pytest.mark.parametrize("entry", catalog.entries(), ids=lambda e: f"{e.name}-{e.ties}-{e.params}")
+def test_the_catalog_passes_both_modes(entry):
     """Every catalog entry under its policy: the generated jvp is backward's transpose, so the
     two modes agree at every tie and kink the checker finds (unpooling's writers included)."""
-    from symgrad import catalog
+    module = symgrad.load(entry.name, ties=entry.ties, **_params(entry))
+    report = symgrad.check(module, *_inputs(entry, np.random.default_rng(0)), rtol=1e-5, atol=1e-7, modes="both")
+    assert report.ok, str(report)
+    assert report.compared > 0
 
-    from test_check import _inputs, _params
-    for entry in catalog.entries():
-        module = symgrad.load(entry.name, ties=entry.ties, **_params(entry))
-        report = symgrad.check(module, *_inputs(entry, np.random.default_rng(0)), rtol=1e-5, atol=1e-7,
-                               modes="both")
-        assert report.ok, f"{entry.name} {entry.params} {entry.ties}: {report}"
-        assert report.compared > 0
+
+def test_symgrad_jax_op_with_a_constant_input():
+    """fractional pooling's samples have no gradient: the checker's jax.vjp left them in the
+    differentiated arguments, and symgrad.jax refused ("random_samples is not differentiated")."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    import symgrad.jax as sj
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.integers(-2, 3, size=(1, 1, 4, 4)).astype(np.float64))  # ties in most windows
+    samples = jnp.asarray(rng.random((1, 1, 2)))
+    op = sj.op("fractional_max_pool2d", kernel_size=3, output_ratio=0.5, ties="first")
+    report = symgrad.check(op, x, samples, modes="both")  # the reverse checks, and forward mode against them
+    assert report.ok and report.tied_windows > 0 and report.compared > 0, str(report)
