@@ -38,6 +38,16 @@ of torch tensors with autograd, a ``symgrad.jax`` op or any differentiable JAX f
 ``(forward, vjp)`` of NumPy functions (``forward(*xs) -> y``, ``vjp(g, *xs) -> gradients``), or an
 object with the generated modules' ``forward(*xs) -> (y, saved)`` and ``backward(g, saved)``.
 ``op=`` (and ``params``) name the symgrad op a user function computes, for its kinks' pieces.
+
+``modes`` says which mode's derivative is checked: ``"reverse"`` (the default: backward, the
+vjp), ``"forward"`` (the jvp: a module's ``jvp``, a ``symgrad.torch`` op's ``jvp``,
+``torch.func.jvp``, ``jax.jvp``, or a ``(forward, vjp, jvp)`` triple's third function,
+``jvp(tangents, *xs)`` with a tangent per input, None for the non-float ones) against the policy as
+above, or ``"both"``: the reverse checks, and forward mode against reverse mode.  For every
+checked output o and every element e it depends on (ties and kinks included), the probes t = +-e_e
+and g = e_o must give <jvp(t), g> == <t, vjp(g)>; each disagreement is a failure of kind
+``"modes"`` (expected: reverse mode's value, got: forward mode's).  PyTorch 2.13's ``fmax`` fails
+it at a tie: reverse mode gives (1, 0), forward mode (0, 1).
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ import numpy as np
 from .ops import OPS, resolve
 from .policy import POLICIES
 
+MODES = ("reverse", "forward", "both")
 H = 2.0 ** -12  # finite-difference step
 DELTA = 2.0 ** -5  # how far a tied element is moved to make it the strict winner
 KINK = 2.0 ** -7  # one-sided derivatives further apart than this (relative) are a kink
@@ -63,7 +74,7 @@ class Failure:
     output: tuple  # the output element whose gradient it is
     expected: float
     got: float
-    kind: str  # "smooth", "tie", "kink", "mass", "unpool"
+    kind: str  # "smooth", "tie", "kink", "mass", "unpool", "modes"
     detail: str
 
     def __str__(self) -> str:
@@ -83,14 +94,19 @@ class Report:
     kinks: int = 0
     skipped: int = 0  # output elements touching NaN or an infinity
     not_subgradient: int = 0  # tied windows whose gradient mass exceeds the upstream gradient ('all')
+    modes: str = "reverse"  # the mode(s) checked: reverse, forward or both
+    compared: int = 0  # (output, element) entries where forward and reverse mode were compared ('both')
 
     def __bool__(self) -> bool:
         return self.ok
 
     def __str__(self) -> str:
-        head = (f"symgrad.check ({self.ties}): {'ok' if self.ok else f'{len(self.failures)} failure(s)'}; "
+        modes = {"reverse": "", "forward": ", forward mode", "both": ", forward and reverse mode"}[self.modes]
+        head = (f"symgrad.check ({self.ties}{modes}): {'ok' if self.ok else f'{len(self.failures)} failure(s)'}; "
                 f"{self.outputs} outputs, {self.tied_windows} tied windows, {self.kinks} kinks, "
                 f"{self.skipped} skipped (NaN/inf)")
+        if self.modes == "both":
+            head += f"; {self.compared} entries compared between forward and reverse mode"
         if self.not_subgradient:
             head += f"; {self.not_subgradient} tied windows not a subgradient (policy 'all')"
         return "\n".join([head] + [f"  {f}" for f in self.failures[:20]])
@@ -103,7 +119,8 @@ class Report:
 # ----------------------------------------------------------------------------- adapting fn
 
 class _Target:
-    """fn as forward(xs) -> y and vjp(xs, g) -> gradients, on float64 NumPy arrays."""
+    """fn as forward(xs) -> y, vjp(xs, g) -> gradients and jvp(xs, ts) -> y's tangent (None
+    where fn has no forward mode), on float64 NumPy arrays."""
 
     def __init__(self, fn, inputs):
         self.names = tuple(getattr(fn, "INPUTS", None) or getattr(fn, "inputs", None) or
@@ -116,12 +133,17 @@ class _Target:
         # inputs the op defines as having no gradient (fractional pooling's samples): not probed
         spec = OPS.get(self.op) if isinstance(self.op, str) else None
         self.constant = spec.constant_inputs if spec is not None and "expr" not in self.params else ()
-        self.forward, self.vjp = {"module": _module_calls, "torch": _torch_calls,
-                                  "jax": _jax_calls, "pair": _pair_calls}[kind](fn)
+        self.kind = kind
+        if kind == "jax":  # jax.vjp of a symgrad.jax op refuses to differentiate its constant inputs
+            skip = {k for k, n in enumerate(self.names) if n in self.constant}
+            self.forward, self.vjp, self.jvp = _jax_calls(fn, skip)
+        else:
+            self.forward, self.vjp, self.jvp = {"module": _module_calls, "torch": _torch_calls,
+                                                "pair": _pair_calls}[kind](fn)
 
 
 def _kind(fn, inputs) -> str:
-    if isinstance(fn, tuple) and len(fn) == 2 and all(callable(f) for f in fn):
+    if isinstance(fn, tuple) and len(fn) in (2, 3) and all(callable(f) for f in fn):
         return "pair"
     if hasattr(fn, "forward") and hasattr(fn, "backward") and not callable(fn):
         return "module"
@@ -130,7 +152,7 @@ def _kind(fn, inputs) -> str:
         return "torch"
     if "jax" in roots or "jaxlib" in roots or type(fn).__module__ == "symgrad.jax":
         return "jax"
-    raise TypeError("symgrad.check: fn must be a generated module, a (forward, vjp) pair of NumPy "
+    raise TypeError("symgrad.check: fn must be a generated module, a (forward, vjp[, jvp]) tuple of NumPy "
                     "functions, or a torch/JAX function given torch/JAX inputs; got "
                     f"{type(fn).__name__} with inputs of type {', '.join(sorted(roots))}")
 
@@ -143,13 +165,18 @@ def _module_calls(m):
     def vjp(xs, g):
         _, saved = m.forward(*xs)
         return list(m.backward(g, saved))
-    return forward, vjp
+
+    def jvp(xs, ts):
+        _, saved = m.forward(*xs)
+        return np.asarray(m.jvp(*ts, saved), dtype=np.float64)
+    return forward, vjp, (jvp if callable(getattr(m, "jvp", None)) else None)
 
 
 def _pair_calls(pair):
-    fwd, vjp = pair
+    fwd, vjp = pair[:2]
+    jvp = (lambda xs, ts: np.asarray(pair[2](ts, *xs), dtype=np.float64)) if len(pair) == 3 else None
     return (lambda xs: np.asarray(fwd(*xs), dtype=np.float64),
-            lambda xs, g: list(vjp(g, *xs)))
+            lambda xs, g: list(vjp(g, *xs)), jvp)
 
 
 def _torch_calls(fn):
@@ -174,10 +201,31 @@ def _torch_calls(fn):
             d = next(grads)
             out.append(np.zeros(t.shape) if d is None else d.numpy())
         return out
-    return forward, vjp
+
+    def jvp(xs, ts):
+        primals = tensors(xs)
+        if type(fn).__module__ == "symgrad.torch" and callable(getattr(fn, "jvp", None)):
+            # a symgrad.torch op: its operators have no forward-mode formula; its jvp runs the module's
+            tangents = [None if t is None else torch.tensor(t) for t in ts]
+            return fn.jvp(tangents, primals).detach().numpy().astype(np.float64)
+        floats = [k for k, t in enumerate(ts) if t is not None]
+
+        def of_floats(*fs):
+            args = list(primals)
+            for k, f in zip(floats, fs):
+                args[k] = f
+            return fn(*args)
+        try:
+            _, out = torch.func.jvp(of_floats, tuple(primals[k] for k in floats),
+                                    tuple(torch.tensor(ts[k]) for k in floats))
+        except Exception as e:  # noqa: BLE001 - any failure of forward mode is fn's
+            raise TypeError("symgrad.check: this mode needs fn's forward mode, and torch.func.jvp of fn "
+                            f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        return out.detach().numpy().astype(np.float64)
+    return forward, vjp, jvp
 
 
-def _jax_calls(fn):
+def _jax_calls(fn, skip=frozenset()):
     import jax
     import jax.numpy as jnp
 
@@ -185,7 +233,7 @@ def _jax_calls(fn):
         return np.asarray(fn(*[jnp.asarray(x) for x in xs]), dtype=np.float64)
 
     def vjp(xs, g):
-        floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f"]
+        floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f" and k not in skip]
 
         def of_floats(*fs):
             args = list(xs)
@@ -195,7 +243,23 @@ def _jax_calls(fn):
         _, pull = jax.vjp(of_floats, *[jnp.asarray(xs[k]) for k in floats])
         grads = iter(pull(jnp.asarray(g)))
         return [np.asarray(next(grads)) if k in floats else None for k in range(len(xs))]
-    return forward, vjp
+
+    def jvp(xs, ts):
+        floats = [k for k, t in enumerate(ts) if t is not None]
+
+        def of_floats(*fs):
+            args = list(xs)
+            for k, f in zip(floats, fs):
+                args[k] = f
+            return fn(*[jnp.asarray(a) for a in args])
+        try:
+            _, out = jax.jvp(of_floats, tuple(jnp.asarray(xs[k]) for k in floats),
+                             tuple(jnp.asarray(ts[k]) for k in floats))
+        except Exception as e:  # noqa: BLE001 - any failure of forward mode is fn's
+            raise TypeError("symgrad.check: this mode needs fn's forward mode, and jax.jvp of fn "
+                            f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        return np.asarray(out, dtype=np.float64)
+    return forward, vjp, jvp
 
 
 def _as_arrays(inputs) -> list:
@@ -211,39 +275,90 @@ def _as_arrays(inputs) -> list:
 # ----------------------------------------------------------------------------- the checker
 
 def check(fn, *inputs, ties: str | None = None, op: str | None = None, params: dict | None = None,
-          order: str | None = None, rtol: float = 1e-6, atol: float = 1e-9) -> Report:
+          order: str | None = None, rtol: float = 1e-6, atol: float = 1e-9, modes: str = "reverse") -> Report:
     """Check fn's gradient at these inputs, ties and kinks included, against the tie policy
-    ``ties`` (default: the one fn carries, as generated modules and symgrad ops do).  Returns a
-    Report; ``bool(report)`` is whether every checked entry matched."""
+    ``ties`` (default: the one fn carries, as generated modules and symgrad ops do).  ``modes``:
+    "reverse" (backward), "forward" (the jvp) or "both" (backward, and the jvp against it).
+    Returns a Report; ``bool(report)`` is whether every checked entry matched."""
     if not inputs:
         raise ValueError("symgrad.check: give the inputs to check the gradient at")
+    if not isinstance(modes, str) or modes not in MODES:
+        raise ValueError(f"symgrad.check: modes must be one of {', '.join(MODES)}, got {modes!r}")
     xs = _as_arrays(inputs)
     target = _Target(fn, inputs)
     ties = ties or target.ties
     if ties not in POLICIES:
         raise ValueError(f"symgrad.check: ties must be one of {', '.join(POLICIES)} (or carried by fn), "
                          f"got {ties!r}")
-    report = Report(ties)
+    if modes != "reverse" and target.jvp is None:
+        has = "a (forward, vjp) pair" if target.kind == "pair" else "a module without jvp"
+        raise TypeError(f"symgrad.check: modes={modes!r} needs fn's forward mode, and {has} has none; "
+                        "give a module with jvp, a (forward, vjp, jvp) triple, or a torch/JAX function")
+    report = Report(ties, modes=modes)
     pieces = _Pieces.of(op or target.op, params if params is not None else target.params,
                         order or getattr(target.module, "ORDER", None), ties)
     y0 = target.forward(xs)
     floats = [k for k, x in enumerate(xs) if x.dtype.kind == "f" and
               (k >= len(target.names) or target.names[k] not in target.constant)]
     elements = [(k, i) for k in floats for i in np.ndindex(xs[k].shape)]
-    # W: row o is the gradient that backward gives for upstream gradient e_o
     m = y0.size
-    W = np.zeros((m, len(elements)))
-    for o in range(m):
-        g = np.zeros(y0.shape)
-        g.reshape(-1)[o] = 1.0
-        grads = target.vjp([x.copy() for x in xs], g.astype(_dtype(y0, xs)))
-        W[o] = [np.asarray(grads[k], dtype=np.float64)[i] for k, i in elements]
+    W = F = N = None
+    if modes != "forward":  # W: row o is the gradient that backward gives for upstream gradient e_o
+        W = np.zeros((m, len(elements)))
+        for o in range(m):
+            g = np.zeros(y0.shape)
+            g.reshape(-1)[o] = 1.0
+            grads = target.vjp([x.copy() for x in xs], g.astype(_dtype(y0, xs)))
+            W[o] = [np.asarray(grads[k], dtype=np.float64)[i] for k, i in elements]
+    if modes != "reverse":  # F (N): column e is the jvp's output tangent for the tangent +e (-e)
+        F = _jvp_columns(target, xs, elements, y0, 1.0)
+        N = _jvp_columns(target, xs, elements, y0, -1.0) if modes == "both" else None
     Dp, Dm = _one_sided(target, xs, elements, y0)
     writers = _unpool_writers(target, xs, y0)
     for o in range(m):
-        _check_output(report, target, xs, elements, y0, o, W[o], Dp[o], Dm[o], ties, pieces,
-                      writers.get(o), rtol, atol)
+        checked = _check_output(report, target, xs, elements, y0, o, (F if W is None else W)[o], Dp[o], Dm[o],
+                                ties, pieces, writers.get(o), rtol, atol)
+        if checked and modes == "both":
+            _compare_modes(report, target, elements, y0, o, W[o], F[o], N[o], Dp[o], Dm[o], writers.get(o),
+                           rtol, atol)
     return report
+
+
+def _jvp_columns(target, xs, elements, y0, sign):
+    """(outputs, elements): column e is jvp's output tangent for the tangent sign * e_e."""
+    F = np.zeros((y0.size, len(elements)))
+    for e, (k, i) in enumerate(elements):
+        ts = [np.zeros(x.shape, dtype=x.dtype) if x.dtype.kind == "f" and
+              (j >= len(target.names) or target.names[j] not in target.constant) else None
+              for j, x in enumerate(xs)]
+        ts[k][i] = sign
+        F[:, e] = np.asarray(target.jvp([x.copy() for x in xs], ts), dtype=np.float64).reshape(-1)
+    return F
+
+
+def _compare_modes(report, target, elements, y0, o, w, f, n, dp, dm, slot_writers, rtol, atol):
+    """Forward mode against reverse mode at output o: <jvp(+-e), e_o> == <+-e, vjp(e_o)> for
+    every element e that o depends on in either mode or in its finite differences."""
+    out_index = tuple(int(v) for v in np.unravel_index(o, y0.shape))
+    deps = [e for e in range(len(elements)) if dp[e] != 0 or dm[e] != 0 or w[e] != 0 or f[e] != 0 or n[e] != 0]
+    kinks = [e for e in deps if _kink(dp[e], dm[e])]
+    if slot_writers is not None and len(slot_writers) > 1:
+        where = lambda e: f"at a slot of {len(slot_writers)} writers"  # noqa: E731
+    else:
+        where = lambda e: (f"at a tie of {len(kinks)} elements" if len(kinks) >= 2 and e in kinks  # noqa: E731
+                           else "at a kink" if e in kinks else "away from ties and kinks")
+    for e in deps:
+        report.compared += 1
+        for sign, got in ((1.0, f[e]), (-1.0, n[e])):
+            expected = sign * w[e]
+            if (np.isnan(expected) and np.isnan(got)) or _close(got, expected, rtol, atol):
+                continue
+            d = "+e" if sign > 0 else "-e"
+            report._fail(Failure(target.names[elements[e][0]], tuple(int(v) for v in elements[e][1]), out_index,
+                                 float(expected), float(got), "modes",
+                                 f"forward mode <jvp({d}), e_o> = {float(got)!r}, reverse mode "
+                                 f"<{d}, vjp(e_o)> = {float(expected)!r}, {where(e)}"))
+            break  # one failure per entry: the -e probe only adds news when +e agrees
 
 
 def _dtype(y0, xs):
@@ -291,7 +406,7 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
     if not np.isfinite(y0.reshape(-1)[o]) or not np.all(np.isfinite(values)) or \
             not (np.all(np.isfinite(dp[deps])) and np.all(np.isfinite(dm[deps]))):
         report.skipped += 1
-        return
+        return False
     report.outputs += 1
     name = lambda e: target.names[elements[e][0]]  # noqa: E731
 
@@ -301,7 +416,7 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
 
     if slot_writers is not None and len(slot_writers) > 1:
         _check_unpool_slot(report, elements, w, o, slot_writers, ties, fail, rtol, atol)
-        return
+        return True
     kinks = [e for e in deps if _kink(dp[e], dm[e])]
     tied = kinks if len(kinks) >= 2 else []
     for e in deps:
@@ -316,6 +431,7 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
             fail(e, expected, "kink" if e in kinks else "smooth", why)
     if tied:
         _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fail, rtol, atol)
+    return True
 
 
 def _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fail, rtol, atol):
