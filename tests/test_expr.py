@@ -636,7 +636,8 @@ def test_done_when_generate_gated_all_backends(tmp_path, cupy_on_cpu, monkeypatc
                  "--out", out, "--ties", "split"], tmp_path, tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     names = sorted(os.listdir(out))
-    assert names == ["gated_split.c", "gated_split.cu", "gated_split.py", "gated_split_cpu.py", "gated_split_cuda.py"]
+    assert names == ["gated_split.c", "gated_split.cu", "gated_split.py", "gated_split_cpu.py", "gated_split_cuda.py",
+                     "gated_split_jax.py", "gated_split_torch.py"]
     for name in names:
         head = (out / name).read_text().splitlines()[:5]
         assert any("Max(x*y, x + y, 0)" in line for line in head)
