@@ -49,7 +49,8 @@ def _same(got, want, zeros=True) -> bool:
 
 
 def _assert_same(got, want, what, zeros=True):
-    assert _same(got, want, zeros), f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
+    assert _same(got, want, zeros), \
+        f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
 
 
 def _inputs(dtype, rng, broadcast):
@@ -152,7 +153,8 @@ def test_every_policy_follows_the_definition(name, ties):
     for dtype in (np.float64, np.float32, np.float16):
         for broadcast in (False, True):
             a, b, g = _inputs(dtype, rng, broadcast)
-            g = np.where(np.isclose(np.abs(g.astype(np.float64)), 0.1, rtol=0.01), 2.0, g).astype(dtype)  # exact sums
+            rounding = np.isclose(np.abs(g.astype(np.float64)), 0.1, rtol=0.01)
+            g = np.where(rounding, 2.0, g).astype(dtype)  # sums exact in every order
             y, ga, gb = _ours(module, a, b, g)
             want_y, want_a, want_b = _reference(name, ties, a, b, g)
             _assert_same(y, want_y.astype(dtype), f"{name} {ties} forward")
