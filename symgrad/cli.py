@@ -124,7 +124,7 @@ def _add_settings(p: argparse.ArgumentParser) -> None:
     p.add_argument("--convention", choices=CONVENTIONS, default=None,
                    help="framework preset: tie policy, NaN rule and argument order per op")
     p.add_argument("--ties", choices=_policy.POLICIES, default=None, help="tie policy (overrides --convention)")
-    p.add_argument("--nan", choices=tuple(_policy.NAN_RULES), default=None,
+    p.add_argument("--nan", choices=tuple(_policy.ALL_NAN_RULES), default=None,
                    help="NaN rule (overrides --convention)")
     p.add_argument("--order", choices=ORDERS, default=None,
                    help="argument order of an elementwise op's max/min (overrides --convention)")
@@ -245,8 +245,8 @@ def cmd_list(out) -> int:
     print(f"tie policies (--ties; default {_policy.DEFAULT_POLICY}):", file=out)
     _columns([(info.name, [info.rule]) for info in _policy.TIES.values()], out)
     print(f"NaN rules (--nan; default {_policy.DEFAULT_NAN}):", file=out)
-    _columns([(r.name, [f"(with {'/'.join(r.policies)}) {r.rule}"]) for r in _policy.NAN_RULES.values()],
-             out)
+    _columns([(r.name, [f"(with {'/'.join(r.policies)}) {r.rule}"])
+              for r in _policy.ALL_NAN_RULES.values()], out)
     print(f"conventions (--convention): {', '.join(CONVENTIONS)}; `symgrad conventions` shows them",
           file=out)
     from .expr import CONSTANTS, KNOWN

@@ -126,6 +126,14 @@ TORCH = {
         broadcast_sum="torch"),
     "minimum": Preset("split", "each", zeros="first", broadcast_sum="torch",
                       note="torch.minimum: as maximum, mirrored"),
+    "fmax": Preset("first", "lose", zeros="first", broadcast_sum="torch", note=(
+        "torch.fmax: a gets g where a >= b or isnan(b), b gets g elsewhere (masked_fill, +0 "
+        "otherwise): a tie goes to a, a NaN loses to a number, a gets g where both are NaN; forward "
+        "returns the first of +0 and -0 (in the SIMD lanes too; in bfloat16 PyTorch returns the "
+        "second: the preset follows the other dtypes). Forward mode (jvp) gives a tie to b "
+        "instead: PyTorch contradicts itself; this preset follows reverse mode")),
+    "fmin": Preset("first", "lose", zeros="first", broadcast_sum="torch", note=(
+        "torch.fmin: as fmax, mirrored (a gets g where a <= b or isnan(b))")),
     "relu": Preset("last", "keep", "reversed", gradient="nested", zeros="first", note=(
         "F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0, g at NaN; written "
         "max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0)")),
@@ -194,6 +202,12 @@ JAX = {
         "XLA max (-0 below +0)")),
     "minimum": Preset("split", "zero", gradient="product", zeros="ordered",
                       note="jnp.minimum: as maximum"),
+    "fmax": Preset("last", "lose", zeros="second", note=(
+        "jnp.fmax: where((a > b) | isnan(b), a, b): a tie goes to b, a NaN loses to a number, a "
+        "gets g where both are NaN (the scan reading of 'lose' under last); forward returns the "
+        "second of +0 and -0")),
+    "fmin": Preset("last", "lose", zeros="second", note=(
+        "jnp.fmin: where((a < b) | isnan(b), a, b): as fmax, mirrored")),
     "relu": Preset("first", "keep", gradient="nested", zeros="ordered", note=(
         "jax.nn.relu: custom_jvp select(x > 0, g, 0): 0 at 0 and NaN; forward maximum(x, 0) (+0 at "
         "-0)")),

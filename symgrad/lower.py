@@ -191,7 +191,7 @@ def smallest_index_dtype(n: int) -> str:
 
 def _condition(factors: list[sp.Expr], nan: str, roles: dict) -> sp.Basic:
     """A product of indicators as one Boolean, each comparison under the NaN rule and its role."""
-    rule = _policy.NAN_RULES[nan]
+    rule = _policy.nan_rule(nan)
     return sp.And(*[rule.comparison(f, roles[f]) for f in factors])
 
 
@@ -261,7 +261,7 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
             conds.append(_condition(inds, nan, roles))
         counts.append(Count(*conds))
     count = sp.Mul(*counts)
-    inner = bool(counts) and _policy.NAN_RULES[nan].count_can_be_zero
+    inner = bool(counts) and _policy.nan_rule(nan).count_can_be_zero
     if form not in GRADIENT_FORMS:
         raise ValueError(f"unknown gradient form {form!r}")
     if form == "nested" and counts:
@@ -310,7 +310,7 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
     """Recognize the W-form of a window node and lower it to a scan or a mask, under a NaN rule."""
     n = len(xs)
     kind = node.kind
-    rule = _policy.NAN_RULES[nan]
+    rule = _policy.nan_rule(nan)
     if node.count is not None or rule.mask:
         return _mask_selection(node, kind, rule, split=node.count is not None or _policy.TIES[ties].splits)
     if n == 1:
@@ -353,7 +353,7 @@ def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -
 
 # ----------------------------------------------------------------------------- forward zeros
 
-def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
+def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool = False) -> sp.Expr:
     """One step max(a, b) (or min) of a forward, as a select: NaN propagates (a NaN operand is
     returned), and where a == b the rule ``zeros`` (conventions.ZERO_RULES) says which operand is
     returned, which decides the sign of a zero output.
@@ -365,6 +365,9 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
     Two linear pieces of one variable are compared, and tested for NaN, through the variable, as
     the gradients are (``policy.code_relation``, ``policy.isnan_of``): leaky_relu's x > 0.01*x is
     x > 0, which is how the frameworks decide it, and right where 0.0*x is NaN (x = +-inf).
+
+    ``nan_loses`` (the NaN rule 'lose': fmax/fmin): a NaN operand is not returned unless both
+    are NaN (isnan tests the other operand: b where isnan(a) or b beats a, and so on).
     """
     rel = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
 
@@ -375,8 +378,8 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
         return _policy.code_relation(ind) if isinstance(ind, Indicator) else rel(p, q, evaluate=False)
 
     if zeros == "first":
-        return Select(sp.Or(_policy.isnan_of(b), beats(b, a)), b, a)
-    cond = sp.Or(_policy.isnan_of(a), beats(a, b))
+        return Select(sp.Or(_policy.isnan_of(a if nan_loses else b), beats(b, a)), b, a)
+    cond = sp.Or(_policy.isnan_of(b if nan_loses else a), beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
         cond = sp.Or(cond, sp.And(sp.Eq(a, b, evaluate=False), SignBit(negative)))
@@ -385,16 +388,19 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str) -> sp.Expr:
     return Select(cond, a, b)
 
 
-def forward_code(e: sp.Expr, zeros: str | None) -> sp.Expr:
+def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False) -> sp.Expr:
     """A forward value with every max/min as folded ``extremum_step``s under the rule ``zeros``
-    (None: left as MaxOf/MinOf, which the printers write as np.maximum/np.minimum)."""
+    (None: left as MaxOf/MinOf, which the printers write as np.maximum/np.minimum; with
+    ``nan_loses``, the NaN rule 'lose', None is 'first', as np.fmax/np.fmin return)."""
+    if zeros is None and nan_loses:
+        zeros = "first"
     if zeros is None or not e.args:
         return e
-    args = [forward_code(a, zeros) for a in e.args]
+    args = [forward_code(a, zeros, nan_loses) for a in e.args]
     if isinstance(e, (MaxOf, MinOf)):
         out = args[0]
         for b in args[1:]:
-            out = extremum_step(e.kind, out, b, zeros)
+            out = extremum_step(e.kind, out, b, zeros, nan_loses)
         return out
     return e.func(*args)
 
@@ -410,12 +416,13 @@ def lower(d: Derivation):
 def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
     """A max/min of pieces of the inputs: its nodes' values, and each input's partial."""
     op = d.op
-    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros)) for n in d.nodes[:-1])
+    loses = _policy.nan_rule(op.nan).nan_loses
+    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses)) for n in d.nodes[:-1])
     roles = factor_roles(d.nodes)
     grads = []
     for s in d.inputs:
         g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
-        if _policy.NAN_RULES[op.nan].whole_gradient_at_nan:  # a NaN among the pieces: all of g
+        if _policy.nan_rule(op.nan).whole_gradient_at_nan:  # a NaN among the pieces: all of g
             any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
             g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
         grads.append(Assign(f"grad_{s}", g))
@@ -423,7 +430,7 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
     return ElementwiseKernel(
         inputs=tuple(str(s) for s in d.inputs),
         intermediates=inter,
-        output=forward_code(d.output.forward, op.zeros),
+        output=forward_code(d.output.forward, op.zeros, loses),
         grads=grads,
         saved=tuple(str(s) for s in d.inputs),
         broadcast=len(d.inputs) > 1,
@@ -462,7 +469,7 @@ def _lower_window(d: Derivation) -> WindowKernel:
                         grad_order, tangent_term, static_windows, kind.disjoint, kind.runtime_windows,
                         overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
                         sample_of=kind.sample_of(op.spec.spatial) if kind.sample_of else (),
-                        count_can_be_zero=_policy.NAN_RULES[op.nan].count_can_be_zero)
+                        count_can_be_zero=_policy.nan_rule(op.nan).count_can_be_zero)
 
 
 # ----------------------------------------------------------------------------- linearity

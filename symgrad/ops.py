@@ -284,7 +284,8 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     ties, nan = _restricted_settings(spec, ties, nan, preset)
     ties = _policy.check_policy(ties if ties is not None else (preset.ties if preset else None))
     try:
-        nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties)
+        nan = _policy.check_nan(nan if nan is not None else (preset.nan if preset else None), ties,
+                                spec.nan_rules)
     except ValueError as exc:
         if preset is None or nan is not None:
             raise
@@ -440,6 +441,11 @@ _RED = (
 )
 
 
+FMAX_NAN_WHY = ("fmax/fmin ignore NaN: a NaN loses to every number, so the output is NaN only "
+                "where both operands are, and the gradient goes to the number (where both are NaN, "
+                "to a); maximum/minimum are the NaN-propagating ops")
+
+
 def _spec_list() -> list[OpSpec]:
     x = lambda xs: xs[0]  # noqa: E731
     specs = [
@@ -447,6 +453,12 @@ def _spec_list() -> list[OpSpec]:
                inputs=("a", "b"), forward=lambda p, xs: MaxOf(*xs), torch_name="torch.maximum"),
         OpSpec("minimum", "elementwise", "min(a, b), elementwise with broadcasting",
                inputs=("a", "b"), forward=lambda p, xs: MinOf(*xs), torch_name="torch.minimum"),
+        OpSpec("fmax", "elementwise", "max(a, b) ignoring NaN (NaN only where both are), "
+               "elementwise with broadcasting", inputs=("a", "b"), forward=lambda p, xs: MaxOf(*xs),
+               torch_name="torch.fmax", nan_rules=("lose",), nan_why=FMAX_NAN_WHY),
+        OpSpec("fmin", "elementwise", "min(a, b) ignoring NaN (NaN only where both are), "
+               "elementwise with broadcasting", inputs=("a", "b"), forward=lambda p, xs: MinOf(*xs),
+               torch_name="torch.fmin", nan_rules=("lose",), nan_why=FMAX_NAN_WHY),
         OpSpec("relu", "elementwise", "max(0, x)",
                forward=lambda p, xs: MaxOf(sp.S.Zero, x(xs)), torch_name="F.relu"),
         OpSpec("clamp", "elementwise", "min(max(x, min), max); either bound may be None",

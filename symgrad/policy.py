@@ -17,7 +17,11 @@ each other, so a window holding a NaN has output NaN and its gradient goes to it
 under the policy (first NaN, last NaN, split among the NaNs, or each NaN).  The other rules exist
 to reproduce frameworks exactly (see conventions.py): they read the same W-form with IEEE
 comparisons (false whenever a NaN is involved) in the way each framework's kernel does.  The
-forward output is NaN for a window holding NaN under every rule.
+forward output is NaN for a window holding NaN under every rule of ``NAN_RULES``.
+
+``OP_NAN_RULES`` holds the rules only some ops admit (the ops that name them in
+``OpSpec.nan_rules``): ``lose``, the NaN-ignoring extremum of fmax/fmin, whose forward returns the
+number where one operand is NaN (NaN only where both are).
 """
 
 from __future__ import annotations
@@ -127,6 +131,9 @@ class NanRule:
     # not as a select
     split_as_arithmetic: bool = False
     whole_gradient_at_nan: bool = False  # NaN among the window's elements: each gets all of g
+    # a NaN loses to every number (fmax/fmin): the forward ignores NaN, and in the scan reading a
+    # NaN never takes over while a number always takes over from a NaN
+    nan_loses: bool = False
 
     @property
     def winner_is_output(self) -> bool:
@@ -151,6 +158,8 @@ class NanRule:
         if not self.ieee:
             return nan_aware(ind)
         ieee = code_relation(ind)
+        if self.nan_loses:
+            return nan_losing(ind, survive)
         if self.mask:
             return ieee
         partner_takes = code_relation(_opposite(ind))  # [p_j beats p_i] the other way round
@@ -194,23 +203,42 @@ NAN_RULES = {
 }
 DEFAULT_NAN = "dominate"
 
+# rules only the ops that name them (OpSpec.nan_rules) admit
+OP_NAN_RULES = {
+    "lose": NanRule("lose", "a NaN loses to every number (fmax/fmin): the output is NaN only where "
+                    "every operand is; in the scan over the operands a NaN never takes over and a "
+                    "number always takes over from a NaN, so the gradient goes to the winning number "
+                    "by the tie policy, and where every operand is NaN to the first",
+                    POLICIES, nan_loses=True),
+}
+ALL_NAN_RULES = {**NAN_RULES, **OP_NAN_RULES}
+
 
 def nan_rule(name: str) -> NanRule:
-    return NAN_RULES[name]
+    return ALL_NAN_RULES[name]
 
 
-def check_nan(nan: object, ties: str) -> str:
-    """Validate a NaN rule name against the tie policy (None means the default)."""
+def check_nan(nan: object, ties: str, op_rules: tuple[str, ...] = ()) -> str:
+    """Validate a NaN rule name against the tie policy (None means the default); ``op_rules``:
+    the rules of OP_NAN_RULES the op admits."""
     if nan is None:
         return DEFAULT_NAN
+    known = {**NAN_RULES, **{k: OP_NAN_RULES[k] for k in op_rules if k in OP_NAN_RULES}}
     if not isinstance(nan, str):
-        raise TypeError(f"nan must be one of {', '.join(NAN_RULES)} (a string), got {nan!r}")
-    if nan not in NAN_RULES:
-        raise ValueError(f"unknown NaN rule {nan!r}; expected one of: {', '.join(NAN_RULES)}")
-    if ties not in NAN_RULES[nan].policies:
-        raise ValueError(f"NaN rule {nan!r} expects tie policy {' or '.join(NAN_RULES[nan].policies)}, "
+        raise TypeError(f"nan must be one of {', '.join(known)} (a string), got {nan!r}")
+    if nan not in known:
+        if nan in OP_NAN_RULES:
+            raise ValueError(f"NaN rule {nan!r} is defined for "
+                             f"{' and '.join(OP_NAN_RULES_OPS.get(nan, ()))} only; expected one of: "
+                             f"{', '.join(known)}")
+        raise ValueError(f"unknown NaN rule {nan!r}; expected one of: {', '.join(known)}")
+    if ties not in known[nan].policies:
+        raise ValueError(f"NaN rule {nan!r} expects tie policy {' or '.join(known[nan].policies)}, "
                          f"not ties={ties!r}; pass nan= (or ties=) to match")
     return nan
+
+
+OP_NAN_RULES_OPS = {"lose": ("fmax", "fmin")}  # the ops admitting each (for the error message)
 
 
 def check_policy(ties: object) -> str:
@@ -307,14 +335,34 @@ def nan_aware(ind: Indicator) -> sp.Basic:
     return sp.Or(rel, nan_a)
 
 
+def nan_losing(ind: Indicator, survive: bool) -> sp.Basic:
+    """[p_i beats p_j] under the 'lose' rule (IEEE comparisons; a NaN loses to every number).
+
+    The scan over the pieces: p_i comes first (``survive``) and keeps the gradient unless p_j
+    takes over; p_j takes over where it is a number and beats p_i or p_i is NaN:
+
+    survive    isnan(p_j) | (!(p_j beats p_i) & !isnan(p_i))
+    take over  !isnan(p_i) & ((p_i beats p_j) | isnan(p_j))
+
+    A NaN never takes over, a number always takes over from a NaN; where both are NaN the one
+    that comes first keeps the gradient (under every policy: no other weight is 1 there).
+    """
+    ieee = code_relation(ind)
+    nan_i, nan_j = isnan_of(ind.rel.lhs), isnan_of(ind.rel.rhs)
+    if survive:
+        partner_takes = code_relation(_opposite(ind))
+        return sp.Or(nan_j, sp.And(IeeeNot(partner_takes), sp.Not(nan_i)))
+    return sp.And(sp.Not(nan_i), sp.Or(ieee, nan_j))
+
+
 def lower_comparison(ind: Indicator, nan: str, survive: bool) -> sp.Basic:
-    """``NAN_RULES[nan].comparison(ind, survive)``."""
-    return NAN_RULES[nan].comparison(ind, survive)
+    """``nan_rule(nan).comparison(ind, survive)``."""
+    return nan_rule(nan).comparison(ind, survive)
 
 
 def lower_hit(v: sp.Expr, extremum: sp.Expr, nan: str) -> sp.Basic:
-    """``NAN_RULES[nan].hit(v, extremum)``."""
-    return NAN_RULES[nan].hit(v, extremum)
+    """``nan_rule(nan).hit(v, extremum)``."""
+    return nan_rule(nan).hit(v, extremum)
 
 
 def nan_aware_equal(v: sp.Expr, extremum: sp.Expr) -> sp.Basic:

@@ -116,7 +116,7 @@ def settings_lines(op: Op) -> list[str]:
         lines.append(f"convention: {op.convention}")
     # an op that allows only some policies / NaN rules says what they mean for it (ops.py)
     ties_rule = op.spec.policies_why or _policy.TIES[op.ties].rule
-    nan_rule = op.spec.nan_why or _policy.NAN_RULES[op.nan].rule
+    nan_rule = op.spec.nan_why or _policy.nan_rule(op.nan).rule
     lines += [
         f"tie policy: {op.ties} ({origin.get('ties', 'default')}): {ties_rule}",
         f"NaN rule: {op.nan} ({origin.get('nan', 'default')}): {nan_rule}",
@@ -204,7 +204,7 @@ def docstring(op: Op, d: Derivation, kernel=None) -> list[str]:
 def policy_lines(op: Op) -> list[str]:
     """The closing lines of a module docstring: the tie policy, NaN rule and convention it follows."""
     lines = wrap(f"Tie policy '{op.ties}': {_policy.TIES[op.ties].rule}.")
-    lines += wrap(f"NaN rule '{op.nan}': {_policy.NAN_RULES[op.nan].rule}.")
+    lines += wrap(f"NaN rule '{op.nan}': {_policy.nan_rule(op.nan).rule}.")
     if op.convention:
         from ..conventions import PRESETS
         lines += [""] + wrap(f"Convention '{op.convention}': {PRESETS[op.convention][op.name].note}.")
