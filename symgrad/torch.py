@@ -500,9 +500,13 @@ def _wrap(module, cuda_loader, cpu_loader=None, torch_loader=None) -> SymgradOp:
         found = _OPS.get(key)
         if found is None:
             found = _OPS[key] = SymgradOp(module, cuda_loader, cpu_loader, _torch_module(torch_loader))
-        elif found._cpu_loader is None and cpu_loader is not None:  # made by wrap() first
-            found._cpu_loader = cpu_loader
-            found._cpu.clear()
+        else:  # made by wrap() first: what op()/expr() add
+            if found._cpu_loader is None and cpu_loader is not None:
+                found._cpu_loader = cpu_loader
+                found._cpu.clear()
+            if found.torch_module is None and torch_loader is not None:
+                found.torch_module = _torch_module(torch_loader)
+                found._native = _native_function(found.torch_module) if found.torch_module else None
     return found
 
 

@@ -175,3 +175,14 @@ def test_other_devices_take_the_torch_module():
     assert g.device.type == "meta" and g.shape == (3, 4)
     h = st.Hardtanh(ties="split")(torch.empty(2, dtype=torch.bfloat16, device="meta"))
     assert h.dtype == torch.bfloat16 and h.device.type == "meta"
+
+
+def test_an_op_wrapped_first_still_takes_the_torch_module():
+    """symgrad.torch.wrap(module) makes an op without the torch backend's module; op() of the same
+    module afterwards (one op per module) adds it, whatever ran first in the process."""
+    wrapped = st.wrap(symgrad.load("relu", ties="last", nan="keep"))
+    assert wrapped._native is None
+    made = st.op("relu", ties="last", nan="keep")
+    assert made is wrapped and made._native is not None
+    x = torch.tensor([-1.0, 0.0, 2.0], device="meta")
+    assert made(x).device.type == "meta"  # a device other than the CPU: the torch module
