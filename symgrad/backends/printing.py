@@ -46,6 +46,15 @@ def bfloat16_value(value: float) -> float:
     return math.copysign(out, value) if out == 0 else out
 
 
+def fold_calls(printer, fn: str, args) -> str:
+    """A left fold of a binary function over printed operands: fn(fn(a0, a1), a2) ... (an n-ary
+    max/min as its framework's two-operand calls, in the order written)."""
+    out = printer._print(args[0])
+    for a in args[1:]:
+        out = f"{fn}({out}, {printer._print(a)})"
+    return out
+
+
 class ConditionPrinter:
     """Comparisons and Boolean connectives in a backend's operators (AND, OR, NOT, TRUE, FALSE,
     set by each printer): a comparison is printed as a comparison, in parentheses; a connective

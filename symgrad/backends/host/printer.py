@@ -13,7 +13,7 @@ import math
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
 
-from ..printing import ConditionPrinter
+from ..printing import ConditionPrinter, fold_calls
 from ..printing import bfloat16_value, float_value
 from ..printing import bare as _bare
 from ..printing import python_integer_code as numpy_integer_code  # noqa: F401 (the backend's name)
@@ -108,16 +108,10 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
         return out
 
     def _print_MaxOf(self, expr):
-        return self._fold("np.maximum", expr.args)
+        return fold_calls(self, "np.maximum", expr.args)
 
     def _print_MinOf(self, expr):
-        return self._fold("np.minimum", expr.args)
-
-    def _fold(self, fn, args):
-        out = self._print(args[0])
-        for a in args[1:]:
-            out = f"{fn}({out}, {self._print(a)})"
-        return out
+        return fold_calls(self, "np.minimum", expr.args)
 
     # numbers: Python floats (weak scalars: NumPy computes with them in the working dtype); an
     # integer or fraction that a double holds exactly is printed as written (3, 1/3 is 3 and 1/3

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.numpy import JaxPrinter
 
-from ..printing import ConditionPrinter, float_value
+from ..printing import ConditionPrinter, float_value, fold_calls
 from ..printing import bare as _bare
 from ..printing import operand as _operand
 
@@ -76,16 +76,10 @@ class JaxCodePrinter(ConditionPrinter, JaxPrinter):
         return "(" + " + ".join(f"jnp.asarray({_bare(self._print(a))}, dtype)" for a in expr.args) + ")"
 
     def _print_MaxOf(self, expr):
-        return self._fold("_maximum", expr.args)
+        return fold_calls(self, "_maximum", expr.args)
 
     def _print_MinOf(self, expr):
-        return self._fold("_minimum", expr.args)
-
-    def _fold(self, fn, args):
-        out = self._print(args[0])
-        for a in args[1:]:
-            out = f"{fn}({out}, {self._print(a)})"
-        return out
+        return fold_calls(self, "_minimum", expr.args)
 
     # numbers: Python floats (weak scalars); an integer or fraction that a double holds exactly is
     # printed as written, a larger one as the double it rounds to, inf where it overflows
