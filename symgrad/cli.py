@@ -15,7 +15,7 @@ from pathlib import Path
 from . import __version__, api, backends, catalog, derivations, naming
 from . import files as _files
 from . import policy as _policy
-from .backends.common import settings_lines
+from .backends.common import cli_arguments, settings_lines
 from .conventions import CONVENTIONS
 from .derive import ALL_VARIABLES_UP_TO
 from .ops import OPS, ORDERS, Param, resolve
@@ -194,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("op", nargs="?")
     _add_settings(d)
     _add_expr(d)
-    d.add_argument("--full", action="store_true", help="show every item of every step")
+    d.add_argument("--full", action="store_true", help="after the rule, the whole derivation: every item "
+                   "of every step")
     d.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
                    help="text (default), a Markdown page with math and a routing picture, or a "
                    "standalone LaTeX document")
@@ -313,8 +314,9 @@ def _breaks(line: str) -> list[str]:
 def wrap(line: str, width: int = WIDTH) -> list[str]:
     """A long derive line as lines of at most width characters, cut between the factors of a
     product or between words, continuation lines indented (a chunk longer than width, one
-    indicator, stays whole): derivations of large windows print products of hundreds of factors."""
-    if len(line) <= width:
+    indicator, stays whole): derivations of large windows print products of hundreds of factors.
+    A command (a line that starts with spaces and `symgrad `) stays whole: it runs as printed."""
+    if len(line) <= width or line.lstrip().startswith("symgrad "):
         return [line]
     lines, current = [], ""
     for chunk in _breaks(line):
@@ -354,6 +356,12 @@ def _steps_and_checks(d, full: bool) -> list[str]:
     return lines + ["", "== checks =="] + [f"  {c}" for c in d.checks]
 
 
+def _rule_then_steps(op, d, full: bool, full_command: str) -> list[str]:
+    """The rule first (rule.py: one screen); with --full, every item of every step after it."""
+    from .rule import rule_lines
+    return rule_lines(op, d, None if full else full_command) + (_steps_and_checks(d, True) if full else [])
+
+
 def cmd_derive_expr(ns, argv: list[str], out) -> int:
     op = _expr_op(ns, argv)
     if ns.format != "text":  # the expression's page (pages.page: docs_special.expression_page)
@@ -363,9 +371,10 @@ def cmd_derive_expr(ns, argv: list[str], out) -> int:
         return 0
     with derivations.announcing(_progress()):
         d = api._derive(op)
+    from .docs_special import _expr_command
     lines = [f"expression: {op.params['expr']}", f"inputs: {', '.join(op.params['inputs'])}; "
              f"gradients returned for: {', '.join(op.params['wrt'])}"] + settings_lines(op)
-    lines += _steps_and_checks(d, ns.full)
+    lines += _rule_then_steps(op, d, ns.full, _expr_command(op, "derive", "--full"))
     _print_wrapped(lines, out)
     return 0
 
@@ -386,7 +395,10 @@ def cmd_derive(ns, argv: list[str], out) -> int:
         d = api._derive(op)
     lines = [f"op: {op.describe()}"] + settings_lines(op)
     lines.extend(op.spec.strategy.describe(op, ALL_VARIABLES_UP_TO))
-    lines += _steps_and_checks(d, full) + op.spec.strategy.backward(op)
+    args = cli_arguments(op)
+    lines += _rule_then_steps(op, d, full, f"symgrad derive {op.name}{' ' + args if args else ''} --full")
+    if full:
+        lines += op.spec.strategy.backward(op)
     _print_wrapped(lines, out)
     return 0
 

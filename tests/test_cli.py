@@ -105,13 +105,13 @@ DERIVE_IDS = [f"{op}-{ties or 'default'}" for op, _, ties in DERIVE_CASES]
 @pytest.fixture(scope="module")
 def derive_results(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
-    argvs = {i: ["derive", op, *args, *(["--ties", ties] if ties else [])]
+    argvs = {i: ["derive", op, *args, *(["--ties", ties] if ties else []), "--full"]
              for i, (op, args, ties) in zip(DERIVE_IDS, DERIVE_CASES)}
     return run_all(argvs, cache)
 
 
 @pytest.mark.parametrize("case", DERIVE_IDS)
-def test_derive_prints_every_step_and_the_policy(derive_results, case):
+def test_derive_full_prints_every_step_and_the_policy(derive_results, case):
     op, _, ties = DERIVE_CASES[DERIVE_IDS.index(case)]
     r = derive_results[case]
     assert_ok(r)
@@ -398,7 +398,8 @@ def _buffered_env(cache: Path) -> dict:
 
 def test_a_closed_pipe_is_not_an_error(tmp_path):
     """`symgrad derive ... | head -1`: the reader goes away; symgrad exits 0 and says nothing."""
-    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "derive", "max_pool3d", "--kernel-size", "3"],
+    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "derive", "max_pool3d", "--kernel-size", "3",
+                             "--full"],
                             cwd=REPO, env=_buffered_env(tmp_path / "cache"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()
@@ -482,7 +483,7 @@ def test_lowercase_max_and_min_in_expressions_are_max_and_min(cli):
 
 def test_a_smooth_expression_prints_no_empty_steps(cli):
     """No max/min: no empty 'W-form', 'raw derivative' or 'delta elimination' headings."""
-    r = cli("derive", "--expr", "x*y + exp(x)")
+    r = cli("derive", "--expr", "x*y + exp(x)", "--full")
     assert_ok(r)
     for title in ("non-smooth nodes", "W-form", "raw derivative", "delta elimination"):
         assert f"== {title} ==" not in r.stdout

@@ -291,7 +291,7 @@ def test_cli_prints_pages_and_keeps_text_the_default(tmp_path):
         assert needle in md, needle
     assert_ok(r["text"])
     assert r["text"].stdout == r["text-explicit"].stdout
-    assert r["text"].stdout.startswith("op: relu") and "== delta elimination ==" in r["text"].stdout
+    assert r["text"].stdout.startswith("op: relu") and "== the rule ==" in r["text"].stdout
     assert "--format" in assert_one_line_error(r["bad"])
 
 

@@ -672,7 +672,7 @@ def test_done_when_generate_gated_all_backends(tmp_path, cupy_on_cpu, monkeypatc
 
 
 def test_cli_derive_expr_prints_the_steps(tmp_path):
-    r = run_cli(["derive", "--expr", "Max(x*y, x + y, 0)", "--ties", "last", "--wrt", "x"], tmp_path,
+    r = run_cli(["derive", "--expr", "Max(x*y, x + y, 0)", "--ties", "last", "--wrt", "x", "--full"], tmp_path,
                 tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     for needle in ("expression: Max(x*y, x + y, 0)", "tie policy: last", "== W-form ==",
