@@ -207,10 +207,10 @@ def test_generation_is_deterministic():
     assert a == b
 
 
-@pytest.mark.parametrize("name,params", [("max_pool2d", {"kernel_size": 2}), ("amax", {}),
-                                         ("max_unpool2d", {"kernel_size": 2}), ("logsumexp", {})])
+@pytest.mark.parametrize("name,params", [("amax", {}), ("max_unpool2d", {"kernel_size": 2}),
+                                         ("logsumexp", {})])
 def test_kinds_not_built_yet_are_refused_in_one_line(name, params):
-    with pytest.raises(ValueError, match=r"torch backend builds elementwise kernels only.*backend='numpy'") as info:
+    with pytest.raises(ValueError, match=r"torch backend builds elementwise kernels and pooling.*backend='numpy'") as info:
         symgrad.load(name, backend="torch", ties={"logsumexp": None, "max_unpool2d": "first"}.get(name, "split"), **params)
     assert "\n" not in str(info.value)
 
@@ -310,3 +310,166 @@ def test_torch_preset_equals_torchs_own_ops(name):
         _same(got, _to_numpy(want.detach(), None), f"{name} {dtype} forward")
         for k, (a, b) in enumerate(zip(mod.backward(g, saved), want_grads)):
             _same(a, _to_numpy(b, None), f"{name} {dtype} backward[{k}]")
+
+
+# ----------------------------------------------------------------------------- window ops
+# pooling (windows "strided"): forward a fold over the window's strided slices, backward in gather
+# form; against the NumPy module bit for bit (its own tests check it against brute force, the
+# SymPy derivation at ties and PyTorch/JAX under the presets)
+
+POOLS = [("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9)),
+         ("max_pool1d", {"kernel_size": 4, "stride": 1, "padding": 2, "dilation": 2, "ceil_mode": True}, (2, 2, 11)),
+         ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 6)),
+         ("max_pool2d", {"kernel_size": 2}, (2, 6, 6)),  # disjoint windows (the NumPy module's write path)
+         ("max_pool2d", {"kernel_size": (2, 3), "stride": (2, 1), "padding": (1, 1), "ceil_mode": True}, (2, 7, 6)),
+         ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1}, (1, 2, 3, 4, 3))]
+# window values drawn to tie: zeros of both signs, +-1, +-inf, NaN, 2, and random values
+WINDOW_VALUES = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.0]
+
+
+def _window_arrays(shape, np_dtype, seed: int):
+    rng = np.random.default_rng(seed)
+    base = rng.choice(np.array(WINDOW_VALUES), size=shape, p=[.2, .15, .2, .1, .05, .05, .05, .2])
+    base = np.where(rng.random(shape) < 0.3, rng.standard_normal(shape), base)
+    return base.astype(np_dtype), rng
+
+
+def _tensor(a: np.ndarray, dtype: str) -> torch.Tensor:
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else torch.from_numpy(a)
+
+
+def _check_window(name, kw, shape, dtypes=tuple(DTYPES), seed=0) -> None:
+    np_mod, th_mod = symgrad.load(name, **kw), symgrad.load(name, backend="torch", **kw)
+    for dtype in dtypes:
+        what = f"{name} {kw} {dtype}"
+        a, rng = _window_arrays(shape, DTYPES[dtype][1], seed)
+        y_np, s_np = np_mod.forward(a)
+        y_th, s_th = th_mod.forward(_tensor(a, dtype))
+        _same(y_th, y_np, f"{what} forward")
+        if "index" in s_np._fields:  # the same Saved: one uint8 window-local index per output
+            assert s_th.index.dtype == torch.uint8 and np.array_equal(s_th.index.numpy(), s_np.index), what
+        g = rng.standard_normal(y_np.shape)
+        g.ravel()[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0][:g.size]
+        g = g.astype(a.dtype)
+        with np.errstate(invalid="ignore"):
+            want = np_mod.backward(g, s_np)[0]
+        _same(th_mod.backward(_tensor(g, dtype), s_th)[0], want, f"{what} backward")
+        t = rng.standard_normal(shape).astype(a.dtype)
+        t.ravel()[:3] = [-0.0, np.inf, np.nan]
+        with np.errstate(invalid="ignore"):
+            want = np_mod.jvp(t, s_np)
+        _same(th_mod.jvp(_tensor(t, dtype), s_th), want, f"{what} jvp")
+
+
+def _window_variants(cases):
+    for name, params, shape in cases:
+        for ties in TIES:
+            for nan in NANS:
+                try:
+                    symgrad.ops.resolve(name, ties=ties, nan=nan, **params)
+                except ValueError:  # a NaN rule the policy does not take
+                    continue
+                yield name, dict(params, ties=ties, nan=nan), shape
+        for preset in ("torch", "jax"):
+            yield name, dict(params, convention=preset), shape
+
+
+def _window_id(name, kw, shape):
+    return f"{name}-{'-'.join(f'{k}{v}' for k, v in kw.items())}".replace(" ", "")
+
+
+REPRESENTATIVE_WINDOWS = [
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "first"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "last", "nan": "keep"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "split", "nan": "each"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "all", "nan": "zero"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "convention": "torch"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "convention": "jax"}, (2, 3, 7, 6)),
+    ("max_pool2d", {"kernel_size": 2, "ties": "first", "nan": "replace"}, (2, 6, 6)),
+    ("max_pool1d", {"kernel_size": 4, "stride": 1, "padding": 2, "dilation": 2, "ceil_mode": True,
+                    "ties": "split"}, (2, 2, 11)),
+    ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last", "nan": "last_nan"}, (1, 2, 3, 4, 3)),
+    # maxout (windows "blocks"): its torch preset writes grad_output itself (a -0 stays -0), its jax
+    # preset starts each gradient from -0
+    ("maxout", {"pieces": 2, "convention": "torch"}, (3, 6, 5)),
+    ("maxout", {"pieces": 3, "convention": "jax"}, (2, 6)),
+    ("maxout", {"pieces": 4, "ties": "split", "nan": "zero"}, (2, 8, 2, 3)),
+]
+MAXOUTS = [("maxout", {"pieces": 2}, (3, 6, 5)), ("maxout", {"pieces": 3}, (2, 6)),
+           ("maxout", {"pieces": 4}, (2, 8, 2, 3))]
+
+
+@pytest.mark.parametrize("name,kw,shape", REPRESENTATIVE_WINDOWS, ids=[_window_id(*c) for c in REPRESENTATIVE_WINDOWS])
+def test_window_module_equals_numpy_module_bit_for_bit(name, kw, shape):
+    _check_window(name, kw, shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kw,shape", list(_window_variants(POOLS + MAXOUTS)),
+                         ids=[_window_id(*c) for c in _window_variants(POOLS + MAXOUTS)])
+def test_window_module_equals_numpy_module_every_variant(name, kw, shape):
+    _check_window(name, kw, shape)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_torch_preset_pooling_equals_torchs_max_pool(dtype):
+    """Under the torch preset the module's forward and backward are F.max_pool2d's and its autograd
+    backward, bit for bit, with ties and +-inf (no NaN: PyTorch's CPU kernel)."""
+    mod = symgrad.load("max_pool2d", backend="torch", kernel_size=3, stride=2, padding=1, convention="torch")
+    a, _ = _window_arrays((2, 3, 9, 8), np.float64, 3)
+    x = torch.from_numpy(np.where(np.isnan(a), 0.5, a)).to(DTYPES[dtype][0])
+    leaf = x.clone().requires_grad_(True)
+    want = torch.nn.functional.max_pool2d(leaf, 3, 2, 1)
+    g = torch.linspace(-3, 3, want.numel(), dtype=torch.float64).reshape(want.shape).to(x.dtype)
+    (want_grad,) = torch.autograd.grad(want, leaf, g)
+    got, saved = mod.forward(x)
+    _same(got, _to_numpy(want.detach(), None), f"{dtype} forward")
+    _same(mod.backward(g, saved)[0], _to_numpy(want_grad, None), f"{dtype} backward")
+
+
+def _code_only(src: str) -> str:
+    """The module's code without comments and strings (docstrings name the frameworks' kernels)."""
+    import io
+    import tokenize
+    return " ".join(t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                    if t.type not in (tokenize.COMMENT, tokenize.STRING))
+
+
+def test_window_module_is_plain_torch_code():
+    """No NumPy, no host round trip, no .item(), no scatter or index_put in a pooling module."""
+    for name, kw, _ in REPRESENTATIVE_WINDOWS:
+        ((_, src),) = symgrad.pipeline.render(symgrad.ops.resolve(name, **kw), backends.get("torch")).items()
+        assert "import torch" in src
+        src = _code_only(src).replace(" . ", ".").replace(" (", "(").replace("( )", "()")
+        for bad in ("import numpy", "np.nd", ".numpy(", ".item()", ".tolist()", ".cpu()", ".scatter", "scatter_", "index_put",
+                    "index_add", "put_(", "import symgrad"):
+            assert bad not in src, (name, kw, bad)
+
+
+def test_window_module_refuses_a_wrong_saved_and_input():
+    mod = symgrad.load("max_pool2d", backend="torch", kernel_size=2, ties="first")
+    y, saved = mod.forward(torch.zeros(1, 1, 4, 4))
+    with pytest.raises(TypeError, match="saved.index must be a tensor of torch.uint8"):
+        mod.backward(torch.ones(1, 1, 2, 2), saved._replace(index=saved.index.long()))
+    with pytest.raises(ValueError, match="grad_output must have the shape"):
+        mod.backward(torch.ones(1, 1, 3, 2), saved)
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        mod.forward(np.zeros((1, 1, 4, 4)))
+    with pytest.raises(ValueError, match="x must have 3 dims"):
+        mod.forward(torch.zeros(4, 4))
+
+
+@pytest.mark.parametrize("kw", [{"kernel_size": 3, "stride": 2, "padding": 1, "convention": "jax"},
+                                {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "last"},
+                                {"kernel_size": 2, "stride": 1, "padding": 1, "dilation": 2, "convention": "torch"}])
+def test_window_module_returns_the_numpy_modules_indices(kw):
+    """return_indices=True: (output, indices), the indices by integer arithmetic from saved.index,
+    equal to the NumPy module's (-1 where padding that takes part wins: -inf windows, jax)."""
+    np_mod = symgrad.load("max_pool2d", return_indices=True, **kw)
+    th_mod = symgrad.load("max_pool2d", return_indices=True, backend="torch", **kw)
+    a = np.random.default_rng(0).choice([-np.inf, 0.0, 1.0, 2.0], size=(2, 3, 7, 6))
+    (y_np, i_np), _ = np_mod.forward(a)
+    (y_th, i_th), _ = th_mod.forward(torch.from_numpy(a))
+    _same(y_th, y_np, "output")
+    assert i_th.dtype == torch.int64 and np.array_equal(i_th.numpy(), i_np)
