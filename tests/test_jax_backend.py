@@ -209,8 +209,8 @@ def test_the_jitted_grad_holds_no_callback():
     f = sj.op("relu", ties="split")
     text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda x: f(x).sum())))(jnp.ones(8)))
     assert "callback" not in text and "linear_call" in text
-    # the window ops keep the callback path (the jax backend does not build them yet)
-    pool = sj.op("max_pool1d", kernel_size=2)
+    # the ops whose kernels the jax backend does not build keep the callback path
+    pool = sj.op("adaptive_max_pool1d", output_size=2)
     assert "callback" in str(jax.make_jaxpr(jax.grad(lambda x: pool(x).sum()))(jnp.ones((1, 1, 4))))
 
 
@@ -311,10 +311,10 @@ def test_rendering_is_deterministic():
     assert render(op, backends.get("jax")) == render(op, backends.get("jax"))
 
 
-def test_window_kernels_are_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^max_pool2d: the jax backend builds elementwise kernels .* "
-                                         r"use backend='numpy'") as err:
-        symgrad.load("max_pool2d", backend="jax", kernel_size=2)
+def test_kernels_it_does_not_build_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^adaptive_max_pool2d: the jax backend builds elementwise kernels "
+                                         r".* use backend='numpy'") as err:
+        symgrad.load("adaptive_max_pool2d", backend="jax", output_size=2)
     assert "\n" not in str(err.value)
 
 
@@ -370,3 +370,134 @@ def test_a_broadcast_gradient_of_inexact_sums_is_close():
         got = jax.jit(m.backward)(g, m.forward(a, b)[1])
         assert _same(got[0], want[0]) is None  # not summed: the same bits
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- window kernels
+
+# max pooling's parameter sets: overlapping and disjoint windows, padding, dilation, ceil_mode
+POOLS = [("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}),
+         ("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": True}),
+         ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}),
+         ("max_pool2d", {"kernel_size": 2}),
+         ("max_pool2d", {"kernel_size": (2, 3), "stride": 1, "padding": (1, 0), "dilation": (2, 1)}),
+         ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1})]
+# an input per spatial rank: odd sizes, so that ceil_mode and padding leave partial windows
+POOL_SHAPES = {1: (2, 3, 11), 2: (2, 3, 7, 6), 3: (1, 2, 4, 5, 5)}
+
+
+def _window_settings(name, params):
+    """Every preset, tie policy and NaN rule the op takes (those resolve() refuses left out)."""
+    combos = [{"convention": "torch"}, {"convention": "jax"}] + [
+        {"ties": t, "nan": n} for t, n in itertools.product(policy.TIES, policy.NAN_RULES)]
+    out = []
+    for s in combos:
+        try:
+            resolve(name, s.get("ties"), nan=s.get("nan"), convention=s.get("convention"), **params)
+        except (ValueError, TypeError):
+            continue
+        out.append((name, params, s))
+    return out
+
+
+WINDOW_ALL = [v for name, params in POOLS for v in _window_settings(name, params)]
+
+
+def _window_representative():
+    """Per parameter set one tie policy under the default NaN rule (in turn); both presets on the
+    sets they differ most on (padding that takes part, dilation, ceil_mode); on max_pool2d's first
+    set a NaN rule that keeps the fold apart from the winner (keep) and one that splits NaN
+    arithmetically (nan)."""
+    chosen = []
+    for k, (name, params) in enumerate(POOLS):
+        variants = [v for v in WINDOW_ALL if v[0] == name and v[1] == params]
+        chosen += [v for v in variants if v[2].get("ties") == list(policy.TIES)[k % 4] and v[2]["nan"] == "dominate"]
+        if k in (1, 2):
+            chosen += [v for v in variants if "convention" in v[2]]
+        if k == 2:
+            chosen += [v for v in variants if v[2].get("nan") in ("keep", "nan") and v[2]["ties"] == "first"]
+    return chosen
+
+
+WINDOW_REPRESENTATIVE = _window_representative()
+WINDOW_SLOW = [v for v in WINDOW_ALL if v not in WINDOW_REPRESENTATIVE]
+
+
+def _window_inputs(shape, rng):
+    """Inputs with ties, NaN, +-0 and +-inf; with small integers (many ties); and random normals."""
+    return [rng.choice(VALUES, shape), rng.integers(-1, 2, shape).astype(np.float64) * rng.choice([1.0, -0.0], shape),
+            rng.standard_normal(shape)]
+
+
+def _check_window_variant(variant, rng):
+    name, params, s = variant
+    kw = dict(ties=s.get("ties"), nan=s.get("nan"), convention=s.get("convention"), **params)
+    numpy_module = symgrad.load(name, **kw)
+    jax_module = symgrad.load(name, backend="jax", **kw)
+    assert jax_module.BACKEND == "jax" and "pure_callback" not in open(jax_module.__file__).read()
+
+    @jax.jit
+    def results(x, g, t):  # one compilation per signature: forward, backward and jvp
+        y, saved = jax_module.forward(x)
+        return [y, *jax_module.backward(g, saved), jax_module.jvp(t, saved), saved]
+    bad = []
+    for dtype in DTYPES:
+        for x in _window_inputs(POOL_SHAPES[OPS[name].spatial], rng):
+            x = x.astype(dtype)
+            with np.errstate(all="ignore"):
+                y, saved = numpy_module.forward(x)
+                g = rng.choice(GRADS, y.shape).astype(dtype)
+                t = rng.choice(GRADS[:-1], x.shape).astype(dtype)
+                want = [y, *numpy_module.backward(g, saved), numpy_module.jvp(t, saved)]
+            *got, saved_j = results(x, g, t)
+            # the same Saved contents: the uint8 window-local index (scan), the input and output (mask)
+            want += [getattr(saved, f) for f in ("index", "x", "output") if f in saved._fields]
+            got += [getattr(saved_j, f) for f in ("index", "x", "output") if f in saved._fields]
+            for label, u, w in zip(["forward", "backward", "jvp", "saved"], got, want):
+                why = _same(u, w)
+                if why:
+                    bad.append(f"{np.dtype(dtype).name} {label}: {why}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("variant", WINDOW_REPRESENTATIVE, ids=[_id(v) for v in WINDOW_REPRESENTATIVE])
+def test_jax_window_module_equals_the_numpy_module_bit_for_bit(variant):
+    with jax.enable_x64(True):
+        _check_window_variant(variant, np.random.default_rng(7))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", WINDOW_SLOW, ids=[_id(v) for v in WINDOW_SLOW])
+def test_jax_window_module_equals_the_numpy_module_bit_for_bit_every_variant(variant):
+    with jax.enable_x64(True):
+        _check_window_variant(variant, np.random.default_rng(8))
+
+
+@pytest.mark.parametrize("settings", [{"ties": "first"}, {"convention": "jax"}, {"convention": "torch"}])
+def test_max_pooling_indices_are_the_numpy_modules(settings):
+    """return_indices=True: PyTorch's flat positions, as the NumPy module computes them."""
+    kw = dict(kernel_size=3, stride=2, padding=1, return_indices=True, **settings)
+    n, m = symgrad.load("max_pool2d", **kw), symgrad.load("max_pool2d", backend="jax", **kw)
+    x = np.random.default_rng(9).integers(-1, 2, (2, 2, 5, 6)).astype(np.float32)
+    (y, i), _ = n.forward(x)
+    with jax.enable_x64(True):
+        (y_j, i_j), _ = jax.jit(m.forward)(x)
+    assert _same(y_j, y) is None and np.asarray(i_j).dtype == np.int64
+    np.testing.assert_array_equal(i_j, i)
+
+
+def test_window_module_errors():
+    m = symgrad.load("max_pool2d", backend="jax", kernel_size=3)
+    with pytest.raises(ValueError, match=r"^max_pool2d: x must have 3 dims \(C, \*spatial\) or 4 dims"):
+        m.forward(jnp.ones((2, 2, 2, 2, 2)))
+    with pytest.raises(ValueError, match=r"^max_pool2d: x of spatial size \(2, 2\) is too small"):
+        m.forward(jnp.ones((1, 1, 2, 2)))
+    with pytest.raises(TypeError, match=r"^max_pool2d: x must be an array of float16, bfloat16, float32 or "
+                                        r"float64, got dtype int32"):
+        m.forward(jnp.ones((1, 1, 6, 6), jnp.int32))
+    y, saved = m.forward(jnp.ones((1, 1, 6, 6)))
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape \(1, 1, 2, 2\)"):
+        m.backward(jnp.ones((1, 1, 3, 3)), saved)
+    with pytest.raises(TypeError, match="saved must be the Saved value"):
+        m.backward(y, (1, 2))
+    with pytest.raises(ValueError, match=r"tangent_x must have its input's shape \(1, 1, 6, 6\)"):
+        m.jvp(jnp.ones((1, 1, 4)), saved)
