@@ -501,3 +501,82 @@ def test_window_module_errors():
         m.backward(y, (1, 2))
     with pytest.raises(ValueError, match=r"tangent_x must have its input's shape \(1, 1, 6, 6\)"):
         m.jvp(jnp.ones((1, 1, 4)), saved)
+
+
+# ----------------------------------------------------------------------------- symgrad.jax, window ops natively
+
+def test_vmap_of_grad_of_max_pooling_equals_a_loop():
+    """vmap of grad (and of grad-of-grad) through relu and max pooling equals a loop over the
+    examples, batched natively (no sequential map, no callback); and equals the NumPy module's
+    backward per example."""
+    import symgrad.jax as sj
+    pool = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
+    first = sj.op("max_pool2d", kernel_size=2, ties="first")
+    relu = sj.op("relu", ties="split")
+    rng = np.random.default_rng(10)
+    xs = jnp.asarray(rng.integers(-2, 3, (4, 2, 3, 7, 6)).astype(np.float32))  # 4 examples of (2, 3, 7, 6)
+    w = jnp.asarray(rng.standard_normal((2, 3, 4, 3)).astype(np.float32))
+
+    def loss(x):
+        return (pool(relu(x)) ** 2 * w).sum() + first(x).sum()
+    gg = jax.grad(lambda x: (jax.grad(loss)(x) * x).sum())
+    for fn in (jax.grad(loss), gg):
+        np.testing.assert_array_equal(jax.jit(jax.vmap(fn))(xs), np.stack([fn(x) for x in xs]))
+    text = str(jax.make_jaxpr(jax.vmap(jax.grad(loss)))(xs))
+    assert "while" not in text and "scan" not in text and "callback" not in text
+    n = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
+    grads = jax.vmap(jax.grad(lambda x: (pool(x) * w).sum()))(xs)
+    for x, g in zip(np.asarray(xs), grads):
+        assert _same(g, n.backward(np.asarray(w), n.forward(x)[1])[0]) is None
+
+
+_SHARDED_STEP = r'''
+import os
+import numpy as np
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import symgrad.jax as sj
+
+jax.config.update("jax_enable_x64", True)
+assert len(jax.devices()) == 2, jax.devices()
+relu, pool = sj.op("relu", ties="split"), sj.op("max_pool2d", kernel_size=2, ties="split")
+pool_jax = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, convention="jax")
+rng = np.random.default_rng(0)
+# small integers: every sum is exact in float64, so any order of the batch's sums gives the same bits
+params = {"conv": jnp.asarray(rng.integers(-2, 3, (4, 1, 3, 3)), jnp.float64),
+          "dense": jnp.asarray(rng.integers(-2, 3, (4 * 2 * 2, 3)), jnp.float64)}
+x = jnp.asarray(rng.integers(-3, 4, (8, 1, 10, 10)), jnp.float64)
+y = jnp.asarray(rng.integers(-2, 3, (8, 3)), jnp.float64)
+
+def loss(params, x, y):
+    h = jax.lax.conv_general_dilated(x, params["conv"], (1, 1), "VALID")  # (8, 4, 8, 8)
+    h = pool_jax(pool(relu(h)))  # (8, 4, 2, 2)
+    return (((h.reshape(h.shape[0], -1) @ params["dense"]) - y) ** 2).sum()
+
+step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+single = step(params, x, y)
+mesh = Mesh(np.array(jax.devices()), ("batch",))
+batch = NamedSharding(mesh, P("batch"))
+xs, ys = jax.device_put(x, batch), jax.device_put(y, batch)
+params_r = jax.device_put(params, NamedSharding(mesh, P()))
+text = step.lower(params_r, xs, ys).as_text()
+assert "callback" not in text
+sharded = step(params_r, xs, ys)
+assert sharded[1].sharding.spec == P("batch") or len(sharded[1].sharding.device_set) == 2, sharded[1].sharding
+for a, b in zip(jax.tree_util.tree_leaves(single), jax.tree_util.tree_leaves(sharded)):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a.view(np.uint64), b.view(np.uint64)), (a, b)
+assert np.abs(np.asarray(single[0]["conv"])).sum() > 0
+print("OK")
+'''
+
+
+def test_a_training_step_sharded_over_two_devices_gives_the_single_device_gradients():
+    """A small CNN of symgrad.jax ops (conv, relu, max pooling under ties='split' and the jax
+    preset, dense) on 2 host devices: the batch sharded with a NamedSharding, the parameters
+    replicated; jit(grad)'s gradients (parameters and input) equal the single-device ones bit for
+    bit (small integers: every sum exact), with no callback in the compiled step."""
+    import os
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", _SHARDED_STEP], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
