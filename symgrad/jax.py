@@ -5,16 +5,18 @@
 arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
-  abs; and every expression): the jax backend's generated module (``symgrad.load(...,
-  backend="jax")``), plain jax.numpy code, traced into the caller's program: XLA fuses it with its
-  neighbours, ``vmap`` batches it natively, and it runs on every device JAX has (CPU, GPU, TPU).
-  Its results equal the NumPy backend's module bit for bit on the CPU.
-* **callback** (the window ops: pooling, maxout, reductions, adaptive and fractional pooling;
-  unpooling; logsumexp): the generated NumPy module (or, for float32/float64, the cpu backend's
-  compiled C module) in a ``jax.pure_callback`` on the host: CPU only, vmapped sequentially
-  (``vmap_method="sequential"``: a module's leading axes have meanings, e.g. N and C of a pooling,
-  so a batch axis cannot be handed to it), opaque to XLA.  The jax backend does not build these
-  kernels yet.
+  abs; every expression; max pooling, max_pool1d/2d/3d, under every policy, NaN rule and preset):
+  the jax backend's generated module (``symgrad.load(..., backend="jax")``), plain jax.numpy and
+  lax code, traced into the caller's program: XLA fuses it with its neighbours, ``vmap`` batches
+  it natively, and it runs on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy
+  backend's module bit for bit on the CPU.
+* **callback** (where the jax backend builds no module: maxout, the reductions amax/amin/max/min,
+  adaptive and fractional pooling; unpooling; logsumexp; max pooling's return_indices, refused):
+  the generated NumPy module (or, for float32/float64, the cpu backend's compiled C module) in a
+  ``jax.pure_callback`` on the host: CPU only, vmapped sequentially (``vmap_method="sequential"``:
+  a module's leading axes have meanings, e.g. N and C of a pooling, so a batch axis cannot be
+  handed to it), opaque to XLA.  ``NATIVE_LOWERINGS`` and ``backends.jax.WINDOW_FORMS`` say which
+  ops are native.
 
 Both are a ``jax.custom_jvp`` function whose tangent is ``jax.custom_derivatives.linear_call(jvp,
 backward, residuals, tangents)``: the module's ``jvp``, declared linear in the tangents with the
@@ -71,6 +73,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
 
 from . import api, bridge
 from .ops import OPS
+from .backends import jax as jax_backend
 from .backends.cpu import framework_threads
 
 __all__ = ["op", "expr", "wrap"]
@@ -130,7 +133,7 @@ class _Native:
     traced in place, custom_jvp with its jvp, reverse mode by transposition into its backward
     (see the module docstring).  No callback: jit, vmap and every device."""
 
-    integers = ()  # (the elementwise kernels take no integer inputs)
+    integers = ()  # (the kernels the jax backend builds take no integer inputs)
 
     def __init__(self, module):
         self.module = module
@@ -412,17 +415,28 @@ def wrap(module):
 
 
 # the lowerings whose kernel the jax backend builds (lower.ElementwiseKernel): these ops and
-# expressions take the native path; the others the callback path
+# expressions take the native path; window ops where the jax backend builds their form of windows
+# (backends.jax.WINDOW_FORMS) too; the others the callback path
 NATIVE_LOWERINGS = ("elementwise", "expression")
+
+
+def _native(spec, params: dict) -> bool:
+    """Whether an op takes the native path: the jax backend builds its module."""
+    if spec is None:
+        return False
+    if spec.strategy.lowering in NATIVE_LOWERINGS:
+        return True
+    return (spec.strategy.lowering == "window" and spec.strategy.windows in jax_backend.WINDOW_FORMS
+            and not params.get("return_indices"))
 
 
 def op(name: str, ties: str | None = None, convention: str | None = None, nan: str | None = None,
        order: str | None = None, **params):
     """A symgrad op as a JAX function (symgrad.load's arguments; the same checks and errors): the
-    jax backend's module for the elementwise ops, host callbacks for the others."""
+    jax backend's module where it builds one (_native), host callbacks for the others."""
     api.check_names(name, params)
     spec = OPS.get(name)
-    if spec is not None and spec.strategy.lowering in NATIVE_LOWERINGS:
+    if _native(spec, params):
         return wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
                              order=order, **params))
     return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)

@@ -209,8 +209,8 @@ def test_the_jitted_grad_holds_no_callback():
     f = sj.op("relu", ties="split")
     text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda x: f(x).sum())))(jnp.ones(8)))
     assert "callback" not in text and "linear_call" in text
-    # the window ops keep the callback path (the jax backend does not build them yet)
-    pool = sj.op("max_pool1d", kernel_size=2)
+    # the ops whose kernels the jax backend does not build keep the callback path
+    pool = sj.op("adaptive_max_pool1d", output_size=2)
     assert "callback" in str(jax.make_jaxpr(jax.grad(lambda x: pool(x).sum()))(jnp.ones((1, 1, 4))))
 
 
@@ -311,10 +311,10 @@ def test_rendering_is_deterministic():
     assert render(op, backends.get("jax")) == render(op, backends.get("jax"))
 
 
-def test_window_kernels_are_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^max_pool2d: the jax backend builds elementwise kernels .* "
-                                         r"use backend='numpy'") as err:
-        symgrad.load("max_pool2d", backend="jax", kernel_size=2)
+def test_kernels_it_does_not_build_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^adaptive_max_pool2d: the jax backend builds elementwise kernels "
+                                         r".* use backend='numpy'") as err:
+        symgrad.load("adaptive_max_pool2d", backend="jax", output_size=2)
     assert "\n" not in str(err.value)
 
 
@@ -370,3 +370,213 @@ def test_a_broadcast_gradient_of_inexact_sums_is_close():
         got = jax.jit(m.backward)(g, m.forward(a, b)[1])
         assert _same(got[0], want[0]) is None  # not summed: the same bits
         np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- window kernels
+
+# max pooling's parameter sets: overlapping and disjoint windows, padding, dilation, ceil_mode
+POOLS = [("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}),
+         ("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": True}),
+         ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}),
+         ("max_pool2d", {"kernel_size": 2}),
+         ("max_pool2d", {"kernel_size": (2, 3), "stride": 1, "padding": (1, 0), "dilation": (2, 1)}),
+         ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1})]
+# an input per spatial rank: odd sizes, so that ceil_mode and padding leave partial windows
+POOL_SHAPES = {1: (2, 3, 11), 2: (2, 3, 7, 6), 3: (1, 2, 4, 5, 5)}
+
+
+def _window_settings(name, params):
+    """Every preset, tie policy and NaN rule the op takes (those resolve() refuses left out)."""
+    combos = [{"convention": "torch"}, {"convention": "jax"}] + [
+        {"ties": t, "nan": n} for t, n in itertools.product(policy.TIES, policy.NAN_RULES)]
+    out = []
+    for s in combos:
+        try:
+            resolve(name, s.get("ties"), nan=s.get("nan"), convention=s.get("convention"), **params)
+        except (ValueError, TypeError):
+            continue
+        out.append((name, params, s))
+    return out
+
+
+WINDOW_ALL = [v for name, params in POOLS for v in _window_settings(name, params)]
+
+
+def _window_representative():
+    """Per parameter set one tie policy under the default NaN rule (in turn); both presets on the
+    sets they differ most on (padding that takes part, dilation, ceil_mode); on max_pool2d's first
+    set a NaN rule that keeps the fold apart from the winner (keep) and one that splits NaN
+    arithmetically (nan)."""
+    chosen = []
+    for k, (name, params) in enumerate(POOLS):
+        variants = [v for v in WINDOW_ALL if v[0] == name and v[1] == params]
+        chosen += [v for v in variants if v[2].get("ties") == list(policy.TIES)[k % 4] and v[2]["nan"] == "dominate"]
+        if k in (1, 2):
+            chosen += [v for v in variants if "convention" in v[2]]
+        if k == 2:
+            chosen += [v for v in variants if v[2].get("nan") in ("keep", "nan") and v[2]["ties"] == "first"]
+    return chosen
+
+
+WINDOW_REPRESENTATIVE = _window_representative()
+WINDOW_SLOW = [v for v in WINDOW_ALL if v not in WINDOW_REPRESENTATIVE]
+
+
+def _window_inputs(shape, rng):
+    """Inputs with ties, NaN, +-0 and +-inf; with small integers (many ties); and random normals."""
+    return [rng.choice(VALUES, shape), rng.integers(-1, 2, shape).astype(np.float64) * rng.choice([1.0, -0.0], shape),
+            rng.standard_normal(shape)]
+
+
+def _check_window_variant(variant, rng):
+    name, params, s = variant
+    kw = dict(ties=s.get("ties"), nan=s.get("nan"), convention=s.get("convention"), **params)
+    numpy_module = symgrad.load(name, **kw)
+    jax_module = symgrad.load(name, backend="jax", **kw)
+    assert jax_module.BACKEND == "jax" and "pure_callback" not in open(jax_module.__file__).read()
+
+    @jax.jit
+    def results(x, g, t):  # one compilation per signature: forward, backward and jvp
+        y, saved = jax_module.forward(x)
+        return [y, *jax_module.backward(g, saved), jax_module.jvp(t, saved), saved]
+    bad = []
+    for dtype in DTYPES:
+        for x in _window_inputs(POOL_SHAPES[OPS[name].spatial], rng):
+            x = x.astype(dtype)
+            with np.errstate(all="ignore"):
+                y, saved = numpy_module.forward(x)
+                g = rng.choice(GRADS, y.shape).astype(dtype)
+                t = rng.choice(GRADS[:-1], x.shape).astype(dtype)
+                want = [y, *numpy_module.backward(g, saved), numpy_module.jvp(t, saved)]
+            *got, saved_j = results(x, g, t)
+            # the same Saved contents: the uint8 window-local index (scan), the input and output (mask)
+            want += [getattr(saved, f) for f in ("index", "x", "output") if f in saved._fields]
+            got += [getattr(saved_j, f) for f in ("index", "x", "output") if f in saved._fields]
+            for label, u, w in zip(["forward", "backward", "jvp", "saved"], got, want):
+                why = _same(u, w)
+                if why:
+                    bad.append(f"{np.dtype(dtype).name} {label}: {why}")
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("variant", WINDOW_REPRESENTATIVE, ids=[_id(v) for v in WINDOW_REPRESENTATIVE])
+def test_jax_window_module_equals_the_numpy_module_bit_for_bit(variant):
+    with jax.enable_x64(True):
+        _check_window_variant(variant, np.random.default_rng(7))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", WINDOW_SLOW, ids=[_id(v) for v in WINDOW_SLOW])
+def test_jax_window_module_equals_the_numpy_module_bit_for_bit_every_variant(variant):
+    with jax.enable_x64(True):
+        _check_window_variant(variant, np.random.default_rng(8))
+
+
+@pytest.mark.parametrize("settings", [{"ties": "first"}, {"convention": "jax"}, {"convention": "torch"}])
+def test_max_pooling_indices_are_the_numpy_modules(settings):
+    """return_indices=True: PyTorch's flat positions, as the NumPy module computes them."""
+    kw = dict(kernel_size=3, stride=2, padding=1, return_indices=True, **settings)
+    n, m = symgrad.load("max_pool2d", **kw), symgrad.load("max_pool2d", backend="jax", **kw)
+    x = np.random.default_rng(9).integers(-1, 2, (2, 2, 5, 6)).astype(np.float32)
+    (y, i), _ = n.forward(x)
+    with jax.enable_x64(True):
+        (y_j, i_j), _ = jax.jit(m.forward)(x)
+    assert _same(y_j, y) is None and np.asarray(i_j).dtype == np.int64
+    np.testing.assert_array_equal(i_j, i)
+
+
+def test_window_module_errors():
+    m = symgrad.load("max_pool2d", backend="jax", kernel_size=3)
+    with pytest.raises(ValueError, match=r"^max_pool2d: x must have 3 dims \(C, \*spatial\) or 4 dims"):
+        m.forward(jnp.ones((2, 2, 2, 2, 2)))
+    with pytest.raises(ValueError, match=r"^max_pool2d: x of spatial size \(2, 2\) is too small"):
+        m.forward(jnp.ones((1, 1, 2, 2)))
+    with pytest.raises(TypeError, match=r"^max_pool2d: x must be an array of float16, bfloat16, float32 or "
+                                        r"float64, got dtype int32"):
+        m.forward(jnp.ones((1, 1, 6, 6), jnp.int32))
+    y, saved = m.forward(jnp.ones((1, 1, 6, 6)))
+    with pytest.raises(ValueError, match=r"grad_output must have the forward output's shape \(1, 1, 2, 2\)"):
+        m.backward(jnp.ones((1, 1, 3, 3)), saved)
+    with pytest.raises(TypeError, match="saved must be the Saved value"):
+        m.backward(y, (1, 2))
+    with pytest.raises(ValueError, match=r"tangent_x must have its input's shape \(1, 1, 6, 6\)"):
+        m.jvp(jnp.ones((1, 1, 4)), saved)
+
+
+# ----------------------------------------------------------------------------- symgrad.jax, window ops natively
+
+def test_vmap_of_grad_of_max_pooling_equals_a_loop():
+    """vmap of grad (and of grad-of-grad) through relu and max pooling equals a loop over the
+    examples, batched natively (no sequential map, no callback); and equals the NumPy module's
+    backward per example."""
+    import symgrad.jax as sj
+    pool = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
+    first = sj.op("max_pool2d", kernel_size=2, ties="first")
+    relu = sj.op("relu", ties="split")
+    rng = np.random.default_rng(10)
+    xs = jnp.asarray(rng.integers(-2, 3, (4, 2, 3, 7, 6)).astype(np.float32))  # 4 examples of (2, 3, 7, 6)
+    w = jnp.asarray(rng.standard_normal((2, 3, 4, 3)).astype(np.float32))
+
+    def loss(x):
+        return (pool(relu(x)) ** 2 * w).sum() + first(x).sum()
+    gg = jax.grad(lambda x: (jax.grad(loss)(x) * x).sum())
+    for fn in (jax.grad(loss), gg):
+        np.testing.assert_array_equal(jax.jit(jax.vmap(fn))(xs), np.stack([fn(x) for x in xs]))
+    text = str(jax.make_jaxpr(jax.vmap(jax.grad(loss)))(xs))
+    assert "while" not in text and "scan" not in text and "callback" not in text
+    n = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
+    grads = jax.vmap(jax.grad(lambda x: (pool(x) * w).sum()))(xs)
+    for x, g in zip(np.asarray(xs), grads):
+        assert _same(g, n.backward(np.asarray(w), n.forward(x)[1])[0]) is None
+
+
+_SHARDED_STEP = r'''
+import os
+import numpy as np
+import jax, jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import symgrad.jax as sj
+
+jax.config.update("jax_enable_x64", True)
+assert len(jax.devices()) == 2, jax.devices()
+relu, pool = sj.op("relu", ties="split"), sj.op("max_pool2d", kernel_size=2, ties="split")
+pool_jax = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, convention="jax")
+rng = np.random.default_rng(0)
+# small integers: every sum is exact in float64, so any order of the batch's sums gives the same bits
+params = {"conv": jnp.asarray(rng.integers(-2, 3, (4, 1, 3, 3)), jnp.float64),
+          "dense": jnp.asarray(rng.integers(-2, 3, (4 * 2 * 2, 3)), jnp.float64)}
+x = jnp.asarray(rng.integers(-3, 4, (8, 1, 10, 10)), jnp.float64)
+y = jnp.asarray(rng.integers(-2, 3, (8, 3)), jnp.float64)
+
+def loss(params, x, y):
+    h = jax.lax.conv_general_dilated(x, params["conv"], (1, 1), "VALID")  # (8, 4, 8, 8)
+    h = pool_jax(pool(relu(h)))  # (8, 4, 2, 2)
+    return (((h.reshape(h.shape[0], -1) @ params["dense"]) - y) ** 2).sum()
+
+step = jax.jit(jax.grad(loss, argnums=(0, 1)))
+single = step(params, x, y)
+mesh = Mesh(np.array(jax.devices()), ("batch",))
+batch = NamedSharding(mesh, P("batch"))
+xs, ys = jax.device_put(x, batch), jax.device_put(y, batch)
+params_r = jax.device_put(params, NamedSharding(mesh, P()))
+text = step.lower(params_r, xs, ys).as_text()
+assert "callback" not in text
+sharded = step(params_r, xs, ys)
+assert sharded[1].sharding.spec == P("batch") or len(sharded[1].sharding.device_set) == 2, sharded[1].sharding
+for a, b in zip(jax.tree_util.tree_leaves(single), jax.tree_util.tree_leaves(sharded)):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.array_equal(a.view(np.uint64), b.view(np.uint64)), (a, b)
+assert np.abs(np.asarray(single[0]["conv"])).sum() > 0
+print("OK")
+'''
+
+
+def test_a_training_step_sharded_over_two_devices_gives_the_single_device_gradients():
+    """A small CNN of symgrad.jax ops (conv, relu, max pooling under ties='split' and the jax
+    preset, dense) on 2 host devices: the batch sharded with a NamedSharding, the parameters
+    replicated; jit(grad)'s gradients (parameters and input) equal the single-device ones bit for
+    bit (small integers: every sum exact), with no callback in the compiled step."""
+    import os
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", _SHARDED_STEP], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr

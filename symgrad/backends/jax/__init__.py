@@ -5,7 +5,9 @@ grad and on every device JAX has.  Its interface is the NumPy module's: ``forwar
 results bit for bit on the CPU.
 
 It builds the kernels whose form is ``lower.ElementwiseKernel`` (the elementwise ops and
-expressions); for the others ``render`` raises a ValueError naming the numpy backend."""
+expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``window.py.jinja``,
+forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``); for the
+others ``render`` raises a ValueError naming the numpy backend."""
 
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import ElementwiseKernel, backward_plan
-from ..common import docstring, environment, header
+from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan
+from ..common import docstring, environment, grad_start_comment, header, python_geometry
 from ..host import preamble_context
+from ..printing import python_integer_code
 
 # the paragraph the module's docstring ends with
 JAX_NOTE = [
@@ -31,9 +34,27 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
     from ...lower import Artifacts
 
 
-# the templates, by the type of the lowered kernel
+# the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
+# lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
-FORMS = tuple(t.__name__ for t in _TEMPLATES)  # the kernel forms it builds (lower.kernel_form)
+_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja"}
+WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
+FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
+
+
+def _form(kernel) -> str:
+    """The kernel's type, and a window kernel's form of windows, in words."""
+    if isinstance(kernel, WindowKernel):
+        return f"WindowKernel of {kernel.windows} windows"
+    return type(kernel).__name__
+
+
+def _template(art: Artifacts) -> str | None:
+    """The template of an op's module, or None where the jax backend does not build its kernel."""
+    kernel = art.kernel
+    if isinstance(kernel, WindowKernel):
+        return _WINDOW_TEMPLATES.get(kernel.windows)
+    return _TEMPLATES.get(type(kernel))
 
 
 def _templates():
@@ -47,12 +68,12 @@ def file_names(op) -> tuple[str, ...]:
 
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the JAX module of an op."""
-    template = _TEMPLATES.get(type(art.kernel))
+    template = _template(art)
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions) only, not a {type(art.kernel).__name__}; use "
+                         f"expressions) and max pooling only, not a {_form(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
-    ctx = context(art)
+    ctx = window_context(art) if isinstance(art.kernel, WindowKernel) else context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
 
 
@@ -106,3 +127,87 @@ def context(art: Artifacts) -> dict:
         "helpers": helpers,
         **_low_precision(op),
     }
+
+
+def _scan_output(kernel: WindowKernel) -> dict:
+    """The scan's output where it is the NaN-propagating fold rather than the winner's value
+    (Selection.winner_is_output false): the lines that start and step the fold beside the scan,
+    and what forward returns."""
+    sel = kernel.selection
+    if sel.form != "scan" or sel.winner_is_output:
+        return {"start": [], "step": [], "result": "best"}
+    fold = jax_code(sel.combine.xreplace({BEST: sp.Symbol("out", real=True)}))
+    return {"start": ["out = best  # under this NaN rule the winner of a NaN window need not be the NaN"],
+            "step": [f"folded = {fold}",
+                     "if e.valid is not None:",
+                     "    folded = jnp.where(e.valid, folded, out)  # padding never wins",
+                     "if e.first is not None:",
+                     "    folded = jnp.where(e.first, v, folded)",
+                     "out = folded"],
+            "result": "out"}
+
+
+def _weight_lines(sel) -> list[str]:
+    """The mask's weight's first lines: where it multiplies by the hit (the split as arithmetic,
+    0 * NaN is NaN), the hit as a number of the dtype made by a select, as XLA rewrites a product
+    with a converted bool into a select (0 where NumPy's product is NaN)."""
+    if sel.form != "mask" or not any(isinstance(m, sp.Mul) and HIT in m.args
+                                     for m in sp.preorder_traversal(sel.weight)):
+        return []
+    return ["hit = jnp.where(hit, 1.0, 0.0).astype(grad_output.dtype)  # (a product: 0 * NaN is NaN)"]
+
+
+def window_context(art: Artifacts) -> dict:
+    """The template context of a window op's JAX module (window.py.jinja): the selection's strings
+    (the scan's take or the mask's hit and weight, the fold), the geometry's, the gradient's start."""
+    op, d, kernel = art.op, art.derivation, art.kernel
+    sel, g = kernel.selection, kernel.axes
+    scan = sel.form == "scan"
+    bfloat16_adds = kernel.bfloat16_adds == "bfloat16"
+    return {
+        **preamble_context(header(op, "jax"), JAX_WINDOW_NOTE, ()),
+        **python_geometry(kernel),
+        "docstring": docstring(op, d, kernel),
+        "op": op.name, "ties": op.ties, "params": repr(op.params),
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "piecewise_linear": art.piecewise_linear,
+        "selection_partial": f"jax/_window_{sel.form}.py.jinja",
+        "window": kernel.window, "spatial": op.spec.spatial,
+        "index_dtype": kernel.index_dtype or "",
+        "padding_takes_part": kernel.padding_takes_part,
+        "padding_comment": ("padding is -inf and takes part in every window (the gradient it wins is "
+                            "dropped)" if kernel.padding_takes_part else
+                            "padding never wins: a window's winner is always inside the input"),
+        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0.0",
+        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "coordinate": python_integer_code(g.coordinate, {"i": "o"}),
+        "inside": python_integer_code(g.inside, {"x": "c"}),
+        "x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}",
+        "take": jax_code(sel.take) if scan else "",
+        "combine": jax_code(sel.combine),
+        "output_fold": _scan_output(kernel),
+        "backward_work": "saved.dtype  # bfloat16 adds each rounded to bfloat16 (the preset's)"
+        if bfloat16_adds else "_work(saved.dtype)",
+        "bfloat16_adds_doc": ("; a bfloat16 gradient added in bfloat16, each add rounded, as the "
+                              "preset's framework adds it") if bfloat16_adds else "",
+        "hit": "" if scan else jax_code(sel.hit),
+        "weight": "" if scan else jax_code(sel.weight),
+        # the mask's count of each window's hits, where the weight shares the gradient among them
+        "count_lines": ["count = jnp.zeros(extremum.shape, work)", "for hit in hits:",
+                        "    count = count + hit.astype(work)"] if sel.counts else [],
+        "weight_lines": _weight_lines(sel),
+        # an element's gradient summed from +0.0 ("+0"): its zero made +0.0 (_from_zero)
+        "finished_grad": "_from_zero(grad)" if kernel.grad_start == "+0" else "grad",
+        "return_indices": bool(op.params.get("return_indices")),  # forward returns (output, indices)
+        "count_arg": ", count" if sel.counts else "",
+        "count_doc": ", how many" if sel.counts else "",
+    }
+
+
+# the paragraph a window module's docstring ends with
+JAX_WINDOW_NOTE = [
+    "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
+    "forward folds the windows' strided slices in the NumPy module's scan order, backward puts each",
+    "window element's gradient plane back with lax.pad and adds them in output order, so forward,",
+    "backward and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has, and equal",
+    "the NumPy backend's module bit for bit on the CPU."]
