@@ -11,6 +11,7 @@ every entry: shared/reference/framework-conventions.md (PyTorch 2.13 and JAX 0.1
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -285,3 +286,28 @@ def preset_for(convention: object, op: str) -> Preset | None:
     if convention is None:
         return None
     return PRESETS[convention][op]
+
+
+# ----------------------------------------------------------------------------- issue 30: activations
+TORCH.update({
+    "rrelu": dataclasses.replace(TORCH["leaky_relu"], note=(
+        "F.rrelu(training=False) is leaky_relu(x, (lower + upper) / 2) (the slope in double). "
+        + TORCH["leaky_relu"].note)),
+    "softshrink": Preset("first", "last_nan", gradient="nested", half="float", zeros="first", note=(
+        "F.softshrink: x > lambd ? x - lambd : (x < -lambd ? x + lambd : 0); backward (x >= -lambd "
+        "&& x <= lambd) ? 0 : g: 0 at both kinks, g at NaN; written min(max(0, x - lambd), "
+        "x + lambd), first, a NaN taking over. PyTorch's CPU kernel contradicts itself: on NaN its "
+        "SIMD lanes give 0 and the scalar tail g (this preset follows the scalar code path, as "
+        "torch._decomp's softshrink_backward does), and in float16 and bfloat16 its zero band is "
+        "x * 0 (-0 for x < 0; the preset gives +0, as float32/64 do), and while its forward "
+        "compares with lambd in float32 (the preset too), its backward compares with lambd "
+        "rounded to the dtype (0 where |x| is that rounding of a lambd it does not hold)")),
+})
+JAX.update({
+    "rrelu": dataclasses.replace(JAX["leaky_relu"], note=(
+        "JAX has no rrelu; this is jax.nn.leaky_relu(x, (lower + upper) / 2). " + JAX["leaky_relu"].note)),
+    "softshrink": Preset("first", "keep", zeros="first", note=(
+        "JAX has no softshrink; this is where(x > lambd, x - lambd, where(x < -lambd, x + lambd, 0)) "
+        "(as one writes it in JAX): 0 at both kinks and at NaN, +0 in the zero band. Its forward "
+        "gives 0 at NaN where the preset keeps NaN (every symgrad forward does)")),
+})

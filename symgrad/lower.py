@@ -241,6 +241,9 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
     wherever no term is zero, and the form decides the sign of a zero gradient.
     """
     roles = roles or {}
+    if partial.is_Add and len({sp.fraction(t)[1] for t in partial.args}) > 1 and form != "nested":
+        # an input in several nodes (softshrink's x in both): each chain term has its own counts
+        return sp.Add(*[lower_partial(t, nan, roles, form) for t in partial.args])
     num, den = sp.fraction(partial)
     counts = []
     for factor in sp.Mul.make_args(den):

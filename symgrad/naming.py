@@ -109,7 +109,7 @@ def module_name(op: Op) -> str:
             continue
         if v == default and not p.required:
             continue
-        parts.append(f"{_ABBREV[p.name]}{_value(v)}")
+        parts.append(f"{_ABBREV.get(p.name, p.name)}{_value(v)}")  # (new ops: the name itself)
     if op.convention and all(how.startswith("convention") for _, how in op.origin):
         parts.append(op.convention)  # exactly the preset
         return _bounded("_".join(parts), op)

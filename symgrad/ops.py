@@ -588,3 +588,51 @@ def _unpool_logsumexp_specs() -> list[OpSpec]:
 
 
 OPS: dict[str, OpSpec] = {s.name: s for s in _spec_list()}
+
+
+# ----------------------------------------------------------------------------- issue 30: activations
+#
+# Hard activations written as a max/min of affine pieces (the W-matrix view), argument order chosen
+# so that each op's default policy ('first') gives the value its torch_name gives at the kinks.
+
+def _check_rrelu(params):
+    if params["lower"] > params["upper"]:
+        raise ValueError(f"rrelu: lower must be <= upper, got lower={params['lower']!r}, "
+                         f"upper={params['upper']!r}")
+
+
+def _rrelu(params, xs, literal: bool = False):
+    # evaluation mode: leaky_relu with the mean slope, as torch.rrelu(training=False) computes it
+    return _leaky({"negative_slope": (params["lower"] + params["upper"]) / 2}, xs, literal)
+
+
+def _check_lambd(name):
+    def check(params):
+        if params["lambd"] < 0:
+            raise ValueError(f"{name}: lambd must be >= 0, got {params['lambd']!r}")
+    return check
+
+
+def _softshrink(params, xs):
+    # min(max(0, x - lambd), x + lambd): 0 for |x| <= lambd, x -+ lambd beyond
+    (x,) = xs
+    lambd = _num(params["lambd"])
+    return MinOf(MaxOf(sp.S.Zero, x - lambd), x + lambd)
+
+
+def _activation_specs() -> list[OpSpec]:
+    lambd = Param("lambd", "float", 0.5, "the half width of the zero band (>= 0)")
+    return [
+        OpSpec("rrelu", "elementwise", "leaky_relu with slope (lower + upper)/2: F.rrelu in "
+               "evaluation mode (training=False)",
+               params=(Param("lower", "float", 1 / 8, "lower bound of the slope"),
+                       Param("upper", "float", 1 / 3, "upper bound of the slope")),
+               forward=_rrelu, framework_forward=lambda p, xs: _rrelu(p, xs, literal=True),
+               check=_check_rrelu, torch_name="F.rrelu"),
+        OpSpec("softshrink", "elementwise", "min(max(0, x - lambd), x + lambd): x - lambd above "
+               "lambd, x + lambd below -lambd, 0 between", params=(lambd,), forward=_softshrink,
+               check=_check_lambd("softshrink"), torch_name="F.softshrink"),
+    ]
+
+
+OPS.update({s.name: s for s in _activation_specs()})

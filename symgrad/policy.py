@@ -283,7 +283,7 @@ def weights(pieces: tuple[sp.Expr, ...], policy: str, kind: str) -> list[sp.Expr
 # NaN semantics of a comparison, used when the derivation is lowered to code.
 
 def isnan_of(e: sp.Expr) -> sp.Basic:
-    """isnan(e) for the pieces that occur here: numbers, symbols, c*symbol.
+    """isnan(e) for the pieces that occur here: numbers, symbols, c*symbol, c*symbol + d.
 
     A piece c*x is NaN where x is.  A Literal coefficient (a framework's slope of 0) counts as a
     number here: the frameworks test x (x > 0, x >= 0) and compute x * 0 only for the piece they
@@ -298,6 +298,9 @@ def isnan_of(e: sp.Expr) -> sp.Basic:
             return sp.false
     if coeff.is_number and coeff.is_finite and coeff != 0 and rest.is_Symbol:
         return IsNan(rest)
+    offset, linear = e.as_coeff_Add()
+    if offset != 0 and offset.is_finite and linear is not e and not linear.is_number:
+        return isnan_of(linear)  # x - 0.5 (softshrink's pieces) is NaN where x is
     return IsNan(e)
 
 

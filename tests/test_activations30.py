@@ -1,0 +1,254 @@
+"""rrelu (evaluation mode) and softshrink (issue 30): max/min of affine pieces.
+
+Oracles: PyTorch 2.13 (F.rrelu(training=False), F.softshrink) and JAX on the CPU under the presets,
+bit for bit (the sign of a zero included, any NaN equal to any NaN) in float64/32/16 and bfloat16,
+forward and backward, on tie-heavy inputs (the kinks, +-0, +-inf, NaN); JAX has neither op, so its
+presets follow jax.nn.leaky_relu(x, (lower + upper)/2) and the where() one writes for softshrink
+(conventions.py); the documented exceptions are checked to be exactly those. A brute-force chain
+rule through the two max/min nodes written from the README's policy definitions, under every
+policy; symgrad.check under every policy and a planted wrong kink value it must catch; central
+finite differences away from the kinks; double backward of symgrad.torch's op against PyTorch's;
+the cpu backend against the NumPy module.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import symgrad
+from symgrad.policy import POLICIES
+
+torch = pytest.importorskip("torch")
+jax = pytest.importorskip("jax")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.float64, np.float32, np.float16, BF16]
+SPECIALS = [-np.inf, -7.0, -1.0, -0.5, -0.3, -0.0, 0.0, 0.3, 0.5, 1.0, 2.5, np.inf, np.nan]
+GRADS = [-1.0, 0.5, -0.0, 0.0, 3.0, 0.1, 2.0]
+
+# (op, params, PyTorch, JAX), the kinks of each set of parameters among SPECIALS
+CASES = [
+    ("rrelu", {}, lambda t: F.rrelu(t, training=False),
+     lambda x: jax.nn.leaky_relu(x, (1 / 8 + 1 / 3) / 2)),
+    ("rrelu", {"lower": 0.3, "upper": 0.3}, lambda t: F.rrelu(t, 0.3, 0.3, training=False),
+     lambda x: jax.nn.leaky_relu(x, 0.3)),
+    ("rrelu", {"lower": 0.0, "upper": 0.0}, lambda t: F.rrelu(t, 0.0, 0.0, training=False),
+     lambda x: jax.nn.leaky_relu(x, 0.0)),  # slope 0: x * 0 (-0, NaN at -inf), as the frameworks
+    ("rrelu", {"lower": 1.5, "upper": 2.5}, lambda t: F.rrelu(t, 1.5, 2.5, training=False),
+     lambda x: jax.nn.leaky_relu(x, 2.0)),  # slope > 1: the envelope is a min
+    ("softshrink", {}, lambda t: F.softshrink(t, 0.5),
+     lambda x: jnp.where(x > 0.5, x - 0.5, jnp.where(x < -0.5, x + 0.5, 0.0))),
+    ("softshrink", {"lambd": 0.3}, lambda t: F.softshrink(t, 0.3),
+     lambda x: jnp.where(x > 0.3, x - 0.3, jnp.where(x < -0.3, x + 0.3, 0.0))),
+    ("softshrink", {"lambd": 0}, lambda t: F.softshrink(t, 0.0),
+     lambda x: jnp.where(x > 0, x - 0, jnp.where(x < -0, x + 0, 0.0))),
+]
+IDS = [f"{c[0]}-{'-'.join(f'{k}{v}' for k, v in c[1].items())}" for c in CASES]
+
+
+def _same(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return np.zeros(got.shape, bool)
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(got)
+    return (nan == np.isnan(want)) & (nan | ((got == want) & (np.signbit(got) == np.signbit(want))))
+
+
+def _inputs(dtype):
+    x = np.repeat(np.array(SPECIALS), len(GRADS))
+    g = np.tile(np.array(GRADS), len(SPECIALS))
+    return x.astype(dtype), g.astype(dtype)
+
+
+def _torch(fn, x, g):
+    dt = torch.bfloat16 if x.dtype == BF16 else getattr(torch, np.dtype(x.dtype).name)
+    t = torch.tensor(x.astype(np.float64)).to(dt).requires_grad_()
+    y = fn(t)
+    y.backward(torch.tensor(g.astype(np.float64)).to(dt))
+    back = lambda v: v.detach().to(torch.float64).numpy().astype(x.dtype)  # noqa: E731 (exact)
+    return back(y), back(t.grad)
+
+
+def _jax(fn, x, g):
+    dt = jnp.bfloat16 if x.dtype == BF16 else x.dtype
+    y, pullback = jax.vjp(fn, jnp.asarray(x, dt))
+    (gx,) = pullback(jnp.asarray(g, dt))
+    return np.asarray(y).astype(x.dtype), np.asarray(gx).astype(x.dtype)
+
+
+def _ours(module, x, g):
+    y, saved = module.forward(x)
+    (gx,) = module.backward(g, saved)
+    return y, gx
+
+
+def _exception(name, params, convention, dtype, x, got, want):
+    """The documented exceptions (conventions.py): where (forward, backward) may differ."""
+    none = np.zeros(x.shape, bool)
+    if name == "softshrink" and convention == "torch":
+        # NaN: PyTorch's SIMD lanes give 0 (its scalar tail g, the preset's); float16/bfloat16:
+        # x * 0 in the zero band, -0 where the preset gives +0; its backward compares with lambd
+        # rounded to the dtype, its forward (and the preset) in float32
+        zeros, band = np.zeros(x.shape, bool), np.zeros(x.shape, bool)
+        if dtype in (np.float16, BF16):
+            zeros = (got[0] == 0) & (want[0] == 0) & np.signbit(want[0].astype(np.float64))
+            lam = params.get("lambd", 0.5)
+            rounded = float(np.array(lam).astype(dtype).astype(np.float64))
+            band = (np.abs(x.astype(np.float64)) == rounded) & (rounded != lam) & (want[1] == 0)
+        return zeros, np.isnan(x) & (want[1] == 0) | band
+    if name == "softshrink" and convention == "jax":
+        return np.isnan(x) & (want[0] == 0), none  # where() gives 0 at NaN
+    return none, none
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("convention", ["torch", "jax"])
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_presets_equal_the_frameworks_bit_for_bit(case, convention, dtype):
+    name, params, torch_fn, jax_fn = case
+    module = symgrad.load(name, convention=convention, **params)
+    x, g = _inputs(dtype)
+    got = _ours(module, x, g)
+    want = _torch(torch_fn, x, g) if convention == "torch" else _jax(jax_fn, x, g)
+    for what, a, b, exempt in zip(("forward", "grad"), got, want,
+                                  _exception(name, params, convention, dtype, x, got, want)):
+        ok = _same(a, b)
+        assert (ok | exempt).all(), (f"{name} {params} {convention} {np.dtype(dtype).name} {what}: at x="
+                                     f"{x[~ok].tolist()}, g={g[~ok].tolist()}: got {a[~ok].tolist()}, "
+                                     f"want {b[~ok].tolist()}")
+
+
+def _node(kind, p, q, dp, dq, ties):
+    """One max/min of two pieces (values p, q with derivatives dp, dq), as the README defines the
+    policies: the winner's derivative; at a tie (or two NaNs) first/last/split/all; a NaN beats a
+    number (dominate)."""
+    beats = (lambda a, b: a > b) if kind == "max" else (lambda a, b: a < b)
+    if np.isnan(p) != np.isnan(q):
+        return (p, dp) if np.isnan(p) else (q, dq)
+    if not np.isnan(p) and beats(p, q):
+        return p, dp
+    if not np.isnan(p) and beats(q, p):
+        return q, dq
+    wp, wq = {"first": (1, 0), "last": (0, 1), "split": (0.5, 0.5), "all": (1, 1)}[ties]
+    return p, wp * dp + wq * dq
+
+
+def _reference(name, params, ties, x):
+    """Output and derivative, one element at a time, through the op's max/min nodes."""
+    y, d = np.empty(x.shape), np.empty(x.shape)
+    for i, v in enumerate(map(float, x)):
+        if name == "rrelu":
+            s = (params.get("lower", 1 / 8) + params.get("upper", 1 / 3)) / 2
+            # a slope of 0 without a preset is the number 0 (relu), not x * 0 (README)
+            y[i], d[i] = _node("max" if s <= 1 else "min", v, s * v if s else 0.0, 1.0, s, ties)
+        else:  # min(max(0, x - lambd), x + lambd)
+            lam = params.get("lambd", 0.5)
+            u, du = _node("max", 0.0, v - lam, 0.0, 1.0, ties)
+            y[i], d[i] = _node("min", u, v + lam, du, 1.0, ties)
+    return y, d
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_every_policy_follows_the_definition(case, ties):
+    name, params = case[:2]
+    module = symgrad.load(name, ties=ties, **params)
+    x = np.array([v for v in SPECIALS if not np.isinf(v)])  # (x * 0 at inf: the presets' business)
+    y, gx = _ours(module, x, np.ones_like(x))
+    want_y, want_g = _reference(name, params, ties, x)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(gx, want_g, err_msg=f"{name} {params} {ties} at {x.tolist()}")
+
+
+@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("case", CASES[:1] + CASES[4:5], ids=IDS[:1] + IDS[4:5])
+def test_check_passes_every_policy(case, ties):
+    name, params = case[:2]
+    module = symgrad.load(name, ties=ties, **params)
+    x = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, 0.25])  # the kinks of both ops among them
+    report = symgrad.check(module, x, modes="both")
+    assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("name,params,kink", [("rrelu", {}, 0.0), ("softshrink", {}, 0.5),
+                                              ("softshrink", {}, -0.5)])
+def test_check_catches_a_wrong_kink_value(name, params, kink):
+    """A backward that gives the kink the other policy's value while claiming 'first' fails."""
+    ours = symgrad.load(name, ties="last", **params)  # the gradient of the other policy
+
+    def vjp(g, x):
+        return ours.backward(g, ours.forward(x)[1])
+
+    pair = (lambda x: ours.forward(x)[0], vjp)
+    x = np.array([kink, 2.0])
+    report = symgrad.check(pair, x, ties="first", op=name, params=params)
+    assert not report.ok
+    assert any(f.index == (0,) and f.kind in ("tie", "kink") for f in report.failures), str(report)
+    assert symgrad.check(pair, x, ties="last", op=name, params=params).ok
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_finite_differences_away_from_the_kinks(case):
+    name, params, torch_fn = case[:3]
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(60)
+    h = 1e-6
+    f = lambda v: torch_fn(torch.tensor(v)).numpy()  # noqa: E731 (the value only)
+    for ties in POLICIES:
+        if params.get("lambd") == 0 and ties == "all":
+            continue  # x - 0 and x + 0 coincide: every x > 0 is a tie, where 'all' counts both
+        module = symgrad.load(name, ties=ties, **params)
+        (gx,) = module.backward(np.ones_like(x), module.forward(x)[1])
+        np.testing.assert_allclose(gx, (f(x + h) - f(x - h)) / (2 * h), atol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_symgrad_torch_double_backward_equals_pytorch(case):
+    """Piecewise linear: the second derivative is 0, the gradient's derivative in grad_output is
+    the gradient's own weight; both as PyTorch's autograd gives them (create_graph=True)."""
+    st = pytest.importorskip("symgrad.torch")
+    name, params, torch_fn = case[:3]
+    ours = st.op(name, convention="torch", **params)
+    x0 = np.array([v for v in SPECIALS if not np.isnan(v)])
+    rng = np.random.default_rng(7)
+    g0, v0 = (rng.integers(-3, 4, size=x0.shape).astype(np.float64) for _ in range(2))
+    results = []
+    for fn in (ours, torch_fn):
+        x, go = torch.tensor(x0, requires_grad=True), torch.tensor(g0, requires_grad=True)
+        (gx,) = torch.autograd.grad(fn(x), x, go, create_graph=True)
+        second = torch.autograd.grad((gx * torch.tensor(v0)).sum(), (go, x), allow_unused=True)
+        results.append([gx.detach().numpy()] + [np.zeros(x0.shape) if s is None else s.detach().numpy()
+                                                 for s in second])
+    for a, b in zip(*results):
+        assert _same(a, b).all(), (a.tolist(), b.tolist())
+
+
+def test_parameter_errors_are_one_line():
+    with pytest.raises(ValueError, match=r"^rrelu: lower must be <= upper, got lower=0.5, upper=0.25$"):
+        symgrad.load("rrelu", lower=0.5, upper=0.25)
+    with pytest.raises(ValueError, match=r"^softshrink: lambd must be >= 0, got -1$"):
+        symgrad.load("softshrink", lambd=-1)
+    with pytest.raises(TypeError, match=r"^softshrink: unexpected parameter 'lambda'"):
+        symgrad.load("softshrink", **{"lambda": 0.5})
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler")
+@pytest.mark.parametrize("name,settings", [
+    ("rrelu", {"convention": "torch"}), ("rrelu", {"convention": "jax"}),
+    ("softshrink", {"convention": "torch"}), ("softshrink", {"ties": "split"}),
+    ("softshrink", {"ties": "all", "lambd": 0}),
+], ids=lambda v: v if isinstance(v, str) else "-".join(map(str, v.values())))
+def test_cpu_backend_equals_the_numpy_module(name, settings):
+    cpu, ref = symgrad.load(name, backend="cpu", **settings), symgrad.load(name, **settings)
+    for dtype in (np.float64, np.float32, np.float16):
+        x, g = _inputs(dtype)
+        for what, a, b in zip(("forward", "grad"), _ours(cpu, x, g), _ours(ref, x, g)):
+            assert _same(a, b).all(), f"cpu {name} {settings} {np.dtype(dtype).name} {what}"
