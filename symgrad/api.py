@@ -189,7 +189,7 @@ def load_expr(expr: str, name: str | None = None, backend: str = "numpy", inputs
               nan: str | None = None) -> ModuleType:
     """Import the generated module of an expression (through the same cache as load()).
 
-    forward(*inputs) -> (output, saved); backward(grad_output, saved) -> one entry per input, in
+    ``forward(*inputs) -> (output, saved)``; ``backward(grad_output, saved)`` -> one entry per input, in
     input order: its gradient (summed back to its shape), or None for an input not in wrt."""
     backend = _check_backend(backend)
     op, _ = _expr.make_op(expr, name, inputs, wrt, ties, convention, nan)
