@@ -239,3 +239,61 @@ def test_cli_generate_and_derive(tmp_path):
     r = run("generate", "scatter_max", "--backend", "all", "--out", str(tmp_path / "all"))
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in (tmp_path / "all").iterdir()) == ["scatter_max_first.py"]
+
+
+# ----------------------------------------------------------------------------- framework ops
+
+def test_symgrad_torch_op_is_scatter_reduce():
+    """symgrad.torch.op("scatter_max", convention="torch") through autograd equals PyTorch's own
+    scatter_reduce bit for bit; the index gets no gradient."""
+    torch = pytest.importorskip("torch")
+    import symgrad.torch as st
+    rng = np.random.default_rng(6)
+    f = st.op("scatter_max", convention="torch", include_self=False, dim=1)
+    inp, src = _tie_heavy(rng, (3, 4), np.float32), _tie_heavy(rng, (3, 9), np.float32)
+    index = torch.tensor(rng.integers(0, 4, (3, 9)))
+    g = torch.tensor(rng.choice([1.0, -2.0, 0.0], (3, 4)), dtype=torch.float32)
+    got, want = [], []
+    for fn, out in ((lambda a, b: f(a, index, b), got),
+                    (lambda a, b: a.scatter_reduce(1, index, b, "amax", include_self=False), want)):
+        a, b = torch.tensor(inp, requires_grad=True), torch.tensor(src, requires_grad=True)
+        y = fn(a, b)
+        y.backward(g)
+        out += [y.detach().numpy(), a.grad.numpy(), b.grad.numpy()]
+    for x, w in zip(got, want):
+        _same_bits(x, w)
+
+
+def test_symgrad_jax_op_is_segment_max():
+    """symgrad.jax.op("segment_max", convention="jax"): value and jit(grad) equal jax.ops.segment_max's."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    import symgrad.jax as sj
+    rng = np.random.default_rng(7)
+    f = sj.op("segment_max", convention="jax", num_segments=4)
+    data = jnp.asarray(_tie_heavy(rng, (10, 3), np.float64))
+    ids = jnp.asarray(rng.integers(0, 4, 10))
+    w = jnp.asarray(rng.choice([1.0, -2.0], (4, 3)))
+    mine = jax.jit(jax.grad(lambda d: jnp.sum(f(d, ids) * w)))(data)
+    theirs = jax.grad(lambda d: jnp.sum(jax.ops.segment_max(d, ids, 4) * w))(data)
+    _same_bits(np.asarray(f(data, ids)), np.asarray(jax.ops.segment_max(data, ids, 4)))
+    _same_bits(np.asarray(mine), np.asarray(theirs))
+
+
+def test_jax_preset_scatter_max_src_gradient_is_at_max():
+    """Under the jax preset scatter_max's output and src gradient are input.at[index].max(src)'s
+    (its gradient to input is not JAX's, as the README says)."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    rng = np.random.default_rng(8)
+    mod = symgrad.load("scatter_max", convention="jax")
+    for _ in range(40):
+        inp, src = _tie_heavy(rng, 5, np.float64), _tie_heavy(rng, 9, np.float64)
+        index = rng.integers(0, 5, 9)
+        g = rng.choice([1.0, -2.0, 0.0], 5)
+        y, vjp = jax.vjp(lambda a, b: a.at[index].max(b), jnp.asarray(inp), jnp.asarray(src))
+        got, saved = mod.forward(inp, index, src)
+        _same_bits(got, np.asarray(y))
+        _same_bits(mod.backward(g, saved)[2], np.asarray(vjp(jnp.asarray(g))[1]))
