@@ -297,3 +297,33 @@ def test_jax_preset_scatter_max_src_gradient_is_at_max():
         got, saved = mod.forward(inp, index, src)
         _same_bits(got, np.asarray(y))
         _same_bits(mod.backward(g, saved)[2], np.asarray(vjp(jnp.asarray(g))[1]))
+
+
+@pytest.mark.parametrize("ties", ["torch", "first", "last", "split", "all"])
+def test_an_index_expanded_along_the_features_segments_whole_rows(ties):
+    """index.unsqueeze(-1).expand(E, F) (graph pooling's form) takes the row path (one key per
+    row): compared with PyTorch under the torch preset, with the definition otherwise."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(9)
+    settings = {"convention": "torch"} if ties == "torch" else {"ties": ties}
+    mod = symgrad.load("scatter_max", **settings)
+    inp, src = _tie_heavy(rng, (4, 3), np.float64), _tie_heavy(rng, (10, 3), np.float64)
+    ids = rng.integers(0, 4, 10)
+    index = np.broadcast_to(ids[:, None], (10, 3))
+    g = rng.choice([1.0, -2.0, 0.0], (4, 3))
+    y, saved = mod.forward(inp, index, src)
+    gi, _, gs = mod.backward(g, saved)
+    assert saved.key.shape == (10,)  # one key per row
+    if ties == "torch":
+        ti, ts = torch.tensor(inp, requires_grad=True), torch.tensor(src, requires_grad=True)
+        ty = ti.scatter_reduce(0, torch.tensor(index), ts, "amax")
+        ty.backward(torch.tensor(g))
+        want = (ty.detach().numpy(), ti.grad.numpy(), ts.grad.numpy())
+    else:
+        cols = [_brute_scatter(inp[:, c], ids, src[:, c], ties, "max", True, g[:, c]) for c in range(3)]
+        want = tuple(np.stack([c[k] for c in cols], axis=1) for k in range(3))
+    for got, w in zip((y, gi, gs), want):
+        _same_bits(got, w)
+    if ties != "torch":  # (the torch preset's NaN segments give NaN in both)
+        t_i, t_s = rng.normal(size=(4, 3)), rng.normal(size=(10, 3))
+        assert np.isclose(np.sum(mod.jvp(t_i, None, t_s, saved) * g), np.sum(t_i * gi) + np.sum(t_s * gs))

@@ -53,9 +53,9 @@ FILL = -np.inf  # an empty segment's output where the op has no initial tensor (
 class Saved(NamedTuple):
     """What forward keeps: each segment's winner, and shapes."""
 
-    key: np.ndarray  # the flat output position (segment) of each src element, (L * R,)
-    taking: np.ndarray  # the initial element takes part in its segment, (M * R,)
-    winner: np.ndarray  # each segment's winner: -2 none, -1 its initial element, e >= 0 src element e
+    key: np.ndarray  # the segment (output row) of each src row, (E,)
+    taking: np.ndarray  # each initial row takes part in its segment, (K,)
+    winner: np.ndarray  # each segment's winner per column (K, C): -2 none, -1 its initial element, e >= 0 src row e
     src_shape: tuple
     input_shape: tuple
     output_shape: tuple
@@ -216,8 +216,10 @@ def _as_index(name: str, value) -> np.ndarray:
 
 
 class _Layout(NamedTuple):
-    """An input's segments: the initial elements (M, R), src (L, R) with dim moved first, the
-    segment (flat output position) of each src element, whether each initial element takes part."""
+    """An input's segments as rows of C columns (dim moved first): the initial rows (K, C), src's
+    (E, C), the segment (output row) of each src row, whether each initial row takes part.  An
+    index that is the same along every column (PyTorch's index.expand) segments whole rows (C = R,
+    the product of the other dims); any other index segments single elements (C = 1)."""
 
     initial: np.ndarray
     src: np.ndarray
@@ -250,27 +252,30 @@ def _layout(input, index, src) -> _Layout:
     if input.shape[:d] + input.shape[d + 1:] != src.shape[:d] + src.shape[d + 1:]:
         raise ValueError(f"{OP}: src must have input's shape except along dim {d}, got input "
                          f"{input.shape} and src {src.shape}")
-    m, length = input.shape[d], src.shape[d]
+    m, length, src_shape = input.shape[d], src.shape[d], src.shape
     initial = np.moveaxis(input, d, 0).reshape(m, -1)
     r = initial.shape[1]
     idx = np.moveaxis(index, d, 0).reshape(length, r)
     if idx.size and (idx.min() < 0 or idx.max() >= m):
         raise ValueError(f"{OP}: index must be in [0, {m}) (input's size along dim {d}), got values in "
                          f"[{idx.min()}, {idx.max()}]")
-    key = (idx * r + np.arange(r)).reshape(-1)
-    taking = (np.bincount(key, minlength=m * r) == 0) | INCLUDE_SELF  # an empty segment keeps input[j]
-    return _Layout(initial, np.moveaxis(src, d, 0).reshape(length, r), key, taking, d, input.shape, src.shape,
-                   input.shape)
+    src = np.moveaxis(src, d, 0).reshape(length, r)
+    if r > 1 and not np.array_equal(idx, np.broadcast_to(idx[:, :1], idx.shape)):  # element by element
+        key, initial, src = (idx * r + np.arange(r)).reshape(-1), initial.reshape(-1, 1), src.reshape(-1, 1)
+    else:  # whole rows: the index is the same along every column
+        key = idx[:, 0] if r else np.zeros(length, dtype=np.int64)
+    taking = (np.bincount(key, minlength=initial.shape[0]) == 0) | INCLUDE_SELF  # an empty segment keeps input[j]
+    return _Layout(initial, src, key, taking, d, input.shape, src_shape, input.shape)
 
 
 def _placed(flat: np.ndarray, shape: tuple, d: int) -> np.ndarray:
-    """A flat (n, R) result with dim moved first, back in an array of this shape."""
+    """A result with dim moved first ((n, C) rows), back in an array of this shape."""
     moved = flat.reshape((shape[d],) + shape[:d] + shape[d + 1:])
     return np.ascontiguousarray(np.moveaxis(moved, 0, d))
 
 
-def _sorted(values: np.ndarray, keys: np.ndarray) -> tuple:
-    """(order, starts, segment of each sorted element): elements sorted by segment, stably."""
+def _sorted(keys: np.ndarray) -> tuple:
+    """(order, starts, segment of each sorted row): rows sorted by segment, stably."""
     order = np.argsort(keys, kind="stable")
     k = keys[order]
     new = np.empty(k.size, dtype=bool)
@@ -291,32 +296,34 @@ def _weight(grad_output, hit, count):
 
 
 def _combined(initial, src, key, taking):
-    """The initial elements that take part, then src: values and segment keys, flat."""
+    """The initial rows that take part, then src's: values (rows) and segment keys."""
     at = np.flatnonzero(taking)
-    return np.concatenate([initial.reshape(-1)[at], src.reshape(-1)]), np.concatenate([at, key]), at.size
+    return np.concatenate([initial[at], src]), np.concatenate([at, key]), at.size
 
 
 def _picked(v, hit, starts, seg, extremum):
-    """The sorted position of each segment's first hit."""
-    n = v.size
-    pos = np.arange(n)
-    return np.minimum.reduceat(np.where(hit, pos, n), starts)
+    """The sorted row of each segment's first hit, per column."""
+    n = v.shape[0]
+    pos = np.arange(n)[:, None]
+    return np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)
 
 
 def _segments(lay: _Layout) -> tuple:
-    """(output flat, sorted keys' segment starts and their output positions, sorted values, their
-    hits, the combined order, how many initial elements lead it): each segment's extremum (NaN
-    propagating) and the element the output is (its sign of zero)."""
+    """(output rows, sorted rows' segment starts and their output rows, sorted values, their hits,
+    the combined order, how many initial rows lead it, each segment's picked row per column): each
+    segment's extremum (NaN propagating) and the element the output is (its sign of zero)."""
     values, keys, n_initial = _combined(lay.initial, lay.src, lay.key, lay.taking)
-    order, starts, seg = _sorted(values, keys)
+    order, starts, seg = _sorted(keys)
     v = values[order]
-    out = lay.initial.reshape(-1).copy()
-    if not v.size:
-        return out, starts, keys[order[starts]], v, v == v, order, n_initial, starts
-    extremum = np.maximum.reduceat(v, starts)
+    out = lay.initial.copy()
+    if not v.shape[0] or not v.shape[1]:
+        picked = np.zeros((starts.size, v.shape[1]), dtype=np.intp)
+        return out, starts, keys[order[starts]], v, v == v, order, n_initial, picked
+    extremum = np.maximum.reduceat(v, starts, axis=0)
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
-    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, v[np.minimum(picked, v.size - 1)])
+    chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)
+    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, chosen)
     return out, starts, keys[order[starts]], v, hit, order, n_initial, picked
 
 
@@ -324,8 +331,9 @@ def forward(input, index, src) -> tuple[np.ndarray, Saved]:
     """Return (output, saved): the scatter_reduce of src into input along DIM; saved keeps each segment's winner."""
     lay = _layout(input, index, src)
     out, starts, segments, v, hit, order, n_initial, picked = _segments(lay)
-    # the winner of each segment: -2 none (the fill), -1 its initial element, e >= 0 src element e
-    winner = np.full(out.size, -2, dtype=np.int64)
+    # the winner of each segment, per column: -2 none (the fill), -1 its initial element, e >= 0
+    # src row e
+    winner = np.full(out.shape, -2, dtype=np.int64)
     at = order[picked]
     winner[segments] = np.where(at < n_initial, -1, at - n_initial)
     output = _placed(out, lay.out_shape, lay.dim)
@@ -334,7 +342,7 @@ def forward(input, index, src) -> tuple[np.ndarray, Saved]:
 
 def _checked(saved: Saved) -> np.ndarray:
     """saved.winner, once saved is checked (by the caller): one winner per output element."""
-    if saved.winner.shape != (int(np.prod(saved.output_shape, dtype=np.int64)),):
+    if saved.winner.ndim != 2 or saved.winner.size != int(np.prod(saved.output_shape, dtype=np.int64)):
         raise ValueError(f"{OP}: saved.winner must hold one winner per output element")
     return saved.winner
 
@@ -345,9 +353,9 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple:
     grad_output = _check_backward(grad_output, saved)
     winner = _checked(saved)
     d = _dim(len(saved.output_shape))  # the axis segmented
-    g = np.moveaxis(grad_output, d, 0).reshape(-1)
+    g = np.moveaxis(grad_output, d, 0).reshape(winner.shape)
     key = saved.key
-    grad_src = _select(winner[key] == np.arange(key.size), g[key])
+    grad_src = _select(winner[key] == np.arange(key.size)[:, None], g[key])
     grad_initial = _select(winner == -1, g)
     return (_placed(grad_initial, saved.output_shape, d), None, _placed(grad_src, saved.src_shape, d))
 
@@ -359,8 +367,9 @@ def jvp(tangent_input, tangent_index, tangent_src, saved: Saved) -> np.ndarray:
         raise ValueError(f"{OP}: tangent_index must be None: the index is an integer")
     _check_saved(saved)
     d = _dim(len(saved.output_shape))  # the axis segmented
-    t_src = np.moveaxis(_as_tangent("tangent_src", tangent_src, saved, saved.src_shape), d, 0).reshape(-1)
-    t_initial = np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, saved.output_shape), d, 0).reshape(-1)
+    t_src = np.moveaxis(_as_tangent("tangent_src", tangent_src, saved, saved.src_shape), d, 0)
     winner = _checked(saved)
-    out = np.where(winner >= 0, t_src[np.maximum(winner, 0)] if t_src.size else 0, np.where(winner == -1, t_initial, 0))
+    t_src, t_initial = t_src.reshape(-1, winner.shape[1]), (np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, saved.output_shape), d, 0)).reshape(winner.shape)
+    chosen = np.take_along_axis(t_src, np.maximum(winner, 0), axis=0) if t_src.shape[0] else 0
+    out = np.where(winner >= 0, chosen, np.where(winner == -1, t_initial, 0))
     return _placed(np.asarray(out, dtype=saved.dtype), saved.output_shape, d)

@@ -63,12 +63,12 @@ FILL = -np.inf  # an empty segment's output where the op has no initial tensor (
 class Saved(NamedTuple):
     """What forward keeps: the src and initial elements (by reference), the output and each segment's count, and shapes."""
 
-    key: np.ndarray  # the flat output position (segment) of each src element, (L * R,)
-    taking: np.ndarray  # the initial element takes part in its segment, (M * R,)
-    src: np.ndarray  # the src elements, flat, by reference
-    initial: np.ndarray  # the initial elements, flat
-    output: np.ndarray  # flat, with dim first
-    count: np.ndarray  # each segment's hits (int64)
+    key: np.ndarray  # the segment (output row) of each src row, (E,)
+    taking: np.ndarray  # each initial row takes part in its segment, (K,)
+    src: np.ndarray  # the src rows (E, C), with dim first (a view where it can be)
+    initial: np.ndarray  # the initial rows (K, C)
+    output: np.ndarray  # the output rows (K, C)
+    count: np.ndarray  # each segment's hits per column (int64)
     src_shape: tuple
     input_shape: tuple
     output_shape: tuple
@@ -229,8 +229,10 @@ def _as_index(name: str, value) -> np.ndarray:
 
 
 class _Layout(NamedTuple):
-    """An input's segments: the initial elements (M, R), src (L, R) with dim moved first, the
-    segment (flat output position) of each src element, whether each initial element takes part."""
+    """An input's segments as rows of C columns (dim moved first): the initial rows (K, C), src's
+    (E, C), the segment (output row) of each src row, whether each initial row takes part.  An
+    index that is the same along every column (PyTorch's index.expand) segments whole rows (C = R,
+    the product of the other dims); any other index segments single elements (C = 1)."""
 
     initial: np.ndarray
     src: np.ndarray
@@ -263,27 +265,30 @@ def _layout(input, index, src) -> _Layout:
     if input.shape[:d] + input.shape[d + 1:] != src.shape[:d] + src.shape[d + 1:]:
         raise ValueError(f"{OP}: src must have input's shape except along dim {d}, got input "
                          f"{input.shape} and src {src.shape}")
-    m, length = input.shape[d], src.shape[d]
+    m, length, src_shape = input.shape[d], src.shape[d], src.shape
     initial = np.moveaxis(input, d, 0).reshape(m, -1)
     r = initial.shape[1]
     idx = np.moveaxis(index, d, 0).reshape(length, r)
     if idx.size and (idx.min() < 0 or idx.max() >= m):
         raise ValueError(f"{OP}: index must be in [0, {m}) (input's size along dim {d}), got values in "
                          f"[{idx.min()}, {idx.max()}]")
-    key = (idx * r + np.arange(r)).reshape(-1)
-    taking = (np.bincount(key, minlength=m * r) == 0) | INCLUDE_SELF  # an empty segment keeps input[j]
-    return _Layout(initial, np.moveaxis(src, d, 0).reshape(length, r), key, taking, d, input.shape, src.shape,
-                   input.shape)
+    src = np.moveaxis(src, d, 0).reshape(length, r)
+    if r > 1 and not np.array_equal(idx, np.broadcast_to(idx[:, :1], idx.shape)):  # element by element
+        key, initial, src = (idx * r + np.arange(r)).reshape(-1), initial.reshape(-1, 1), src.reshape(-1, 1)
+    else:  # whole rows: the index is the same along every column
+        key = idx[:, 0] if r else np.zeros(length, dtype=np.int64)
+    taking = (np.bincount(key, minlength=initial.shape[0]) == 0) | INCLUDE_SELF  # an empty segment keeps input[j]
+    return _Layout(initial, src, key, taking, d, input.shape, src_shape, input.shape)
 
 
 def _placed(flat: np.ndarray, shape: tuple, d: int) -> np.ndarray:
-    """A flat (n, R) result with dim moved first, back in an array of this shape."""
+    """A result with dim moved first ((n, C) rows), back in an array of this shape."""
     moved = flat.reshape((shape[d],) + shape[:d] + shape[d + 1:])
     return np.ascontiguousarray(np.moveaxis(moved, 0, d))
 
 
-def _sorted(values: np.ndarray, keys: np.ndarray) -> tuple:
-    """(order, starts, segment of each sorted element): elements sorted by segment, stably."""
+def _sorted(keys: np.ndarray) -> tuple:
+    """(order, starts, segment of each sorted row): rows sorted by segment, stably."""
     order = np.argsort(keys, kind="stable")
     k = keys[order]
     new = np.empty(k.size, dtype=bool)
@@ -304,32 +309,34 @@ def _weight(grad_output, hit, count):
 
 
 def _combined(initial, src, key, taking):
-    """The initial elements that take part, then src: values and segment keys, flat."""
+    """The initial rows that take part, then src's: values (rows) and segment keys."""
     at = np.flatnonzero(taking)
-    return np.concatenate([initial.reshape(-1)[at], src.reshape(-1)]), np.concatenate([at, key]), at.size
+    return np.concatenate([initial[at], src]), np.concatenate([at, key]), at.size
 
 
 def _picked(v, hit, starts, seg, extremum):
-    """The sorted position of each segment's first hit."""
-    n = v.size
-    pos = np.arange(n)
-    return np.minimum.reduceat(np.where(hit, pos, n), starts)
+    """The sorted row of each segment's first hit, per column."""
+    n = v.shape[0]
+    pos = np.arange(n)[:, None]
+    return np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)
 
 
 def _segments(lay: _Layout) -> tuple:
-    """(output flat, sorted keys' segment starts and their output positions, sorted values, their
-    hits, the combined order, how many initial elements lead it): each segment's extremum (NaN
-    propagating) and the element the output is (its sign of zero)."""
+    """(output rows, sorted rows' segment starts and their output rows, sorted values, their hits,
+    the combined order, how many initial rows lead it, each segment's picked row per column): each
+    segment's extremum (NaN propagating) and the element the output is (its sign of zero)."""
     values, keys, n_initial = _combined(lay.initial, lay.src, lay.key, lay.taking)
-    order, starts, seg = _sorted(values, keys)
+    order, starts, seg = _sorted(keys)
     v = values[order]
-    out = lay.initial.reshape(-1).copy()
-    if not v.size:
-        return out, starts, keys[order[starts]], v, v == v, order, n_initial, starts
-    extremum = np.maximum.reduceat(v, starts)
+    out = lay.initial.copy()
+    if not v.shape[0] or not v.shape[1]:
+        picked = np.zeros((starts.size, v.shape[1]), dtype=np.intp)
+        return out, starts, keys[order[starts]], v, v == v, order, n_initial, picked
+    extremum = np.maximum.reduceat(v, starts, axis=0)
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
-    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, v[np.minimum(picked, v.size - 1)])
+    chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)
+    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, chosen)
     return out, starts, keys[order[starts]], v, hit, order, n_initial, picked
 
 
@@ -338,12 +345,12 @@ def forward(input, index, src) -> tuple[np.ndarray, Saved]:
     of hits."""
     lay = _layout(input, index, src)
     out, starts, segments, v, hit, order, n_initial, picked = _segments(lay)
-    count = np.zeros(out.size, dtype=np.int64)
+    count = np.zeros(out.shape, dtype=np.int64)
     if v.size:
-        count[segments] = np.add.reduceat(hit, starts, dtype=np.int64)
-    count += ~lay.taking & _hit(lay.initial.reshape(-1), out)  # the initial element counted where it takes no part (the framework's count)
+        count[segments] = np.add.reduceat(hit, starts, axis=0, dtype=np.int64)
+    count += ~lay.taking[:, None] & _hit(lay.initial, out)  # the initial element counted where it takes no part (the framework's count)
     output = _placed(out, lay.out_shape, lay.dim)
-    return output, Saved(lay.key, lay.taking, lay.src.reshape(-1), lay.initial.reshape(-1), out, count,
+    return output, Saved(lay.key, lay.taking, lay.src, lay.initial, out, count,
                          lay.src_shape, lay.input_shape, output.shape, output.dtype)
 
 
@@ -355,7 +362,7 @@ def _weights(g, saved: Saved) -> tuple:
     # NaN, silently: 0 / 0 where a segment has no hit (a NaN under an IEEE rule), inf * 0
     with np.errstate(divide="ignore", invalid="ignore"):
         grad_src = _weight(g[key], _hit(saved.src, m[key]), count[key])
-        grad_initial = _select(saved.taking, _weight(g, _hit(saved.initial, m), count))
+        grad_initial = _select(saved.taking[:, None], _weight(g, _hit(saved.initial, m), count))
     return grad_src, grad_initial
 
 
@@ -364,7 +371,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple:
     element reads its segment's output and count (a gather, no scatter-add)."""
     grad_output = _check_backward(grad_output, saved)
     d = _dim(len(saved.output_shape))  # the axis segmented
-    grad_src, grad_initial = _weights(np.moveaxis(grad_output, d, 0).reshape(-1), saved)
+    grad_src, grad_initial = _weights(np.moveaxis(grad_output, d, 0).reshape(saved.output.shape), saved)
     return (_placed(grad_initial, saved.output_shape, d), None, _placed(grad_src, saved.src_shape, d))
 
 
@@ -376,13 +383,13 @@ def jvp(tangent_input, tangent_index, tangent_src, saved: Saved) -> np.ndarray:
         raise ValueError(f"{OP}: tangent_index must be None: the index is an integer")
     _check_saved(saved)
     d = _dim(len(saved.output_shape))  # the axis segmented
-    t_src = np.moveaxis(_as_tangent("tangent_src", tangent_src, saved, saved.src_shape), d, 0).reshape(-1)
-    t_initial = np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, saved.output_shape), d, 0).reshape(-1)
+    t_src = np.moveaxis(_as_tangent("tangent_src", tangent_src, saved, saved.src_shape), d, 0)
     key, m = saved.key, saved.output
+    t_src, t_initial = t_src.reshape(saved.src.shape), (np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, saved.output_shape), d, 0)).reshape(m.shape)
     count = saved.count.astype(saved.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         w_src = _weight(t_src, _hit(saved.src, m[key]), count[key])
-        w_initial = _select(saved.taking, _weight(t_initial, _hit(saved.initial, m), count))
+        w_initial = _select(saved.taking[:, None], _weight(t_initial, _hit(saved.initial, m), count))
     out = w_initial.astype(np.promote_types(saved.dtype, np.float32))
     np.add.at(out, key, w_src)  # in element order: each segment's terms in index order
     return _placed(np.asarray(out, dtype=saved.dtype), saved.output_shape, d)

@@ -59,12 +59,12 @@ FILL = -np.inf  # an empty segment's output where the op has no initial tensor (
 class Saved(NamedTuple):
     """What forward keeps: the src and initial elements (by reference), the output and each segment's count, and shapes."""
 
-    key: np.ndarray  # the flat output position (segment) of each src element, (L * R,)
-    taking: np.ndarray  # the initial element takes part in its segment, (M * R,)
-    src: np.ndarray  # the src elements, flat, by reference
-    initial: np.ndarray  # the initial elements, flat
-    output: np.ndarray  # flat, with dim first
-    count: np.ndarray  # each segment's hits (int64)
+    key: np.ndarray  # the segment (output row) of each src row, (E,)
+    taking: np.ndarray  # each initial row takes part in its segment, (K,)
+    src: np.ndarray  # the src rows (E, C), with dim first (a view where it can be)
+    initial: np.ndarray  # the initial rows (K, C)
+    output: np.ndarray  # the output rows (K, C)
+    count: np.ndarray  # each segment's hits per column (int64)
     src_shape: tuple
     input_shape: tuple
     output_shape: tuple
@@ -225,8 +225,8 @@ def _as_index(name: str, value) -> np.ndarray:
 
 
 class _Layout(NamedTuple):
-    """An input's segments: the fill (num_segments, R), data (L, R), the segment (flat output
-    position) of each data element, whether each fill element takes part (never)."""
+    """An input's segments as rows: the fill (num_segments, R), data's rows (L, R), the segment of
+    each data row, whether each fill row takes part (never)."""
 
     initial: np.ndarray
     src: np.ndarray
@@ -252,9 +252,8 @@ def _layout(data, segment_ids) -> _Layout:
         raise ValueError(f"{OP}: segment_ids must be in [0, {num}) (num_segments), got values in "
                          f"[{ids.min()}, {ids.max()}]")
     r = int(np.prod(data.shape[1:], dtype=np.int64))
-    key = (ids[:, None] * r + np.arange(r)).reshape(-1)
     initial = np.full((num, r), FILL, dtype=data.dtype)
-    return _Layout(initial, data.reshape(data.shape[0], r), key, np.zeros(num * r, dtype=bool), 0,
+    return _Layout(initial, data.reshape(data.shape[0], r), ids, np.zeros(num, dtype=bool), 0,
                    (num,) + data.shape[1:], data.shape, data.shape)
 
 
@@ -263,8 +262,8 @@ def _placed(flat: np.ndarray, shape: tuple, d: int) -> np.ndarray:
     return flat.reshape(shape)
 
 
-def _sorted(values: np.ndarray, keys: np.ndarray) -> tuple:
-    """(order, starts, segment of each sorted element): elements sorted by segment, stably."""
+def _sorted(keys: np.ndarray) -> tuple:
+    """(order, starts, segment of each sorted row): rows sorted by segment, stably."""
     order = np.argsort(keys, kind="stable")
     k = keys[order]
     new = np.empty(k.size, dtype=bool)
@@ -285,34 +284,36 @@ def _weight(grad_output, hit, count):
 
 
 def _combined(initial, src, key, taking):
-    """The initial elements that take part, then src: values and segment keys, flat."""
+    """The initial rows that take part, then src's: values (rows) and segment keys."""
     at = np.flatnonzero(taking)
-    return np.concatenate([initial.reshape(-1)[at], src.reshape(-1)]), np.concatenate([at, key]), at.size
+    return np.concatenate([initial[at], src]), np.concatenate([at, key]), at.size
 
 
 def _picked(v, hit, starts, seg, extremum):
-    """The sorted position of each segment's first hit that is +0 where the extremum is a zero (-0 below +0)."""
-    n = v.size
-    pos = np.arange(n)
-    first = np.minimum.reduceat(np.where(hit, pos, n), starts)
-    preferred = np.minimum.reduceat(np.where(hit & ~np.signbit(v), pos, n), starts)
+    """The sorted row of each segment's first hit that is +0 where the extremum is a zero (-0 below +0), per column."""
+    n = v.shape[0]
+    pos = np.arange(n)[:, None]
+    first = np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)
+    preferred = np.minimum.reduceat(np.where(hit & ~np.signbit(v), pos, n), starts, axis=0)
     return np.where(preferred < n, preferred, first)
 
 
 def _segments(lay: _Layout) -> tuple:
-    """(output flat, sorted keys' segment starts and their output positions, sorted values, their
-    hits, the combined order, how many initial elements lead it): each segment's extremum (NaN
-    propagating) and the element the output is (its sign of zero)."""
+    """(output rows, sorted rows' segment starts and their output rows, sorted values, their hits,
+    the combined order, how many initial rows lead it, each segment's picked row per column): each
+    segment's extremum (NaN propagating) and the element the output is (its sign of zero)."""
     values, keys, n_initial = _combined(lay.initial, lay.src, lay.key, lay.taking)
-    order, starts, seg = _sorted(values, keys)
+    order, starts, seg = _sorted(keys)
     v = values[order]
-    out = lay.initial.reshape(-1).copy()
-    if not v.size:
-        return out, starts, keys[order[starts]], v, v == v, order, n_initial, starts
-    extremum = np.maximum.reduceat(v, starts)
+    out = lay.initial.copy()
+    if not v.shape[0] or not v.shape[1]:
+        picked = np.zeros((starts.size, v.shape[1]), dtype=np.intp)
+        return out, starts, keys[order[starts]], v, v == v, order, n_initial, picked
+    extremum = np.maximum.reduceat(v, starts, axis=0)
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
-    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, v[np.minimum(picked, v.size - 1)])
+    chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)
+    out[keys[order[starts]]] = np.where(np.isnan(extremum), extremum, chosen)
     return out, starts, keys[order[starts]], v, hit, order, n_initial, picked
 
 
@@ -321,12 +322,12 @@ def forward(data, segment_ids) -> tuple[np.ndarray, Saved]:
     of hits."""
     lay = _layout(data, segment_ids)
     out, starts, segments, v, hit, order, n_initial, picked = _segments(lay)
-    count = np.zeros(out.size, dtype=np.int64)
+    count = np.zeros(out.shape, dtype=np.int64)
     if v.size:
-        count[segments] = np.add.reduceat(hit, starts, dtype=np.int64)
-    count += ~lay.taking & _hit(lay.initial.reshape(-1), out)  # the initial element counted where it takes no part (the framework's count)
+        count[segments] = np.add.reduceat(hit, starts, axis=0, dtype=np.int64)
+    count += ~lay.taking[:, None] & _hit(lay.initial, out)  # the initial element counted where it takes no part (the framework's count)
     output = _placed(out, lay.out_shape, lay.dim)
-    return output, Saved(lay.key, lay.taking, lay.src.reshape(-1), lay.initial.reshape(-1), out, count,
+    return output, Saved(lay.key, lay.taking, lay.src, lay.initial, out, count,
                          lay.src_shape, lay.input_shape, output.shape, output.dtype)
 
 
@@ -338,7 +339,7 @@ def _weights(g, saved: Saved) -> tuple:
     # NaN, silently: 0 / 0 where a segment has no hit (a NaN under an IEEE rule), inf * 0
     with np.errstate(divide="ignore", invalid="ignore"):
         grad_src = _weight(g[key], _hit(saved.src, m[key]), count[key])
-        grad_initial = _select(saved.taking, _weight(g, _hit(saved.initial, m), count))
+        grad_initial = _select(saved.taking[:, None], _weight(g, _hit(saved.initial, m), count))
     return grad_src, grad_initial
 
 
@@ -347,7 +348,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple:
     element reads its segment's output and count (a gather, no scatter-add)."""
     grad_output = _check_backward(grad_output, saved)
     d = 0  # the axis segmented
-    grad_src, grad_initial = _weights(np.moveaxis(grad_output, d, 0).reshape(-1), saved)
+    grad_src, grad_initial = _weights(np.moveaxis(grad_output, d, 0).reshape(saved.output.shape), saved)
     return (_placed(grad_src, saved.src_shape, d), None)
 
 
@@ -359,13 +360,13 @@ def jvp(tangent_data, tangent_segment_ids, saved: Saved) -> np.ndarray:
         raise ValueError(f"{OP}: tangent_segment_ids must be None: the index is an integer")
     _check_saved(saved)
     d = 0  # the axis segmented
-    t_src = np.moveaxis(_as_tangent("tangent_data", tangent_data, saved, saved.src_shape), d, 0).reshape(-1)
-    t_initial = np.zeros(saved.taking.size, dtype=saved.dtype)
+    t_src = np.moveaxis(_as_tangent("tangent_data", tangent_data, saved, saved.src_shape), d, 0)
     key, m = saved.key, saved.output
+    t_src, t_initial = t_src.reshape(saved.src.shape), (np.zeros(saved.output_shape, dtype=saved.dtype)).reshape(m.shape)
     count = saved.count.astype(saved.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         w_src = _weight(t_src, _hit(saved.src, m[key]), count[key])
-        w_initial = _select(saved.taking, _weight(t_initial, _hit(saved.initial, m), count))
+        w_initial = _select(saved.taking[:, None], _weight(t_initial, _hit(saved.initial, m), count))
     out = w_initial.astype(np.promote_types(saved.dtype, np.float32))
     np.add.at(out, key, w_src)  # in element order: each segment's terms in index order
     return _placed(np.asarray(out, dtype=saved.dtype), saved.output_shape, d)

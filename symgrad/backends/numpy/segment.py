@@ -12,8 +12,8 @@ from ..host.printer import numpy_code
 
 # which hit the output (and a scan's winner) is: its sorted position per segment
 _PICKS = {
-    "first": ["return np.minimum.reduceat(np.where(hit, pos, n), starts)"],
-    "second": ["return np.maximum.reduceat(np.where(hit, pos, -1), starts)"],
+    "first": ["return np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)"],
+    "second": ["return np.maximum.reduceat(np.where(hit, pos, -1), starts, axis=0)"],
 }
 _PICK_DOCS = {"first": "first hit", "second": "last hit",
               "ordered": "first hit that is +0 where the extremum is a zero (-0 below +0)"}
@@ -22,8 +22,8 @@ _PICK_DOCS = {"first": "first hit", "second": "last hit",
 def _ordered(extremum: str) -> list[str]:
     """The zeros rule 'ordered': of tied +0 and -0, +0 is the max and -0 the min."""
     sign = "~np.signbit(v)" if extremum == "max" else "np.signbit(v)"
-    return ["first = np.minimum.reduceat(np.where(hit, pos, n), starts)",
-            f"preferred = np.minimum.reduceat(np.where(hit & {sign}, pos, n), starts)",
+    return ["first = np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)",
+            f"preferred = np.minimum.reduceat(np.where(hit & {sign}, pos, n), starts, axis=0)",
             "return np.where(preferred < n, preferred, first)"]
 
 
@@ -33,12 +33,12 @@ _INITIAL = {
               "returns": "(_placed(grad_initial, saved.output_shape, d), None, _placed(grad_src, saved.src_shape, d))",
               "grads_doc": "grad_input, None, grad_src",
               "initial_tangent": 'np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, '
-                                 'saved.output_shape), d, 0).reshape(-1)',
+                                 'saved.output_shape), d, 0)',
               "forward_doc": "the scatter_reduce of src into input along DIM"},
     "fill": {"layout_partial": "numpy/_segment_fill.py.jinja", "dim": "0",
              "returns": "(_placed(grad_src, saved.src_shape, d), None)",
              "grads_doc": "grad_data, None",
-             "initial_tangent": "np.zeros(saved.taking.size, dtype=saved.dtype)",
+             "initial_tangent": "np.zeros(saved.output_shape, dtype=saved.dtype)",
              "forward_doc": "each segment's extremum of data's rows, FILL where empty"},
 }
 
@@ -52,11 +52,11 @@ def segment_context(op, kernel: WindowKernel) -> dict:
     inputs = op.spec.inputs
     float_inputs = [name for name in inputs if name not in op.spec.constant_inputs]
     mask = sel.form == "mask"
-    fields = (["src: np.ndarray  # the src elements, flat, by reference",
-               "initial: np.ndarray  # the initial elements, flat",
-               "output: np.ndarray  # flat, with dim first",
-               "count: np.ndarray  # each segment's hits (int64)"] if mask else
-              ["winner: np.ndarray  # each segment's winner: -2 none, -1 its initial element, e >= 0 src element e"])
+    fields = (["src: np.ndarray  # the src rows (E, C), with dim first (a view where it can be)",
+               "initial: np.ndarray  # the initial rows (K, C)",
+               "output: np.ndarray  # the output rows (K, C)",
+               "count: np.ndarray  # each segment's hits per column (int64)"] if mask else
+              ["winner: np.ndarray  # each segment's winner per column (K, C): -2 none, -1 its initial element, e >= 0 src row e"])
     return {
         "template": "numpy/segment.py.jinja",
         "selection_partial": f"numpy/_segment_{sel.form}.py.jinja",
@@ -71,7 +71,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "saved_doc": ("the src and initial elements (by reference), the output and each segment's count"
                       if mask else "each segment's winner"),
         "saved_fields": fields + ["src_shape: tuple"],
-        "count_initial": (["count += ~lay.taking & _hit(lay.initial.reshape(-1), out)  # the initial "
+        "count_initial": (["count += ~lay.taking[:, None] & _hit(lay.initial, out)  # the initial "
                            "element counted where it takes no part (the framework's count)"]
                           if rule.count_initial else []),
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
