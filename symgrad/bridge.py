@@ -145,10 +145,13 @@ def bfloat16(caller: str) -> np.dtype:
 
 
 def integer_inputs(module) -> tuple:
-    """Positions of the inputs that are integers (unpooling's indices)."""
-    if "expr" in module.PARAMS or not OPS[module.OP].strategy.scatter:
+    """Positions of the inputs that are integers (unpooling's indices, the segments' index)."""
+    if "expr" in module.PARAMS:
         return ()
-    return (module.INPUTS.index("indices"),)
+    spec = OPS[module.OP]
+    if spec.strategy.windows == "segments":  # windows given by an index (scatter_max, segment_max)
+        return tuple(module.INPUTS.index(name) for name in spec.constant_inputs)
+    return (module.INPUTS.index("indices"),) if spec.strategy.scatter else ()
 
 
 def differentiable(module) -> tuple:

@@ -73,7 +73,10 @@ def _out_dir(s: str) -> Path:
 
 def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
     flag = naming.cli_flag(p.name)
-    if p.kind == "bool":
+    if p.kind == "bool" and p.default is True:  # (include_self) --include-self / --no-include-self
+        parser.add_argument(flag, dest=p.name, action=argparse.BooleanOptionalAction, default=None,
+                            help=p.help)
+    elif p.kind == "bool":
         parser.add_argument(flag, dest=p.name, action="store_true", default=None, help=p.help)
     elif p.kind == "ints" and p.none_entries:  # an entry 'none' keeps that input size
         parser.add_argument(flag, dest=p.name, type=_int_or_none, nargs="+", help=p.help)

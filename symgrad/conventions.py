@@ -266,6 +266,33 @@ JAX.update({"max_unpool1d": _UNPOOL_JAX, "max_unpool2d": _UNPOOL_JAX, "max_unpoo
                 "jax.nn.logsumexp: max shifted out (0 where it is not finite); gradient "
                 "softmax(x) * g, NaN for a slice holding NaN"))})
 
+# segment and scatter max/min (issue 33; kinds/segment.py's FRAMEWORK_RULES say how each counts)
+_SCATTER_TORCH = Preset("split", "nan", zeros="first", note=(
+    "Tensor.scatter_reduce(dim, index, src, 'amax'/'amin', include_self): forward std::max from "
+    "self (or from the identity, include_self=False) in index order, NaN propagating, the first of "
+    "equals kept; backward N = (self == result) + scatter_add(src == result), grad_src = "
+    "(src == result[index]) * (g / N)[index], grad_self = (self == result) * g / N (+0 where "
+    "include_self=False and scattered): split, NaN everywhere in a segment holding NaN. Tie bug "
+    "reproduced: with include_self=False the excluded self is still counted in N where it equals "
+    "the result"))
+_SEGMENT_TORCH = Preset("split", "nan", zeros="first", note=(
+    "PyTorch has no segment_max; this is torch.full((num_segments, ...), -inf).scatter_reduce(0, "
+    "segment_ids, data, 'amax') (include_self: the -inf fill is counted where a segment's max is "
+    "-inf)"))
+_SEGMENT_JAX = Preset("split", "zero", zeros="ordered", note=(
+    "jax.ops.segment_max: scatter-max into a -inf fill (-0 below +0); its JVP gives each hit "
+    "g * (1 / count), count the hits plus 1 where the fill equals the result (a segment whose max "
+    "is -inf), and a segment holding NaN no gradient (0 to every element)"))
+_SCATTER_JAX = Preset("split", "zero", zeros="ordered", note=(
+    "JAX has no scatter_reduce; this is jax.ops.segment_max's rule (g * (1 / count), no gradient in "
+    "a segment holding NaN) with input[j] as segment j's initial element: its src gradients are "
+    "those of input.at[index].max(src), whose gradient to input (from scatter-max's JVP, "
+    "(-1 + 1 / count) / refs added per ref) is not reproduced"))
+TORCH.update({"scatter_max": _SCATTER_TORCH, "scatter_min": _SCATTER_TORCH,
+              "segment_max": _SEGMENT_TORCH, "segment_min": _SEGMENT_TORCH})
+JAX.update({"segment_max": _SEGMENT_JAX, "segment_min": _SEGMENT_JAX,
+            "scatter_max": _SCATTER_JAX, "scatter_min": _SCATTER_JAX})
+
 PRESETS = {"torch": TORCH, "jax": JAX}
 CONVENTIONS = tuple(PRESETS)
 

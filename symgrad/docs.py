@@ -368,7 +368,7 @@ def worked_example(op: Op, d: Derivation) -> Example:
     mod, _, _ = module_for(op)
     elementwise = op.spec.strategy.elementwise
     mod = op.spec.strategy.example_module(mod)  # fractional pooling: its samples fixed
-    names = tuple(str(s) for s in d.inputs) if elementwise else ("x",)
+    names = tuple(str(s) for s in d.inputs) if elementwise else getattr(mod, "names", ("x",))
     if elementwise and len(d.inputs) == 1:
         ks = sorted(_kinks(d))
         pts = ([ks[0] - sp.Rational(3, 2)] + [v for a, b in zip(ks, ks[1:]) for v in (a, (a + b) / 2)]
@@ -399,7 +399,8 @@ def worked_example(op: Op, d: Derivation) -> Example:
     grads = mod.backward(g, saved)
     weights = _window_weights(op, d, inputs, flatw)
     out_cells = [out_cell(o) for o in np.ndindex(*out_shape)] if out_shape else [out_cell(())]
-    constants = (("random_samples", mod.samples(inputs[0])),) if op.spec.constant_inputs else ()
+    constants = ((mod.constants(inputs[0]) if hasattr(mod, "constants") else  # (segments: the index)
+                  (("random_samples", mod.samples(inputs[0])),)) if op.spec.constant_inputs else ())
     return Example(names, inputs, g, y, tuple(grads), flatw, weights,
                    cell=lambda e, ws=windows, fw=flatw: _cell_of(e, ws, fw, cell),
                    out_cell=lambda o, oc=out_cells: oc[o], pad_cells=pads, constants=constants)

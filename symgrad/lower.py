@@ -177,6 +177,8 @@ class WindowKernel:
     # mask: a window can have no hit under the NaN rule (NanRule.count_can_be_zero: comparisons
     # with NaN false), so a count can be 0
     count_can_be_zero: bool = False
+    # segments (windows given by an index): their initial element, counting and output (SegmentRule)
+    segment: "SegmentRule | None" = None
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -937,3 +939,60 @@ def artifacts(d: Derivation) -> Artifacts:
     """Lower a derivation into what the backends render."""
     kernel = lower(d)
     return Artifacts(d.op, d, kernel, piecewise_linear(kernel))
+
+
+# ----------------------------------------------------------------------------- segments (issue 33)
+
+WINDOW_FORMS["segments"] = ("the elements whose index is j, one segment per output j, after an "
+                            "initial element where it takes part (scatter_max, segment_max)")
+
+
+@dataclass(frozen=True)
+class SegmentRule:
+    """What a segment kernel adds to the window kernel: where each segment starts, how a split
+    counts its ties, what its output is among equal hits.
+
+    initial: "input" (scatter: input[j] is segment j's initial element) or "fill" (segment_max: the
+    op's identity, ``fill``, is the output of an empty segment and gets no gradient).
+    include_initial: the initial element takes part in every segment, first (include_self); else
+    only in an empty one (scatter: output input[j], gradient g[j]).
+    count_initial: a split's count adds [initial == output] where the initial does not take part
+    (kinds.segment.FRAMEWORK_RULES: PyTorch's include_self=False tie bug, JAX's -inf fill).
+    hit: [v attains the segment's extremum] in V and EXTREMUM (the scan's winner is the first or
+    last hit; the mask's hits share the gradient).
+    zeros: which of the hits the output is (its sign of zero): "first", "second" (the last) or
+    "ordered" (+0 above -0).
+    """
+
+    initial: str
+    include_initial: bool
+    count_initial: bool
+    fill: str
+    hit: sp.Basic
+    zeros: str
+
+
+def _lower_segment(d: Derivation) -> WindowKernel:
+    """A segment's extremum: the window kernel of its selection, with the segment's rule; under a
+    framework preset the split's weight as the framework forms it (g * (1 / count): JAX)."""
+    from .kinds.segment import FRAMEWORK_RULES
+    op = d.op
+    kernel = _lower_window(d)
+    sel = kernel.selection
+    framework = FRAMEWORK_RULES.get(op.convention or "", {})
+    if framework.get("reciprocal") and sel.form == "mask" and sel.counts:
+        sel = replace(sel, weight=GRAD_OUTPUT * Select(HIT, Quotient(sp.S.One, COUNT), sp.S.Zero))
+    scatter = "include_self" in op.params
+    rule = SegmentRule(
+        initial="input" if scatter else "fill",
+        include_initial=bool(op.params.get("include_self", False)),
+        count_initial=bool(framework.get("count_initial")) and sel.counts,
+        fill="-inf" if sel.extremum == "max" else "inf",
+        hit=sel.hit if sel.form == "mask" else _policy.nan_rule("dominate").hit(V, EXTREMUM),
+        zeros=op.zeros or ("first" if sel.order != "last" else "second"))
+    return replace(kernel, selection=sel, segment=rule, saved=("x", "output") if sel.form == "mask"
+                   else ("index",))
+
+
+LOWERINGS["segment"] = _lower_segment
+KERNEL_TYPES["segment"] = WindowKernel

@@ -18,6 +18,7 @@ _ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "
            "dim": "dim", "keepdim": "keepdim", "pieces": "pieces",
            "output_size": "out", "output_ratio": "ratio", "temperature": "t",
            "return_indices": "indices"}
+_ABBREV.update({"include_self": "self", "num_segments": "n", "indices_are_sorted": "sorted"})  # segments
 
 
 def _value(v) -> str:

@@ -636,3 +636,38 @@ def _activation_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _activation_specs()})
+
+# ----------------------------------------------------------------------------- segments (issue 33)
+# Segment and scatter max/min: windows given by an index (kinds/segment.py).  scatter_max/min take
+# torch.Tensor.scatter_reduce's arguments (input, dim, index, src, include_self; reduce "amax"/
+# "amin" by the op's name); segment_max/min take jax.ops.segment_max's (data, segment_ids,
+# num_segments, indices_are_sorted).
+
+def _segment_specs() -> list[OpSpec]:
+    specs = []
+    for ext, torch_reduce in (("max", "amax"), ("min", "amin")):
+        specs.append(OpSpec(
+            f"scatter_{ext}", "segment",
+            f"input.scatter_reduce(dim, index, src, '{torch_reduce}', include_self): output j (along "
+            f"dim) is the {ext} of the src elements whose index is j, after input[j] where "
+            f"include_self; a j no index names keeps input[j]",
+            inputs=("input", "index", "src"), constant_inputs=("index",), extremum=ext,
+            params=(Param("dim", "int", 0, "the axis that index scatters along (negative: from "
+                          "the end)", -64),
+                    Param("include_self", "bool", True, "input[j] takes part in segment j "
+                          "(PyTorch's include_self)")),
+            torch_name="torch.Tensor.scatter_reduce"))
+        specs.append(OpSpec(
+            f"segment_{ext}", "segment",
+            f"jax.ops.segment_{ext}: output j (along dim 0) is the {ext} of the data rows whose "
+            f"segment id is j; an empty segment is {'-inf' if ext == 'max' else '+inf'}",
+            inputs=("data", "segment_ids"), constant_inputs=("segment_ids",), extremum=ext,
+            params=(Param("num_segments", "int", None, "number of segments (default: "
+                          "max(segment_ids) + 1)", 0),
+                    Param("indices_are_sorted", "bool", False, "segment_ids are sorted (a "
+                          "ValueError where they are not; the sort is skipped)")),
+            torch_name=""))
+    return specs
+
+
+OPS.update({s.name: s for s in _segment_specs()})

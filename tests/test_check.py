@@ -38,6 +38,10 @@ def _inputs(entry, rng):
         return [x, rng.integers(0, max(1, size // 2), size=x.shape)]  # repeated indices: writers tie
     if kind == "logsumexp":
         return [rng.standard_normal((2, 3, 4))]
+    if kind == "segment":  # scatter: (input, index, src); segment: (data, segment_ids)
+        if len(entry.spec.inputs) == 3:
+            return [_ints(rng, (4,)), rng.integers(0, 4, 7), _ints(rng, (7,))]
+        return [_ints(rng, (7, 2)), rng.integers(0, 3, 7)]
     shapes = _extra_shapes(entry)
     if kind in ("pool", "adaptive"):  # small planes: every window is probed
         shapes = [s[:2] + tuple(min(n, 5) for n in s[2:]) for s in shapes]

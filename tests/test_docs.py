@@ -207,13 +207,19 @@ def _w_matrix(md: str) -> np.ndarray | None:
     return np.array(rows)
 
 
+def _given(ex, name):
+    """An input of the example as forward takes it: integer indices (unpooling's, the segments')
+    as int64."""
+    return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids") else ex[name]
+
+
 @pytest.mark.parametrize("op,stem", list(zip(ENTRIES, STEMS)), ids=STEMS)
 def test_worked_example_is_what_the_module_returns(op, stem):
     md = page(stem)
     ex = example(md)
     mod = load_module(stem)
     names = list(op.spec.inputs)
-    inputs = [ex[n].astype(np.int64) if n == "indices" else ex[n] for n in names]
+    inputs = [_given(ex, n) for n in names]
     constant = ("indices",) + op.spec.constant_inputs  # unpooling's and fractional pooling's
     y, saved = mod.forward(*inputs)
     grads = mod.backward(ex["grad_output"], saved)
@@ -257,7 +263,7 @@ def test_picture_is_xml_and_marks_the_modules_winners(op, stem):
     ex = example(page(stem))
     names = list(op.spec.inputs)
     mod = load_module(stem)
-    y, saved = mod.forward(*[ex[n] for n in names])
+    y, saved = mod.forward(*[_given(ex, n) for n in names])
     routed = set()
     for o in range(y.size):  # the module's argmax: where it sends a window's gradient
         g = np.zeros(y.size)

@@ -84,8 +84,8 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
     assert {k.derivation for k in kinds.KINDS.values()} == set(DERIVATIONS)
     assert [k.name for k in kinds.KINDS.values() if k.derivation == "special"] == ["unpool", "logsumexp"]
     types = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
-             "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel}
-    ops = [resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
+             "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel, "segment": WindowKernel}
+    ops = [resolve("scatter_max"), resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
            resolve("maxout", pieces=2), resolve("adaptive_max_pool1d", output_size=3),
            resolve("fractional_max_pool2d", kernel_size=2, output_size=3),
            resolve("max_unpool1d", kernel_size=2), resolve("logsumexp"),
@@ -95,11 +95,11 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
         kind = op.spec.strategy
         kernel = lower(derive(op, display=False))
         assert isinstance(kernel, types[kind.lowering]), op.name
-        assert (kind.lowering == "window") == bool(kind.windows), op.name
-        if kind.lowering == "window":
+        assert (kind.lowering in ("window", "segment")) == bool(kind.windows), op.name
+        if kind.windows:
             assert kernel.windows == kind.windows, op.name
     # maxout's windows are groups of channels: disjoint; torch's maxout writes its winner's gradient
-    assert [k.name for k in kinds.KINDS.values() if k.disjoint] == ["maxout"]
+    assert [k.name for k in kinds.KINDS.values() if k.disjoint] == ["maxout", "segment"]
     assert lower(derive(resolve("maxout", pieces=2, convention="torch"), display=False)).grad_start == "written"
     # pooling does not name itself disjoint, so its gradient is added into +0 under any preset
     assert lower(derive(resolve("max_pool1d", kernel_size=2, convention="torch"), display=False)).grad_start == "+0"

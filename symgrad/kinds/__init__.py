@@ -34,7 +34,9 @@ from .fractional import FRACTIONAL, FRACTIONAL_WINDOWS  # noqa: F401
 from .maxout import MAXOUT
 from .pool import POOL
 from .reduction import REDUCTION
+from .segment import SEGMENT
 from .special import LOGSUMEXP, UNPOOL
 
 KINDS: dict[str, Kind] = {k.name: k for k in (ELEMENTWISE, EXPRESSION, POOL, MAXOUT, FRACTIONAL,
-                                              REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP)}
+                                              REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP,
+                                              SEGMENT)}

@@ -27,6 +27,7 @@ from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TAN
 from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import bare
+from .segment import segment_context
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -175,6 +176,8 @@ def context(art: Artifacts) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         return _elementwise_context(art, ctx)
     assert isinstance(kernel, WindowKernel)
+    if kernel.segment is not None:  # windows given by an index (segment.py)
+        return ctx | segment_context(op, kernel)
     return _window_context(op, kernel, ctx)
 
 
