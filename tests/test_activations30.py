@@ -286,3 +286,24 @@ def test_conventions_table_rows_are_the_frameworks_gradients():
     one, ta, tb = (torch.tensor([v], dtype=torch.float64) for v in (1.0, 1.0, 2.0))
     for fn, want in ((torch.fmax, 2.0), (torch.fmin, 1.0)):  # fmax: b's tangent; fmin: a's
         assert torch.func.jvp(fn, (one, one), (ta, tb))[1].item() == want, fn
+
+
+def test_the_plain_hinge_expression_as_documented():
+    """README: max(0, 1 - x) as an expression; at its kink x = 1 the policies give 0, -1, -1/2, -1,
+    PyTorch's clamp(1 - x, min=0) -1 and relu(1 - x) 0 (its autograd), JAX's maximum -1/2 (jax.vjp);
+    away from the kink every policy is the derivative, on both sides."""
+    x = np.array([1.0, 0.5, 2.0, -3.0])
+    got = {}
+    for ties in POLICIES:
+        module = symgrad.load_expr("Max(0, 1 - x)", ties=ties)
+        y, saved = module.forward(x)
+        np.testing.assert_array_equal(y, np.maximum(0.0, 1.0 - x))
+        (got[ties],) = module.backward(np.ones_like(x), saved)
+        np.testing.assert_array_equal(got[ties][1:], [-1.0, 0.0, -1.0])
+    assert [got[t][0] for t in POLICIES] == [0.0, -1.0, -0.5, -1.0]
+    t = torch.tensor([1.0], dtype=torch.float64, requires_grad=True)
+    (clamp,) = torch.autograd.grad(torch.clamp(1 - t, min=0).sum(), t)
+    (relu,) = torch.autograd.grad(F.relu(1 - t).sum(), t)
+    _, pullback = jax.vjp(lambda v: jnp.maximum(0.0, 1.0 - v), jnp.asarray([1.0]))
+    assert (clamp.item(), relu.item(), float(pullback(jnp.ones(1))[0][0])) == (-1.0, 0.0, -0.5)
+    assert got["first"][0] == relu.item() and got["last"][0] == clamp.item()
