@@ -134,7 +134,8 @@ TORCH = {
         "second: the preset follows the other dtypes). Forward mode (jvp) gives a tie to b "
         "instead: PyTorch contradicts itself; this preset follows reverse mode")),
     "fmin": Preset("first", "lose", zeros="first", broadcast_sum="torch", note=(
-        "torch.fmin: as fmax, mirrored (a gets g where a <= b or isnan(b))")),
+        "torch.fmin: as fmax, mirrored (a gets g where a <= b or isnan(b)); its forward mode "
+        "agrees (a tie to a)")),
     "relu": Preset("last", "keep", "reversed", gradient="nested", zeros="first", note=(
         "F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0, g at NaN; written "
         "max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0)")),

@@ -51,6 +51,18 @@ SITUATIONS = [
     ("maxout", {"pieces": 2}, "[1, 1]", ([[1.0, 1.0]],)),
     ("maxout", {"pieces": 2}, "[NaN, 1]", ([[NAN, 1.0]],)),
 ]
+# issue 30: fmax/fmin, rrelu, softshrink
+SITUATIONS += [
+    ("fmax", {}, "a = b", ([1.0], [1.0])),
+    ("fmax", {}, "a = NaN, b = 1", ([NAN], [1.0])),
+    ("fmax", {}, "a = b = NaN", ([NAN], [NAN])),
+    ("fmin", {}, "a = b", ([1.0], [1.0])),
+    ("fmin", {}, "a = 1, b = NaN", ([1.0], [NAN])),
+    ("rrelu", {}, "x = 0", ([0.0],)),
+    ("rrelu", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+    ("softshrink", {}, "x = -0.5, 0.5", ([-0.5, 0.5],)),
+    ("softshrink", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]
 COLUMNS = list(CONVENTIONS) + list(POLICIES)
 
 
@@ -83,15 +95,20 @@ def measure(column: str, op: str, params: dict, inputs) -> str:
 
 
 def markdown() -> str:
-    head = "| op | at | " + " | ".join(COLUMNS) + " |"
-    rule = "|" + "---|" * (len(COLUMNS) + 2)
+    head = "| op | at | " + " | ".join(COLUMNS) + " | torch vs jax |"
+    rule = "|" + "---|" * (len(COLUMNS) + 3)
     rows = [head, rule]
     for op, params, situation, inputs in SITUATIONS:
         label = op + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
         cells = [measure(c, op, params, inputs) for c in COLUMNS]
-        rows.append(f"| `{label}` | {situation} | " + " | ".join(cells) + " |")
+        flag = "DIFFER" if cells[COLUMNS.index("torch")] != cells[COLUMNS.index("jax")] else "same"
+        rows.append(f"| `{label}` | {situation} | " + " | ".join(cells) + f" | {flag} |")
     notes = ("Gradient of each input with grad_output = 1 (a ; b for two inputs), measured by running "
-             "the generated modules. max_pool2d/3d follow max_pool1d. Regenerate with "
+             "the generated modules; the last column flags where the torch and jax presets differ. "
+             "max_pool2d/3d follow max_pool1d. The presets follow reverse mode: PyTorch's forward "
+             "mode (torch.func.jvp) of fmax gives a tie to b (0 ; 1), its backward to a (1 ; 0), "
+             "which `symgrad.check(..., modes=\"both\")` reports (fmin's two modes agree). "
+             "Regenerate with "
              "`symgrad conventions --update README.md`.")
     return "\n".join(rows) + "\n\n" + notes + "\n"
 

@@ -161,7 +161,9 @@ def _reference(name, params, ties, x):
 def test_every_policy_follows_the_definition(case, ties):
     name, params = case[:2]
     module = symgrad.load(name, ties=ties, **params)
-    x = np.array([v for v in SPECIALS if not np.isinf(v)])  # (x * 0 at inf: the presets' business)
+    # rrelu compares x with a*x through x (no tie at +-inf, README); softshrink's outer min compares
+    # its node u = max(0, x - lambd) with x + lambd by value: at +inf both are inf, a tie
+    x = np.array([v for v in SPECIALS if name == "softshrink" or not np.isinf(v)])
     y, gx = _ours(module, x, np.ones_like(x))
     want_y, want_g = _reference(name, params, ties, x)
     np.testing.assert_array_equal(y, want_y)
@@ -252,3 +254,56 @@ def test_cpu_backend_equals_the_numpy_module(name, settings):
         x, g = _inputs(dtype)
         for what, a, b in zip(("forward", "grad"), _ours(cpu, x, g), _ours(ref, x, g)):
             assert _same(a, b).all(), f"cpu {name} {settings} {np.dtype(dtype).name} {what}"
+
+
+FRAMEWORK_FNS = {  # the functions the new conventions-table rows stand for, per framework
+    "fmax": (torch.fmax, jnp.fmax), "fmin": (torch.fmin, jnp.fmin),
+    "rrelu": CASES[0][2:], "softshrink": CASES[4][2:],
+}
+
+
+def test_conventions_table_rows_are_the_frameworks_gradients():
+    """The rows issue 30 adds to `symgrad conventions`: the torch and jax cells are PyTorch's and
+    JAX's own gradients at those points (autograd, jax.vjp), and the last column says DIFFER
+    exactly where they differ; PyTorch's forward mode of fmax at a tie (the table's note) gives the
+    tie to b where its backward gives it to a, fmin's to a in both modes."""
+    from symgrad import table
+    md = table.markdown().splitlines()
+    for op, params, situation, inputs in table.SITUATIONS:
+        if op not in FRAMEWORK_FNS:
+            continue
+        row = next(ln for ln in md if ln.startswith(f"| `{op}` | {situation} |"))
+        cells = dict(zip(["torch", "jax"], row.split(" | ")[2:4]))
+        t_fn, j_fn = FRAMEWORK_FNS[op]
+        ts = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in inputs]
+        t_grads = torch.autograd.grad(t_fn(*ts).sum(), ts)
+        arrays = [jnp.asarray(x, jnp.float64) for x in inputs]
+        y, pullback = jax.vjp(j_fn, *arrays)
+        j_grads = pullback(jnp.ones_like(y))
+        assert cells["torch"] == table._cell([g.numpy() for g in t_grads]), row
+        assert cells["jax"] == table._cell([np.asarray(g) for g in j_grads]), row
+        assert row.endswith(" | DIFFER |") == (cells["torch"] != cells["jax"]), row
+    one, ta, tb = (torch.tensor([v], dtype=torch.float64) for v in (1.0, 1.0, 2.0))
+    for fn, want in ((torch.fmax, 2.0), (torch.fmin, 1.0)):  # fmax: b's tangent; fmin: a's
+        assert torch.func.jvp(fn, (one, one), (ta, tb))[1].item() == want, fn
+
+
+def test_the_plain_hinge_expression_as_documented():
+    """README: max(0, 1 - x) as an expression; at its kink x = 1 the policies give 0, -1, -1/2, -1,
+    PyTorch's clamp(1 - x, min=0) -1 and relu(1 - x) 0 (its autograd), JAX's maximum -1/2 (jax.vjp);
+    away from the kink every policy is the derivative, on both sides."""
+    x = np.array([1.0, 0.5, 2.0, -3.0])
+    got = {}
+    for ties in POLICIES:
+        module = symgrad.load_expr("Max(0, 1 - x)", ties=ties)
+        y, saved = module.forward(x)
+        np.testing.assert_array_equal(y, np.maximum(0.0, 1.0 - x))
+        (got[ties],) = module.backward(np.ones_like(x), saved)
+        np.testing.assert_array_equal(got[ties][1:], [-1.0, 0.0, -1.0])
+    assert [got[t][0] for t in POLICIES] == [0.0, -1.0, -0.5, -1.0]
+    t = torch.tensor([1.0], dtype=torch.float64, requires_grad=True)
+    (clamp,) = torch.autograd.grad(torch.clamp(1 - t, min=0).sum(), t)
+    (relu,) = torch.autograd.grad(F.relu(1 - t).sum(), t)
+    _, pullback = jax.vjp(lambda v: jnp.maximum(0.0, 1.0 - v), jnp.asarray([1.0]))
+    assert (clamp.item(), relu.item(), float(pullback(jnp.ones(1))[0][0])) == (-1.0, 0.0, -0.5)
+    assert got["first"][0] == relu.item() and got["last"][0] == clamp.item()
