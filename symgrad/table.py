@@ -92,7 +92,7 @@ def markdown() -> str:
         rows.append(f"| `{label}` | {situation} | " + " | ".join(cells) + " |")
     notes = ("Gradient of each input with grad_output = 1 (a ; b for two inputs), measured by running "
              "the generated modules. max_pool2d/3d follow max_pool1d. Regenerate with "
-             "`symgrad conventions --update README.md`.")
+             "`symgrad conventions --update docs/conventions.md`.")
     return "\n".join(rows) + "\n\n" + notes + "\n"
 
 
