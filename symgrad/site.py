@@ -60,8 +60,10 @@ def ops_md() -> str:
 
 def cli_md() -> str:
     """`symgrad --help` and each verb's --help, as the parser prints them."""
+    import argparse
     parts = [f"### `symgrad`\n\n{_code(_captured(['--help']))}"]
-    for verb in ("list", "conventions", "derive", "generate", "cache"):
+    verbs = next(a.choices for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for verb in verbs:
         parts.append(f"### `symgrad {verb}`\n\n{_code(_captured([verb, '--help']))}")
     return "\n".join(parts)
 

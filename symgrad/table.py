@@ -108,8 +108,7 @@ def markdown() -> str:
              "max_pool2d/3d follow max_pool1d. The presets follow reverse mode: PyTorch's forward "
              "mode (torch.func.jvp) of fmax gives a tie to b (0 ; 1), its backward to a (1 ; 0), "
              "which `symgrad.check(..., modes=\"both\")` reports (fmin's two modes agree). "
-             "Regenerate with "
-             "`symgrad conventions --update README.md`.")
+             "Regenerate with `symgrad conventions --update docs/conventions.md`.")
     return "\n".join(rows) + "\n\n" + notes + "\n"
 
 

@@ -368,8 +368,8 @@ def test_derive_names_convention_and_rules(cli):
 
 
 def test_conventions_check_detects_a_stale_readme(cli, tmp_path):
-    readme = tmp_path / "README.md"
-    shutil.copy(REPO / "README.md", readme)
+    readme = tmp_path / "conventions.md"
+    shutil.copy(REPO / "docs" / "conventions.md", readme)
     assert_ok(cli("conventions", "--check", readme))
     text = readme.read_text()
     readme.write_text(text.replace("| `relu` | x = 0 |", "| `relu` | x = 0.0 |"))

@@ -144,9 +144,9 @@ def test_bad_input_is_one_error_line(capsys, argv):
     assert len(lines) == 1 and lines[0].startswith("symgrad: error: ")
 
 
-def test_readme_example_is_the_printed_table(capsys):
+def test_docs_example_is_the_printed_table(capsys):
     from pathlib import Path
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    readme = (Path(__file__).parent.parent / "docs" / "conventions.md").read_text()
     assert f'symgrad conventions --expr "{LEAKY}"' in readme
     _, out = table(capsys, LEAKY)
     printed = "\n".join(ln for ln in out.splitlines() if ln.startswith("|"))

