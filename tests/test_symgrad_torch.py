@@ -179,6 +179,12 @@ def _catalog_inputs(entry, rng):
         return [pooled, indices]
     if kind == "logsumexp":
         return [torch.tensor(rng.standard_normal((3, 4, 5)))]
+    if kind == "segment":  # (input, index, src) of scatter_reduce; (data, segment_ids) of segment_max
+        ties = rng.integers(0, 3, size=(6, 3)).astype(np.float64)
+        if "include_self" in entry.params:  # index along dim 0 into 4 slots (slot 3 left empty)
+            return [torch.tensor(rng.integers(0, 3, size=(4, 3)).astype(np.float64)),
+                    torch.tensor(rng.integers(0, 3, size=(6, 3))), torch.tensor(ties)]
+        return [torch.tensor(ties), torch.tensor(np.sort(rng.integers(0, 3, size=6)))]
     # fractional pooling's samples (no gradient) lie in [0, 1)
     return [torch.tensor(rng.random(s) if name in entry.spec.constant_inputs else
                          rng.integers(0, 3, size=s).astype(np.float64))
