@@ -29,8 +29,9 @@ module (``backend="cpu"``: compiled C, the same bits) where a C compiler is foun
 module; read when an op first runs on CPU tensors under each setting);
 CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
 
-The elementwise ops and expressions (the kernels the torch backend builds) take another path
-under torch.compile and for tensors on any device but the CPU (CUDA, MPS, XPU, ...): the torch
+The elementwise ops, expressions, pooling (max_pool1d/2d/3d, MaxPool1d/2d/3d) and maxout (the
+kernels the torch backend builds) take another path under torch.compile and for tensors on any
+device but the CPU (CUDA, MPS, XPU, ...): the torch
 backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
 module's bits on the CPU) inside an ``autograd.Function`` that Dynamo traces into, so Inductor
 fuses it with its neighbours; no CuPy, no host round trip.  Its backward is torch code, so
@@ -41,8 +42,12 @@ forward + backward of 1M float32 elements, one thread, ties="split"
 2-core machine at load average 7-10, so the figures are rough): the compiled C kernels took
 20.2 / 11.0 / 19.8 / 22.5 ms for relu / hardtanh / leaky_relu / maximum, the torch backend's module
 called eagerly 31.4 / 33.6 / 71.2 / 42.8 ms (it makes one full-size temporary per operation).
-Window ops (pooling, reductions), unpooling and logsumexp keep the registered operators under
-torch.compile too.
+Pooling and maxout eagerly on the CPU keep that path too (the compiled C kernels where a C
+compiler is found; not measured against the torch module here).  Pooling with
+return_indices=True takes its indices from the torch backend's module (torch code on the inputs'
+device, traced by torch.compile).  Adaptive and fractional pooling, reductions (amax, max, ...),
+unpooling and logsumexp keep the registered operators under torch.compile too, and need the NumPy
+(CPU) or CUDA module.
 
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
 take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and ``order``.
@@ -556,8 +561,9 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
     module = api.load(name, ties=ties, convention=convention, nan=nan, order=order, **params)
     if params.get("return_indices"):  # PyTorch's (output, indices), the indices from `module`
         settings = dict(ties=ties, convention=convention, nan=nan, order=order)
+        native = _torch_module(lambda: api.load(name, backend="torch", **settings, **params))
         return _WithIndices(op(name, **settings, **(params | {"return_indices": False})), module,
-                            functools.partial(op, name, **settings, **params))
+                            functools.partial(op, name, **settings, **params), native)
     found = _wrap(module, lambda: api.load(name, backend="cuda", ties=ties, convention=convention,
                                            nan=nan, order=order, **params),
                   lambda: api.load(name, backend="cpu", ties=ties, convention=convention, nan=nan,
@@ -570,11 +576,13 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
 class _WithIndices:
     """An op with return_indices=True, as PyTorch's: (output, indices).  The output is the op's
     (autograd, double backward); the indices (int64, no gradient) are the winners' flat positions
-    in their (N, C) planes, from the NumPy module loaded with return_indices=True, run on the
-    detached inputs (a second forward, on the CPU)."""
+    in their (N, C) planes, from a second forward on the detached inputs: of the torch backend's
+    module loaded with return_indices=True where that backend builds the op (pooling: plain torch
+    code, on the inputs' device, traced by torch.compile), else of the NumPy module (on the CPU)."""
 
-    def __init__(self, fn: SymgradOp, module, recipe):
+    def __init__(self, fn: SymgradOp, module, recipe, torch_module=None):
         self.fn, self.module, self._recipe = fn, module, recipe
+        self.torch_module = torch_module
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
 
     def __reduce__(self):
@@ -585,6 +593,9 @@ class _WithIndices:
 
     def __call__(self, *tensors):
         output = self.fn(*tensors)  # checks the tensors
+        if self.torch_module is not None:
+            (_, indices), _ = self.torch_module.forward(*(t.detach() for t in tensors))
+            return output, indices
         (_, indices), _ = self.module.forward(*(t.detach().cpu().numpy() for t in tensors))
         return output, torch.from_numpy(indices).to(output.device)
 

@@ -181,3 +181,24 @@ def test_artifacts_are_made_by_the_lowering():
     assert pipeline.Artifacts is lower.Artifacts
     for p in _backend_sources():
         assert not any(mod.startswith("symgrad.pipeline") for _, mod in _imports(p)), p
+
+
+def test_framework_backends_name_the_forms_they_build_and_emit_no_numpy():
+    """The torch backend (plain PyTorch code, traced by torch.compile on every device) names the
+    kernel forms it builds by lower.kernel_form (kernel types and WINDOW_FORMS), has a geometry for
+    each window form it names, refuses the others in one line, and its templates hold no NumPy."""
+    package = backends.get("torch").package
+    kernel_types = {t.__name__ for t in lower.KERNEL_TYPES.values()}
+    assert set(package.FORMS) <= kernel_types | set(lower.WINDOW_FORMS), package.FORMS
+    from symgrad.backends.torch import window
+    assert set(window.GEOMETRY) == set(package.FORMS) & set(lower.WINDOW_FORMS)
+    for t in sorted(backends.get("torch").templates.glob("*.jinja")):
+        text = t.read_text()
+        assert "import numpy" not in text and "np." not in text.replace("np.maximum", "").replace(
+            "np.minimum", ""), t.name  # (docstrings say which NumPy call a helper matches)
+    for name, params in (("adaptive_max_pool2d", {"output_size": 2}), ("amax", {})):
+        op = resolve(name, "split", **params)
+        assert lower.kernel_form(pipeline.build(op).kernel) not in package.FORMS
+        with pytest.raises(ValueError, match=r"torch backend builds .*backend='numpy'") as info:
+            pipeline.render(op, backends.get("torch"))
+        assert "\n" not in str(info.value)

@@ -117,7 +117,9 @@ def _tensors(*arrays, requires_grad=True):
 def test_the_op_holds_the_torch_module_and_window_ops_do_not():
     relu = st.op("relu", ties="split")
     assert relu.torch_module is not None and relu.torch_module.BACKEND == "torch"
-    assert st.op("max_pool2d", ties="first", kernel_size=2).torch_module is None
+    pool = st.op("max_pool2d", ties="first", kernel_size=2)  # pooling and maxout: built
+    assert pool.torch_module is not None and pool.torch_module.OP == "max_pool2d"
+    assert st.op("amax", ties="split").torch_module is None  # reductions: not yet
 
 
 def test_the_native_function_equals_numpy_forward_backward_and_jvp():
@@ -186,3 +188,42 @@ def test_an_op_wrapped_first_still_takes_the_torch_module():
     assert made is wrapped and made._native is not None
     x = torch.tensor([-1.0, 0.0, 2.0], device="meta")
     assert made(x).device.type == "meta"  # a device other than the CPU: the torch module
+
+
+@pytest.mark.parametrize("kw", [{"ties": "first"}, {"ties": "split"}, {"convention": "jax"}])
+def test_the_native_pooling_function_equals_numpy(kw):
+    """Pooling's autograd.Function (eager form): forward, backward through autograd, forward-mode
+    AD and double backward (backward is linear in grad_output: its derivative in grad_output is
+    the backward again), against the NumPy module bit for bit, with ties and -inf."""
+    fn = st.op("max_pool2d", kernel_size=3, stride=2, padding=1, **kw)
+    mod = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1, **kw)
+    a = np.random.default_rng(0).choice([-np.inf, -1.0, 0.0, 1.0, 2.0], size=(2, 3, 7, 6)).astype(np.float32)
+    x = torch.tensor(a, requires_grad=True)
+    y = fn._native[0].apply(x)
+    y_np, saved = mod.forward(a)
+    assert np.array_equal(y.detach().numpy().view(np.uint32), y_np.view(np.uint32))
+    g = np.linspace(-1, 1, y_np.size).astype(np.float32).reshape(y_np.shape)
+    gt = torch.tensor(g, requires_grad=True)
+    (gx,) = torch.autograd.grad(y, x, gt, create_graph=True)
+    assert np.array_equal(gx.detach().numpy().view(np.uint32), mod.backward(g, saved)[0].view(np.uint32))
+    (ggt,) = torch.autograd.grad(gx, gt, torch.ones_like(gx))  # d<backward(g), 1>/dg = jvp(1)
+    assert np.array_equal(ggt.numpy().view(np.uint32), mod.jvp(np.ones_like(a), saved).view(np.uint32))
+    import torch.autograd.forward_ad as fwAD
+    t = np.float32(0.5) * a.clip(-3, 3)
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(fn._native[0].apply(fwAD.make_dual(torch.tensor(a), torch.tensor(t)))).tangent
+    assert np.array_equal(tangent.numpy().view(np.uint32), mod.jvp(t, saved).view(np.uint32))
+
+
+def test_other_devices_take_the_torch_pooling_module():
+    """Pooling and maxout on the meta device (as any accelerator's tensors reach them): the torch
+    backend's module, shapes and dtypes through forward and backward."""
+    x = torch.empty(2, 4, 7, 6, device="meta", requires_grad=True)
+    for fn, shape in ((st.MaxPool2d(3, 2, 1, ties="split"), (2, 4, 4, 3)),
+                      (st.op("maxout", pieces=2, convention="torch"), (2, 2, 7, 6))):
+        y = fn(x)
+        assert y.device.type == "meta" and tuple(y.shape) == shape
+        (g,) = torch.autograd.grad(y.sum(), x)
+        assert g.device.type == "meta" and g.shape == x.shape
+    p, i = st.MaxPool2d(2, ties="first", return_indices=True)(x)
+    assert i.device.type == "meta" and i.dtype == torch.int64 and i.shape == p.shape
