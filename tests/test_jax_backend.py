@@ -407,6 +407,9 @@ def _window_settings(name, params):
 REDUCTIONS = [("amax", {"dim": -1}), ("amin", {"dim": (0, 2), "keepdim": True}), ("amax", {}),
               ("max", {}), ("min", {})]
 REDUCTION_SHAPE = (3, 4, 5)
+MAXOUT_SHAPE = (3, 6, 2, 3)  # pieces 2 and 3 divide 6
+MAXOUTS = [("maxout", {"pieces": 3}), ("maxout", {"pieces": 2})]
+MAXOUT_ALL = [v for name, params in MAXOUTS for v in _window_settings(name, params)]
 WINDOW_ALL = [v for name, params in POOLS for v in _window_settings(name, params)]
 # (amax and amin under the torch preset are not built: jvp in PyTorch's at::sum order)
 REDUCTION_ALL = [v for name, params in REDUCTIONS for v in _window_settings(name, params)
@@ -435,8 +438,9 @@ def _window_representative():
 WINDOW_REPRESENTATIVE = _window_representative() + [
     v for v in REDUCTION_ALL
     if (v[0], v[1]) == REDUCTIONS[0] and (v[2].get("nan") == "dominate" or "convention" in v[2])
-    or v[0] == "min" and (v[2].get("convention") == "torch" or v[2].get("nan") == "nan")]
-WINDOW_SLOW = [v for v in WINDOW_ALL + REDUCTION_ALL if v not in WINDOW_REPRESENTATIVE]
+    or v[0] == "min" and (v[2].get("convention") == "torch" or v[2].get("nan") == "nan")] + [
+    v for v in MAXOUT_ALL if v[1] == MAXOUTS[0][1] and ("convention" in v[2] or v[2] == {"ties": "split", "nan": "dominate"})]
+WINDOW_SLOW = [v for v in WINDOW_ALL + REDUCTION_ALL + MAXOUT_ALL if v not in WINDOW_REPRESENTATIVE]
 
 
 def _window_inputs(shape, rng):
@@ -457,9 +461,11 @@ def _check_window_variant(variant, rng):
         y, saved = jax_module.forward(x)
         return [y, *jax_module.backward(g, saved), jax_module.jvp(t, saved), saved]
     bad = []
-    rows = OPS[name].strategy.windows == "rows"
+    windows = OPS[name].strategy.windows
+    rows = windows == "rows"
+    shape = {"rows": REDUCTION_SHAPE, "blocks": MAXOUT_SHAPE}.get(windows) or POOL_SHAPES[OPS[name].spatial]
     for dtype in DTYPES:
-        for x in _window_inputs(REDUCTION_SHAPE if rows else POOL_SHAPES[OPS[name].spatial], rng):
+        for x in _window_inputs(shape, rng):
             x = x.astype(dtype)
             with np.errstate(all="ignore"):
                 y, saved = numpy_module.forward(x)

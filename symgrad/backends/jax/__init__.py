@@ -6,7 +6,8 @@ results bit for bit on the CPU.
 
 It builds the kernels whose form is ``lower.ElementwiseKernel`` (the elementwise ops and
 expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``window.py.jinja``,
-forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``) and of
+forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``), of
+blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
 per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order); for
 the others ``render`` raises a ValueError naming the numpy backend."""
@@ -39,7 +40,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
-_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "rows": "jax/rows.py.jinja"}
+_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja"}
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
 
@@ -82,7 +83,7 @@ def render(art: Artifacts) -> dict[str, str]:
     template = _template(art)
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling and reductions only, not a {_form(art.kernel)}"
+                         f"expressions), max pooling, maxout and reductions only, not a {_form(art.kernel)}"
                          f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     ctx = window_context(art) if isinstance(art.kernel, WindowKernel) else context(art)
@@ -160,7 +161,7 @@ def _scan_output(kernel: WindowKernel) -> dict:
 
 
 # the selection partials' prefix by the form of windows (jax/_<prefix>_<scan|mask>.py.jinja)
-_PARTS = {"strided": "window", "rows": "rows"}
+_PARTS = {"strided": "window", "blocks": "window", "rows": "rows"}
 
 
 def _rows_strings(op, kernel: WindowKernel) -> dict:
@@ -214,11 +215,16 @@ def window_context(art: Artifacts) -> dict:
         "padding_comment": ("padding is -inf and takes part in every window (the gradient it wins is "
                             "dropped)" if kernel.padding_takes_part else
                             "padding never wins: a window's winner is always inside the input"),
-        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0.0",
+        # the identity -0.0 where the sum is exact ("-0") or the winner's term written ("written")
+        "grad_start": "-0.0" if kernel.grad_start in ("-0", "written") else "0.0",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "geometry_partial": f"jax/_geometry_{kernel.windows}.py.jinja",
         # strided windows: element j of window o is at input coordinate c, inside where 0 <= c < length
         **({"coordinate": python_integer_code(g.coordinate, {"i": "o"}),
             "inside": python_integer_code(g.inside, {"x": "c"})} if kernel.windows == "strided" else {}),
+        # blocks: the groups of a channel count c
+        **({"maxout_groups": python_integer_code(g.output_size, {"length": "c", "k": "PIECES"})}
+           if kernel.windows == "blocks" else {}),
         "x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}",
         "take": jax_code(sel.take) if scan else "",
         "combine": jax_code(sel.combine),
@@ -250,6 +256,11 @@ JAX_WINDOW_NOTES = {
         "window element's gradient plane back with lax.pad and adds them in output order, so forward,",
         "backward and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has, and equal",
         "the NumPy backend's module bit for bit on the CPU."],
+    "blocks": [
+        "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
+        "forward folds the pieces of each group of channels in order, backward puts each piece's",
+        "gradient back with lax.pad, so forward, backward and jvp run under jax.jit, jax.vmap and",
+        "jax.grad, on every device JAX has, and equal the NumPy backend's module bit for bit on the CPU."],
     "rows": [
         "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
         "each slice along the reduced dims is a row, its winner found by the NumPy module's closed forms,",
