@@ -322,6 +322,19 @@ def test_kernels_it_does_not_build_are_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
+def test_backend_all_leaves_out_the_variants_it_refuses(tmp_path):
+    """amax under the torch preset (jvp in PyTorch's at::sum order): --backend all writes the
+    other backends' files, not the jax module; max pooling's jax module is written."""
+    for args, jax_file in ((["amax", "--dim", "-1", "--convention", "torch"], False),
+                           (["max_pool2d", "--kernel-size", "2"], True)):
+        out = tmp_path / args[0]
+        r = subprocess.run([sys.executable, "-m", "symgrad", "generate", *args, "--backend", "all", "--out", str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        names = [p.name for p in out.iterdir()]
+        assert any(n.endswith("_jax.py") for n in names) == jax_file and len(names) > 1, names
+
+
 def test_a_missing_jax_is_explained_by_the_generated_module(tmp_path):
     files = render(resolve("relu", "split"), backends.get("jax"))
     (name, text), = files.items()

@@ -52,6 +52,13 @@ def _form(kernel) -> str:
     return type(kernel).__name__
 
 
+def refuses(op) -> bool:
+    """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
+    a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
+    the lowering folds into WindowKernel.tangent_term)."""
+    return op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)
+
+
 def _refused_variant(kernel) -> str:
     """Why a kernel of a form it builds is refused, in words (or "")."""
     if isinstance(kernel, WindowKernel) and kernel.tangent_term is not None:
