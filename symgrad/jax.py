@@ -5,18 +5,19 @@
 arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
-  abs; every expression; max pooling, max_pool1d/2d/3d, under every policy, NaN rule and preset):
-  the jax backend's generated module (``symgrad.load(..., backend="jax")``), plain jax.numpy and
-  lax code, traced into the caller's program: XLA fuses it with its neighbours, ``vmap`` batches
-  it natively, and it runs on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy
-  backend's module bit for bit on the CPU.
-* **callback** (where the jax backend builds no module: maxout, the reductions amax/amin/max/min,
-  adaptive and fractional pooling; unpooling; logsumexp; max pooling's return_indices, refused):
-  the generated NumPy module (or, for float32/float64, the cpu backend's compiled C module) in a
-  ``jax.pure_callback`` on the host: CPU only, vmapped sequentially (``vmap_method="sequential"``:
-  a module's leading axes have meanings, e.g. N and C of a pooling, so a batch axis cannot be
-  handed to it), opaque to XLA.  ``NATIVE_LOWERINGS`` and ``backends.jax.WINDOW_FORMS`` say which
-  ops are native.
+  abs; every expression; max pooling, max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min;
+  under every policy, NaN rule and preset but those named below): the jax backend's generated
+  module (``symgrad.load(..., backend="jax")``), plain jax.numpy and lax code, traced into the
+  caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
+  on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
+  bit on the CPU (the modules' docstrings name the exceptions).
+* **callback** (where the jax backend builds no module: adaptive and fractional pooling,
+  unpooling, logsumexp; amax/amin under the torch preset, whose jvp adds in PyTorch's at::sum
+  order; max pooling's return_indices, refused): the generated NumPy module (or, for
+  float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
+  CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
+  meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.
+  ``NATIVE_LOWERINGS`` and ``backends.jax.WINDOW_FORMS`` say which ops are native.
 
 Both are a ``jax.custom_jvp`` function whose tangent is ``jax.custom_derivatives.linear_call(jvp,
 backward, residuals, tangents)``: the module's ``jvp``, declared linear in the tangents with the
@@ -437,8 +438,15 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
     api.check_names(name, params)
     spec = OPS.get(name)
     if _native(spec, params):
-        return wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
-                             order=order, **params))
+        try:
+            return wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
+                                 order=order, **params))
+        except ValueError:
+            if spec.strategy.lowering in NATIVE_LOWERINGS:
+                raise
+            # the jax backend refuses this variant of a window op (amax/amin under the torch
+            # preset: jvp in PyTorch's at::sum order): the callback path, which raises the same
+            # error where it was the arguments'
     return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)
 
 

@@ -205,10 +205,14 @@ def test_smooth_expression_is_close_to_the_numpy_module():
 # ----------------------------------------------------------------------------- symgrad.jax, natively
 
 def test_the_jitted_grad_holds_no_callback():
+    """jit(grad) of relu + max_pool2d + amax: the jax backend's code, no callback (each op's
+    tangent a linear_call), under tie policies and the jax preset."""
     import symgrad.jax as sj
-    f = sj.op("relu", ties="split")
-    text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda x: f(x).sum())))(jnp.ones(8)))
-    assert "callback" not in text and "linear_call" in text
+    for settings in ({"ties": "split"}, {"ties": "first"}, {"convention": "jax"}):
+        relu, amax = sj.op("relu", **settings), sj.op("amax", dim=(-2, -1), **settings)
+        pool = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, **settings)
+        text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda x: amax(pool(relu(x))).sum())))(jnp.ones((2, 3, 8, 8))))
+        assert "callback" not in text and "linear_call" in text, settings
     # the ops whose kernels the jax backend does not build keep the callback path
     pool = sj.op("adaptive_max_pool1d", output_size=2)
     assert "callback" in str(jax.make_jaxpr(jax.grad(lambda x: pool(x).sum()))(jnp.ones((1, 1, 4))))
@@ -318,6 +322,19 @@ def test_kernels_it_does_not_build_are_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
+def test_backend_all_leaves_out_the_variants_it_refuses(tmp_path):
+    """amax under the torch preset (jvp in PyTorch's at::sum order): --backend all writes the
+    other backends' files, not the jax module; max pooling's jax module is written."""
+    for args, jax_file in ((["amax", "--dim", "-1", "--convention", "torch"], False),
+                           (["max_pool2d", "--kernel-size", "2"], True)):
+        out = tmp_path / args[0]
+        r = subprocess.run([sys.executable, "-m", "symgrad", "generate", *args, "--backend", "all", "--out", str(out)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        names = [p.name for p in out.iterdir()]
+        assert any(n.endswith("_jax.py") for n in names) == jax_file and len(names) > 1, names
+
+
 def test_a_missing_jax_is_explained_by_the_generated_module(tmp_path):
     files = render(resolve("relu", "split"), backends.get("jax"))
     (name, text), = files.items()
@@ -399,7 +416,17 @@ def _window_settings(name, params):
     return out
 
 
+# the reductions' parameter sets: one dim, several with keepdim, all (max and min take none)
+REDUCTIONS = [("amax", {"dim": -1}), ("amin", {"dim": (0, 2), "keepdim": True}), ("amax", {}),
+              ("max", {}), ("min", {})]
+REDUCTION_SHAPE = (3, 4, 5)
+MAXOUT_SHAPE = (3, 6, 2, 3)  # pieces 2 and 3 divide 6
+MAXOUTS = [("maxout", {"pieces": 3}), ("maxout", {"pieces": 2})]
+MAXOUT_ALL = [v for name, params in MAXOUTS for v in _window_settings(name, params)]
 WINDOW_ALL = [v for name, params in POOLS for v in _window_settings(name, params)]
+# (amax and amin under the torch preset are not built: jvp in PyTorch's at::sum order)
+REDUCTION_ALL = [v for name, params in REDUCTIONS for v in _window_settings(name, params)
+                 if not (v[0] in ("amax", "amin") and v[2].get("convention") == "torch")]
 
 
 def _window_representative():
@@ -418,8 +445,15 @@ def _window_representative():
     return chosen
 
 
-WINDOW_REPRESENTATIVE = _window_representative()
-WINDOW_SLOW = [v for v in WINDOW_ALL if v not in WINDOW_REPRESENTATIVE]
+# the reductions: amax over one dim under the jax preset and each tie policy (NaN dominates);
+# min over everything under the torch preset (NaN rule 'nan', the zeros rule 'ordered') and split
+# as arithmetic
+WINDOW_REPRESENTATIVE = _window_representative() + [
+    v for v in REDUCTION_ALL
+    if (v[0], v[1]) == REDUCTIONS[0] and (v[2].get("nan") == "dominate" or "convention" in v[2])
+    or v[0] == "min" and (v[2].get("convention") == "torch" or v[2].get("nan") == "nan")] + [
+    v for v in MAXOUT_ALL if v[1] == MAXOUTS[0][1] and ("convention" in v[2] or v[2] == {"ties": "split", "nan": "dominate"})]
+WINDOW_SLOW = [v for v in WINDOW_ALL + REDUCTION_ALL + MAXOUT_ALL if v not in WINDOW_REPRESENTATIVE]
 
 
 def _window_inputs(shape, rng):
@@ -440,8 +474,11 @@ def _check_window_variant(variant, rng):
         y, saved = jax_module.forward(x)
         return [y, *jax_module.backward(g, saved), jax_module.jvp(t, saved), saved]
     bad = []
+    windows = OPS[name].strategy.windows
+    rows = windows == "rows"
+    shape = {"rows": REDUCTION_SHAPE, "blocks": MAXOUT_SHAPE}.get(windows) or POOL_SHAPES[OPS[name].spatial]
     for dtype in DTYPES:
-        for x in _window_inputs(POOL_SHAPES[OPS[name].spatial], rng):
+        for x in _window_inputs(shape, rng):
             x = x.astype(dtype)
             with np.errstate(all="ignore"):
                 y, saved = numpy_module.forward(x)
@@ -450,9 +487,14 @@ def _check_window_variant(variant, rng):
                 want = [y, *numpy_module.backward(g, saved), numpy_module.jvp(t, saved)]
             *got, saved_j = results(x, g, t)
             # the same Saved contents: the uint8 window-local index (scan), the input and output (mask)
-            want += [getattr(saved, f) for f in ("index", "x", "output") if f in saved._fields]
-            got += [getattr(saved_j, f) for f in ("index", "x", "output") if f in saved._fields]
-            for label, u, w in zip(["forward", "backward", "jvp", "saved"], got, want):
+            fields = [f for f in ("index", "x", "output") if f in saved._fields]
+            want += [getattr(saved, f) for f in fields]
+            got += [getattr(saved_j, f) for f in fields]
+            for label, u, w in zip(["forward", "backward", "jvp"] + [f"saved.{f}" for f in fields], got, want):
+                if rows and "index" not in fields and label in ("forward", "saved.output"):
+                    # a split/all reduction's output is np.max's, whose sign of a zero where a row
+                    # holds +0 and -0 follows its SIMD lanes (the module's docstring): zeros as +0
+                    u, w = (np.where(np.asarray(a) == 0, np.zeros((), np.asarray(a).dtype), a) for a in (u, w))
                 why = _same(u, w)
                 if why:
                     bad.append(f"{np.dtype(dtype).name} {label}: {why}")
@@ -506,26 +548,27 @@ def test_window_module_errors():
 # ----------------------------------------------------------------------------- symgrad.jax, window ops natively
 
 def test_vmap_of_grad_of_max_pooling_equals_a_loop():
-    """vmap of grad (and of grad-of-grad) through relu and max pooling equals a loop over the
+    """vmap of grad (and of grad-of-grad) through relu, max pooling and amax equals a loop over the
     examples, batched natively (no sequential map, no callback); and equals the NumPy module's
     backward per example."""
     import symgrad.jax as sj
     pool = sj.op("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
     first = sj.op("max_pool2d", kernel_size=2, ties="first")
-    relu = sj.op("relu", ties="split")
+    relu, amax = sj.op("relu", ties="split"), sj.op("amax", dim=-1, ties="split")
     rng = np.random.default_rng(10)
     xs = jnp.asarray(rng.integers(-2, 3, (4, 2, 3, 7, 6)).astype(np.float32))  # 4 examples of (2, 3, 7, 6)
     w = jnp.asarray(rng.standard_normal((2, 3, 4, 3)).astype(np.float32))
 
     def loss(x):
-        return (pool(relu(x)) ** 2 * w).sum() + first(x).sum()
+        return (pool(relu(x)) ** 2 * w).sum() + first(x).sum() + (amax(x) ** 2).sum()
     gg = jax.grad(lambda x: (jax.grad(loss)(x) * x).sum())
     for fn in (jax.grad(loss), gg):
-        np.testing.assert_array_equal(jax.jit(jax.vmap(fn))(xs), np.stack([fn(x) for x in xs]))
+        one = jax.jit(fn)  # (compiled once for the loop)
+        np.testing.assert_array_equal(jax.jit(jax.vmap(fn))(xs), np.stack([one(x) for x in xs]))
     text = str(jax.make_jaxpr(jax.vmap(jax.grad(loss)))(xs))
     assert "while" not in text and "scan" not in text and "callback" not in text
     n = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1, ties="split")
-    grads = jax.vmap(jax.grad(lambda x: (pool(x) * w).sum()))(xs)
+    grads = jax.jit(jax.vmap(jax.grad(lambda x: (pool(x) * w).sum())))(xs)
     for x, g in zip(np.asarray(xs), grads):
         assert _same(g, n.backward(np.asarray(w), n.forward(x)[1])[0]) is None
 

@@ -50,7 +50,8 @@ class Backend:
         build the op; a backend asked alone for a form it lacks raises its one-line ValueError."""
         from ..lower import form_of
         forms = getattr(self.package, "FORMS", None)
-        return forms is None or form_of(op.spec.strategy) in forms
+        refuses = getattr(self.package, "refuses", None)  # a variant of a form it builds (jax)
+        return (forms is None or form_of(op.spec.strategy) in forms) and not (refuses and refuses(op))
 
     @property
     def templates(self) -> Path:

@@ -6,8 +6,11 @@ results bit for bit on the CPU.
 
 It builds the kernels whose form is ``lower.ElementwiseKernel`` (the elementwise ops and
 expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``window.py.jinja``,
-forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``); for the
-others ``render`` raises a ValueError naming the numpy backend."""
+forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``), of
+blocks (maxout: the same template, each piece of a group one slice) and of
+rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
+per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order); for
+the others ``render`` raises a ValueError naming the numpy backend."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ JAX_NOTE = [
     "and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has; on the CPU they give",
     "the NumPy backend's module's results bit for bit (where a broadcast input's gradient is summed,",
     "XLA adds in its own order: the same bits where the sums are exact)."]
-from .printer import jax_code
+from .printer import jax_code, jax_extremum_reduce, jax_fold_winner, jax_scan_winner
 
 if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
     from ...lower import Artifacts
@@ -37,7 +40,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
-_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja"}
+_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja"}
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
 
@@ -49,10 +52,26 @@ def _form(kernel) -> str:
     return type(kernel).__name__
 
 
+def refuses(op) -> bool:
+    """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
+    a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
+    the lowering folds into WindowKernel.tangent_term)."""
+    return op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)
+
+
+def _refused_variant(kernel) -> str:
+    """Why a kernel of a form it builds is refused, in words (or "")."""
+    if isinstance(kernel, WindowKernel) and kernel.tangent_term is not None:
+        return " whose jvp adds in PyTorch's at::sum order (the torch preset)"
+    return ""
+
+
 def _template(art: Artifacts) -> str | None:
     """The template of an op's module, or None where the jax backend does not build its kernel."""
     kernel = art.kernel
     if isinstance(kernel, WindowKernel):
+        if kernel.tangent_term is not None:  # jvp in PyTorch's at::sum order (TANGENT_SUMS "torch")
+            return None
         return _WINDOW_TEMPLATES.get(kernel.windows)
     return _TEMPLATES.get(type(kernel))
 
@@ -71,7 +90,8 @@ def render(art: Artifacts) -> dict[str, str]:
     template = _template(art)
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions) and max pooling only, not a {_form(art.kernel)}; use "
+                         f"expressions), max pooling, maxout and reductions only, not a {_form(art.kernel)}"
+                         f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     ctx = window_context(art) if isinstance(art.kernel, WindowKernel) else context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
@@ -147,6 +167,30 @@ def _scan_output(kernel: WindowKernel) -> dict:
             "result": "out"}
 
 
+# the selection partials' prefix by the form of windows (jax/_<prefix>_<scan|mask>.py.jinja)
+_PARTS = {"strided": "window", "blocks": "window", "rows": "rows"}
+
+
+def _rows_strings(op, kernel: WindowKernel) -> dict:
+    """A reduction's closed forms (the NumPy module's, in jax.numpy): the scan's winner, the
+    NaN-propagating fold's winner where it gives the output (keep/replace), the mask's output."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    fold = scan and not sel.winner_is_output
+    return {"scan_winner": jax_scan_winner(sel.extremum, sel.order, sel.nan) if scan else "",
+            "scan_order": sel.order or "first",
+            "fold_winner_blocks": [jax_fold_winner(sel.extremum, op.zeros)] if fold else [],
+            "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
+                            "not the winner"] if fold else [],
+            "mask_output": "" if scan else jax_extremum_reduce(sel.extremum, "rows", op.zeros),
+            "count_lines": ["count = jnp.sum(hit, axis=-1, keepdims=True).astype(jnp.promote_types(work, "
+                            "jnp.float32))  # counted exactly, in >= float32",
+                            "# one per element, behind a barrier: XLA turns a division by a broadcast "
+                            "into a product with its reciprocal",
+                            "count = lax.optimization_barrier(jnp.broadcast_to(count, v.shape))"]
+            if sel.counts else []}
+
+
 def _weight_lines(sel) -> list[str]:
     """The mask's weight's first lines: where it multiplies by the hit (the split as arithmetic,
     0 * NaN is NaN), the hit as a number of the dtype made by a select, as XLA rewrites a product
@@ -165,23 +209,29 @@ def window_context(art: Artifacts) -> dict:
     scan = sel.form == "scan"
     bfloat16_adds = kernel.bfloat16_adds == "bfloat16"
     return {
-        **preamble_context(header(op, "jax"), JAX_WINDOW_NOTE, ()),
+        **preamble_context(header(op, "jax"), JAX_WINDOW_NOTES[kernel.windows], ()),
         **python_geometry(kernel),
         "docstring": docstring(op, d, kernel),
         "op": op.name, "ties": op.ties, "params": repr(op.params),
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
         "piecewise_linear": art.piecewise_linear,
-        "selection_partial": f"jax/_window_{sel.form}.py.jinja",
+        "selection_partial": f"jax/_{_PARTS[kernel.windows]}_{sel.form}.py.jinja",
         "window": kernel.window, "spatial": op.spec.spatial,
         "index_dtype": kernel.index_dtype or "",
         "padding_takes_part": kernel.padding_takes_part,
         "padding_comment": ("padding is -inf and takes part in every window (the gradient it wins is "
                             "dropped)" if kernel.padding_takes_part else
                             "padding never wins: a window's winner is always inside the input"),
-        "grad_start": "-0.0" if kernel.grad_start == "-0" else "0.0",
+        # the identity -0.0 where the sum is exact ("-0") or the winner's term written ("written")
+        "grad_start": "-0.0" if kernel.grad_start in ("-0", "written") else "0.0",
         "grad_start_comment": grad_start_comment(kernel.grad_start),
-        "coordinate": python_integer_code(g.coordinate, {"i": "o"}),
-        "inside": python_integer_code(g.inside, {"x": "c"}),
+        "geometry_partial": f"jax/_geometry_{kernel.windows}.py.jinja",
+        # strided windows: element j of window o is at input coordinate c, inside where 0 <= c < length
+        **({"coordinate": python_integer_code(g.coordinate, {"i": "o"}),
+            "inside": python_integer_code(g.inside, {"x": "c"})} if kernel.windows == "strided" else {}),
+        # blocks: the groups of a channel count c
+        **({"maxout_groups": python_integer_code(g.output_size, {"length": "c", "k": "PIECES"})}
+           if kernel.windows == "blocks" else {}),
         "x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}",
         "take": jax_code(sel.take) if scan else "",
         "combine": jax_code(sel.combine),
@@ -195,6 +245,7 @@ def window_context(art: Artifacts) -> dict:
         # the mask's count of each window's hits, where the weight shares the gradient among them
         "count_lines": ["count = jnp.zeros(extremum.shape, work)", "for hit in hits:",
                         "    count = count + hit.astype(work)"] if sel.counts else [],
+        **(_rows_strings(op, kernel) if kernel.windows == "rows" else {}),
         "weight_lines": _weight_lines(sel),
         # an element's gradient summed from +0.0 ("+0"): its zero made +0.0 (_from_zero)
         "finished_grad": "_from_zero(grad)" if kernel.grad_start == "+0" else "grad",
@@ -204,10 +255,23 @@ def window_context(art: Artifacts) -> dict:
     }
 
 
-# the paragraph a window module's docstring ends with
-JAX_WINDOW_NOTE = [
-    "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
-    "forward folds the windows' strided slices in the NumPy module's scan order, backward puts each",
-    "window element's gradient plane back with lax.pad and adds them in output order, so forward,",
-    "backward and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has, and equal",
-    "the NumPy backend's module bit for bit on the CPU."]
+# the paragraph a window module's docstring ends with, by the form of its windows
+JAX_WINDOW_NOTES = {
+    "strided": [
+        "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
+        "forward folds the windows' strided slices in the NumPy module's scan order, backward puts each",
+        "window element's gradient plane back with lax.pad and adds them in output order, so forward,",
+        "backward and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has, and equal",
+        "the NumPy backend's module bit for bit on the CPU."],
+    "blocks": [
+        "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
+        "forward folds the pieces of each group of channels in order, backward puts each piece's",
+        "gradient back with lax.pad, so forward, backward and jvp run under jax.jit, jax.vmap and",
+        "jax.grad, on every device JAX has, and equal the NumPy backend's module bit for bit on the CPU."],
+    "rows": [
+        "A JAX module (jax.numpy and lax only: no host callback, no scatter, no branch on array values):",
+        "each slice along the reduced dims is a row, its winner found by the NumPy module's closed forms,",
+        "so forward, backward and jvp run under jax.jit, jax.vmap and jax.grad, on every device JAX has,",
+        "and equal the NumPy backend's module bit for bit on the CPU, except the sign of a zero output",
+        "of a split/all row holding both +0 and -0 (np.max's sign there follows its SIMD lanes)."],
+}
