@@ -327,3 +327,29 @@ def test_an_index_expanded_along_the_features_segments_whole_rows(ties):
     if ties != "torch":  # (the torch preset's NaN segments give NaN in both)
         t_i, t_s = rng.normal(size=(4, 3)), rng.normal(size=(10, 3))
         assert np.isclose(np.sum(mod.jvp(t_i, None, t_s, saved) * g), np.sum(t_i * gi) + np.sum(t_s * gs))
+
+
+def test_torch_preset_bfloat16_is_scatter_reduce():
+    """bfloat16 (ml_dtypes) under the torch preset: computed in float32 and rounded once, which is
+    how PyTorch's CPU computes g / N in bfloat16: the same bits."""
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    rng = np.random.default_rng(10)
+    for include_self in (True, False):
+        mod = symgrad.load("scatter_max", convention="torch", include_self=include_self)
+        for _ in range(20):
+            inp, src = _tie_heavy(rng, (5, 2), np.float32), _tie_heavy(rng, (9, 2), np.float32)
+            inp[0, 0], src[:3, 0] = 1.0, 1.0  # a 3- or 4-way tie: g / 3 rounds in bfloat16
+            index = rng.integers(0, 5, (9, 2))
+            index[:3, 0] = 0
+            g = np.array(rng.choice([1.0, -3.0, 0.0, 7.0], (5, 2)), dtype=np.float32)
+            ti = torch.tensor(inp, dtype=torch.bfloat16, requires_grad=True)
+            ts = torch.tensor(src, dtype=torch.bfloat16, requires_grad=True)
+            ty = ti.scatter_reduce(0, torch.tensor(index), ts, "amax", include_self=include_self)
+            ty.backward(torch.tensor(g, dtype=torch.bfloat16))
+            y, saved = mod.forward(inp.astype(bf16), index, src.astype(bf16))
+            gi, _, gs = mod.backward(g.astype(bf16), saved)
+            for got, want in ((y, ty), (gi, ti.grad), (gs, ts.grad)):
+                assert got.dtype == bf16
+                _same_bits(got.astype(np.float32), want.detach().float().numpy())  # exact widening

@@ -373,3 +373,112 @@ def jvp(tangent_input, tangent_index, tangent_src, saved: Saved) -> np.ndarray:
     chosen = np.take_along_axis(t_src, np.maximum(winner, 0), axis=0) if t_src.shape[0] else 0
     out = np.where(winner >= 0, chosen, np.where(winner == -1, t_initial, 0))
     return _placed(np.asarray(out, dtype=saved.dtype), saved.output_shape, d)
+
+
+# ----------------------------------------------------------------------------- bfloat16
+# bfloat16 arrays (ml_dtypes' type, imported only when one arrives) are computed as the CUDA
+# kernels compute float16 and bfloat16: widened to float32 (exactly), run through the float32
+# code above, and each result rounded once to bfloat16 (to nearest, ties to even).  saved keeps
+# bfloat16 arrays and dtype.  Where bfloat16 meets float32 or float64 (elementwise inputs) the
+# result is the wider type, and a bfloat16 input still gets a bfloat16 gradient.
+DTYPE_INPUTS = ('input', 'src')  # the inputs whose dtype is the output's
+_float_forward, _float_backward, _float_jvp = forward, backward, jvp
+
+
+def _bfloat16(name: str, value) -> np.dtype | None:
+    """ml_dtypes.bfloat16 if value (an array or a dtype) is bfloat16, else None."""
+    dtype = value if isinstance(value, np.dtype) else getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype) or dtype.name != "bfloat16":
+        return None
+    try:
+        import ml_dtypes
+    except ModuleNotFoundError:
+        raise TypeError(f"{OP}: {name} is bfloat16, which needs the ml_dtypes package; install it "
+                        f"with pip install ml_dtypes (or pip install \".[bfloat16]\" from symgrad's checkout)") from None
+    if dtype != np.dtype(ml_dtypes.bfloat16):
+        raise TypeError(f"{OP}: {name} must be ml_dtypes.bfloat16 among the bfloat16 types, got "
+                        f"{dtype!r} of {type(dtype).__module__}")
+    return dtype
+
+
+def _widened(name: str, value):
+    """A bfloat16 array as float32 (exact); any other value as it is."""
+    return value if _bfloat16(name, value) is None else np.asarray(value).astype(np.float32)
+
+
+def _through(name: str, value, bf16: np.dtype):
+    """A float array as bfloat16 holds it (a wider one rounded, as other dtypes are cast to
+    saved.dtype), then as float32; any other value as it is, for the checks above."""
+    if _bfloat16(name, value) is not None:
+        return np.asarray(value).astype(np.float32)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return value.astype(bf16).astype(np.float32)
+    return value
+
+
+def _rounded(value, bf16: np.dtype):
+    """A float32 result rounded once to bfloat16; anything else (indices, None) as it is."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float32:
+        with np.errstate(invalid="ignore"):  # a signaling NaN's cast: NaN, silently
+            return value.astype(bf16)
+    return value
+
+
+def _widened_saved(saved) -> tuple:
+    """(saved with its bfloat16 arrays widened to float32, the bfloat16 dtype or None, whether the
+    whole op is bfloat16 (saved.dtype), the fields that were bfloat16)."""
+    if not isinstance(saved, Saved):
+        return saved, None, False, ()
+    whole = _bfloat16("saved.dtype", saved.dtype)
+    fields = tuple(f for f, v in zip(Saved._fields, saved)
+                   if isinstance(v, np.ndarray) and _bfloat16(f"saved.{f}", v) is not None)
+    if whole is None and not fields:
+        return saved, None, False, ()
+    bf16 = whole if whole is not None else getattr(saved, fields[0]).dtype
+    wide = saved._replace(**{f: getattr(saved, f).astype(np.float32) for f in fields})
+    if whole is not None:
+        wide = wide._replace(dtype=np.dtype(np.float32))
+    return wide, bf16, whole is not None, fields
+
+
+def forward(input, index, src):
+    inputs = (input, index, src)
+    found = [_bfloat16(name, v) for name, v in zip(INPUTS, inputs)]
+    if all(d is None for d in found):
+        return _float_forward(*inputs)
+    bf16 = next(d for d in found if d is not None)
+    whole = all(d is not None for name, d in zip(INPUTS, found) if name in DTYPE_INPUTS)
+    # under a bfloat16 op the other float inputs (random samples) are read in bfloat16, as PyTorch
+    wide = [_widened(name, v) if name in DTYPE_INPUTS or not whole else _through(name, v, bf16)
+            for name, v in zip(INPUTS, inputs)]
+    output, saved = _float_forward(*wide)
+    if whole:
+        output = (_rounded(output[0], bf16),) + output[1:] if isinstance(output, tuple) else \
+            _rounded(output, bf16)
+        return output, saved._replace(**{f: _rounded(v, bf16) for f, v in zip(Saved._fields, saved)
+                                         if f != "dtype"}, dtype=bf16)
+    # computed in the wider type: saved keeps each bfloat16 input as given, for its gradient
+    return output, saved._replace(**{name: np.asarray(v) for name, v, d in zip(INPUTS, inputs, found)
+                                     if d is not None and name in Saved._fields})
+
+
+def backward(grad_output, saved):
+    wide, bf16, whole, fields = _widened_saved(saved)
+    if bf16 is None:
+        return _float_backward(_widened("grad_output", grad_output), saved)
+    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
+                            _widened("grad_output", grad_output), wide)
+    return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
+
+
+def jvp(tangent_input, tangent_index, tangent_src, saved):
+    wide, bf16, whole, _ = _widened_saved(saved)
+    tangents = [tangent_input, tangent_index, tangent_src]
+    names = [f"tangent_{name}" for name in INPUTS]
+    if bf16 is None or not whole:
+        return _float_jvp(*[_widened(n, t) for n, t in zip(names, tangents)], wide)
+    return _rounded(_float_jvp(*[_through(n, t, bf16) for n, t in zip(names, tangents)], wide), bf16)
+
+
+forward.__doc__, backward.__doc__, jvp.__doc__ = (_float_forward.__doc__, _float_backward.__doc__,
+                                                  _float_jvp.__doc__)
