@@ -599,6 +599,9 @@ def _check_rrelu(params):
     if params["lower"] > params["upper"]:
         raise ValueError(f"rrelu: lower must be <= upper, got lower={params['lower']!r}, "
                          f"upper={params['upper']!r}")
+    if not math.isfinite((params["lower"] + params["upper"]) / 2):
+        raise ValueError(f"rrelu: the slope (lower + upper)/2 must be finite in float64, got "
+                         f"lower={params['lower']!r}, upper={params['upper']!r}")
 
 
 def _rrelu(params, xs, literal: bool = False):

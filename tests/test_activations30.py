@@ -236,6 +236,9 @@ def test_symgrad_torch_double_backward_equals_pytorch(case):
 def test_parameter_errors_are_one_line():
     with pytest.raises(ValueError, match=r"^rrelu: lower must be <= upper, got lower=0.5, upper=0.25$"):
         symgrad.load("rrelu", lower=0.5, upper=0.25)
+    with pytest.raises(ValueError, match=r"^rrelu: the slope \(lower \+ upper\)/2 must be finite in "
+                       r"float64, got lower=1e\+308, upper=1.7e\+308$"):
+        symgrad.load("rrelu", lower=1e308, upper=1.7e308)  # (was an AssertionError in derive)
     with pytest.raises(ValueError, match=r"^softshrink: lambd must be >= 0, got -1$"):
         symgrad.load("softshrink", lambd=-1)
     with pytest.raises(TypeError, match=r"^softshrink: unexpected parameter 'lambda'"):
