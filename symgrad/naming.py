@@ -18,6 +18,8 @@ _ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "
            "dim": "dim", "keepdim": "keepdim", "pieces": "pieces",
            "output_size": "out", "output_ratio": "ratio", "temperature": "t",
            "return_indices": "indices"}
+_ABBREV.update({"k": "top", "descending": "desc", "stable": "stable", "largest": "largest",
+                "sorted": "sorted"})  # order statistics (issue 29)
 
 
 def _value(v) -> str:

@@ -32,9 +32,11 @@ from .base import REPRESENTATIVE_REDUCTION_WINDOW, Kind  # noqa: F401
 from .elementwise import ELEMENTWISE, EXPRESSION
 from .fractional import FRACTIONAL, FRACTIONAL_WINDOWS  # noqa: F401
 from .maxout import MAXOUT
+from .order import ORDER
 from .pool import POOL
 from .reduction import REDUCTION
 from .special import LOGSUMEXP, UNPOOL
 
 KINDS: dict[str, Kind] = {k.name: k for k in (ELEMENTWISE, EXPRESSION, POOL, MAXOUT, FRACTIONAL,
-                                              REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP)}
+                                              REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP,
+                                              ORDER)}

@@ -13,7 +13,7 @@ import sympy as sp
 from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
-from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
+from ...lower import (kernel_form, BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel,
                      backward_plan)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
@@ -750,8 +750,17 @@ _FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans"
                  "sampled": _cuda_fractional}
 
 
+# the kernel forms this backend builds (lower.kernel_form): every form but the order statistics'
+FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
+         "sampled")
+
+
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
+    if kernel_form(art.kernel) not in FORMS:
+        raise ValueError(f"the cuda backend builds the {', '.join(FORMS)} forms only so far: expected "
+                         f"one of those, got {art.op.name}'s kernel of form {kernel_form(art.kernel)!r}; "
+                         f"use backend='numpy' for it")
     if art.op.params.get("return_indices"):
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")
