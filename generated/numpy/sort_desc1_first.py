@@ -218,6 +218,22 @@ def _ranked(key: np.ndarray) -> np.ndarray:
     return np.argsort(key, axis=-1, kind="stable")
 
 
+def _first_ranks(key: np.ndarray, k: int) -> np.ndarray:
+    """The first k entries of _ranked(key), found without sorting whole rows where k is below
+    the row's length: a partition finds each row's k-th key, the elements before it and the tied
+    ones that rank first are taken, and only those k are sorted."""
+    n = key.shape[-1]
+    if k == 0 or k >= n:
+        return _ranked(key)[..., :k]
+    kth = np.partition(key, k - 1, axis=-1)[..., k - 1:k]
+    tied = key == kth
+    need = k - np.sum(key < kth, axis=-1, keepdims=True)
+    taken = np.cumsum(tied.view(np.int8), axis=-1, dtype=np.int32) <= need  # the tied elements that rank first
+    chosen = (key < kth) | (tied & taken)
+    picked = np.nonzero(chosen.reshape(-1, n))[1].reshape(key.shape[:-1] + (k,))  # in index order
+    return np.take_along_axis(picked, _ranked(np.take_along_axis(key, picked, axis=-1)), axis=-1)
+
+
 def forward(x: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], Saved]:
     """Return ((values, indices), saved): the elements of ranks 0 .. n - 1 of each row along
     dim, and their int64 indices along it."""
@@ -226,7 +242,7 @@ def forward(x: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], Saved]:
     k = v.shape[-1]
     if k > v.shape[-1]:
         raise ValueError(f"{OP}: k={k} is larger than the {v.shape[-1]} elements along dim {DIM}")
-    indices = _ranked(_rank_key(v))[..., :k]
+    indices = _first_ranks(_rank_key(v), k)
     values = np.take_along_axis(v, indices, axis=-1)
     output = (_unrows(values, x.shape), _unrows(indices, x.shape))
     return output, Saved(indices, x.shape, output[0].shape, x.dtype)
