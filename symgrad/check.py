@@ -295,6 +295,7 @@ def check(fn, *inputs, ties: str | None = None, op: str | None = None, params: d
         raise TypeError(f"symgrad.check: modes={modes!r} needs fn's forward mode, and {has} has none; "
                         "give a module with jvp, a (forward, vjp, jvp) triple, or a torch/JAX function")
     report = Report(ties, modes=modes)
+    target.rank_sign = _rank_sign(op or target.op, params if params is not None else target.params)
     pieces = _Pieces.of(op or target.op, params if params is not None else target.params,
                         order or getattr(target.module, "ORDER", None), ties)
     y0 = target.forward(xs)
@@ -419,6 +420,9 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
         return True
     kinks = [e for e in deps if _kink(dp[e], dm[e])]
     tied = kinks if len(kinks) >= 2 else []
+    if target.rank_sign:  # an order statistic: a middle rank of a tie block has no kink to probe
+        tied = kinks = _rank_block(target, xs, elements, y0, o)
+        deps = sorted(set(deps) | set(tied))
     for e in deps:
         if e in tied:
             continue
@@ -445,7 +449,9 @@ def _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fai
         moved = _moved(xs, *elements[e], side * DELTA)
         return {t: _central(target, moved, *elements[t], o) for t in tied}
 
-    if ties in ("first", "last"):
+    if target.rank_sign:  # an order statistic's tie block: its ranks, not one strict winner
+        expected, why = _rank_expected(target, xs, elements, o, order, ties)
+    elif ties in ("first", "last"):
         winner = order[0] if ties == "first" else order[-1]
         expected = strict(winner)
         why = f"{len(tied)} elements tied: the {ties} ({_where(elements[winner])}) made the strict winner"
@@ -484,6 +490,51 @@ def _along(target, xs, elements, deps, o) -> float:
 def _where(element) -> str:
     k, i = element
     return f"input {k} at {list(int(v) for v in i)}"
+
+
+# ----------------------------------------------------------------------------- order statistics
+
+def _rank_sign(name, params) -> int:
+    """+1 (largest first) or -1 (smallest first) for sort and topk, whose tied outputs are ranks of
+    one tie block; 0 for every other op (cummax/cummin: each output one prefix's extremum)."""
+    from .kinds.order import ORDER, cumulative, descending
+    if name not in OPS or OPS[name].strategy is not ORDER or cumulative(name):
+        return 0
+    return 1 if descending(resolve(name, **(params or {}))) else -1
+
+
+def _rank_block(target, xs, elements, y0, o) -> list:
+    """The elements of output o's row (along dim) equal to its value, where two or more are."""
+    x = xs[0]
+    axis = target.params.get("dim", -1) % max(x.ndim, 1)
+    at = np.unravel_index(o, y0.shape)
+    value = y0.reshape(-1)[o]
+    block = [e for e, (k, i) in enumerate(elements) if k == 0 and x[i] == value
+             and all(a == b for d, (a, b) in enumerate(zip(i, at)) if d != axis)]
+    return block if len(block) >= 2 else []
+
+
+def _rank_expected(target, xs, elements, o, order, ties):
+    """The derivatives of output o in the t tied elements (order: index order) with the tie made
+    strict in the policy's order: first ranks them by index, last by index reversed (each moved
+    by at most DELTA, the one ranking first the most); split averages the t rotations of that
+    order (each element holds o's rank once), all sums them."""
+    t = len(order)
+
+    def strict(seq):
+        moved = [x.copy() for x in xs]
+        for q, e in enumerate(seq):
+            k, i = elements[e]
+            moved[k][i] += target.rank_sign * (t - q) * DELTA / t
+        return {e: _central(target, moved, *elements[e], o) for e in order}
+
+    if ties in ("first", "last"):
+        return strict(order if ties == "first" else order[::-1]), (
+            f"{t} elements tied: ranked by index{' reversed' if ties == 'last' else ''}, made strict")
+    rows = [strict(order[r:] + order[:r]) for r in range(t)]
+    scale = t if ties == "split" else 1
+    return ({e: sum(r[e] for r in rows) / scale for e in order},
+            f"{t} elements tied: the {'mean' if ties == 'split' else 'sum'} over the {t} rotations of their ranks")
 
 
 # ----------------------------------------------------------------------------- unpooling

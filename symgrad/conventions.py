@@ -46,6 +46,8 @@ class Preset:
     # elementwise with broadcasting: how a broadcast input's gradient is summed back to its shape
     # (BROADCAST_SUMS)
     broadcast_sum: str = "numpy"
+    # order statistics: how the framework computes what a policy alone does not say (ORDER_FORMS)
+    order_form: str = ""
 
 
 ZERO_RULES = {
@@ -339,3 +341,52 @@ JAX.update({
         "(as one writes it in JAX): 0 at both kinks and at NaN, +0 in the zero band. Its forward "
         "gives 0 at NaN where the preset keeps NaN (every symgrad forward does)")),
 })
+
+
+# ----------------------------------------------------------------------------- order statistics
+
+ORDER_FORMS = {
+    "": "as the policy says: a split gives each of the t tied elements 1/t of every tied output's "
+        "gradient, and either direction ranks ties by the policy",
+    "tree": "as JAX differentiates lax.cummax/cummin: through jax.lax.associative_scan's tree of "
+            "binary max/min, each of which sends 1/2 to each of two equal operands (_balanced_eq), "
+            "so a tie's elements get powers of 1/2 by their places in the tree",
+    "reversed": "descending is the ascending order reversed (jnp.sort(descending=True) is "
+                "lax.rev of the stable ascending sort): equal elements rank last-index first there",
+    "negated": "the smallest are the largest of -x, negated (-lax.top_k(-x, k): lax.top_k has no "
+               "`largest`): so is the gradient, -(0 - g) at the selected elements and -0 elsewhere",
+}
+
+_CUM_TORCH = Preset("last", "dominate", grad_start="+0", note=(
+    "torch.cummax/cummin (CPU): the running winner is replaced by an element >= it (or NaN), so a "
+    "tie goes to the latest tied index and the latest NaN; backward scatter_add of grad_output into "
+    "zeros at the indices, in output order in the dtype"))
+_SORT_TORCH = Preset("first", "largest", grad_start="written", note=(
+    "torch.sort (CPU): a stable sort whatever `stable` says (CUDA's unstable sort may order ties "
+    "otherwise), NaN largest, +0 and -0 equal; backward writes grad_output at the indices into "
+    "zeros (zeros.scatter)"))
+_TOPK_TORCH = Preset("first", "largest", grad_start="written", note=(
+    "torch.topk (CPU) selects with std::partial_sort (k * 64 <= n) or std::nth_element and "
+    "std::sort, which order equal elements by the algorithm's steps, not by index: values match "
+    "bit for bit, the indices and gradient of tied elements may not (this preset ranks ties "
+    "first, as a stable sort; CUDA's radix select differs again); backward writes grad_output at "
+    "the indices into zeros"))
+TORCH.update({"sort": _SORT_TORCH, "topk": _TOPK_TORCH, "cummax": _CUM_TORCH, "cummin": _CUM_TORCH})
+
+_CUM_JAX = Preset("split", "zero", order_form="tree", note=(
+    "lax.cummax/cummin: forward XLA's reduce_window max/min (-0 below +0, NaN propagates); the "
+    "gradient, on every device, that of jax.lax.associative_scan (the jvp rule differentiates "
+    "it): a tree of binary max/min with _balanced_eq's 1/2 to each of two equal operands and 0 to "
+    "both where the result is NaN, so torch.cummin([1, 0, 0, 2, 0]) gets [1, 2.25, 1.25, 0, 0.5]; "
+    "cotangents are added into +0"))
+JAX.update({
+    "sort": Preset("first", "largest", order_form="reversed", note=(
+        "jnp.sort: a stable sort, NaN largest (every NaN equal), +0 and -0 equal; descending=True "
+        "reverses the ascending sort, so its ties come last-index first (jnp.argsort("
+        "descending=True) orders them first-index first instead: this preset's indices follow "
+        "jnp.sort's values); backward adds grad_output into +0 at the indices (a -0 becomes +0)")),
+    "topk": Preset("first", "largest", zeros="ordered", order_form="negated", note=(
+        "lax.top_k (largest=False: -lax.top_k(-x, k)): XLA's total order, -0 below +0 and NaN "
+        "above +inf (a NaN with its sign bit set, which this preset reads as NaN, ranks below "
+        "-inf there), ties first; backward adds grad_output into +0 at the indices")),
+    "cummax": _CUM_JAX, "cummin": _CUM_JAX})

@@ -39,6 +39,7 @@ from .indicators import Indicator, Literal, MaxOf, MinOf, _Extremum, substitute
 from .ops import MAX_WINDOW, Op
 from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
+from .derive_order import derive_order
 from .printers import text
 
 EXHAUSTIVE_UP_TO = 4
@@ -571,7 +572,7 @@ def _derive_parsed(op: Op, display: bool) -> Derivation:
 
 # how each op kind is derived (Kind.derivation): not a max/min of pieces: derive_special.py
 DERIVATIONS = {"pieces": _derive_pieces, "expression": _derive_parsed,
-               "special": lambda op, display: derive_special(op)}
+               "special": lambda op, display: derive_special(op), "order": derive_order}
 
 
 def _steps(op: Op, forward, nodes: list[Node], partials) -> list[Step]:

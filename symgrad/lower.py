@@ -485,7 +485,7 @@ def piecewise_linear(kernel) -> bool:
     tests, counts of conditions), never as a number.  The generated jvp is then also the
     derivative of backward with respect to grad_output, and its derivative with respect to the
     inputs is 0 almost everywhere, which is all double backward needs."""
-    if isinstance(kernel, (WindowKernel, UnpoolKernel)):
+    if isinstance(kernel, (WindowKernel, UnpoolKernel)) or type(kernel).__name__ == "OrderKernel":
         return True
     if isinstance(kernel, LogSumExpKernel):
         return False
@@ -904,12 +904,74 @@ def _lower_logsumexp(d: Derivation) -> LogSumExpKernel:
     return LogSumExpKernel(t, shift, term, output, weight, ("x", "output"))
 
 
+# ----------------------------------------------------------------------------- order statistics
+
+TOTAL, TIED = sp.symbols("total tied", real=True)
+
+
+@dataclass(frozen=True)
+class OrderKernel:
+    """An order statistic (kinds/order.py): each output the element of one rank of its row.
+
+    select: "rank" (sort, topk: the row ranked, outputs the first `k` ranks; None: every rank) or
+    "prefix" (cummax/cummin: output i the first rank of x[0..i]).  descending: the largest ranks
+    first.  Ranks compare a total-order key of each element: NaN above +inf, NaNs equal, and +0
+    equal to -0 unless ``zeros_ordered`` (-0 below +0, XLA's total order).  ``ties``: "first"
+    (equal elements rank by index), "last" (by index reversed) or "block" (split/all: the values
+    and indices of a stable sort; every element of a tie block gathers ``weight``, in TOTAL, the
+    block's outputs' gradients added, and TIED, the block's size).  ``tree``: the gradient of
+    jax.lax.associative_scan's tree of binary max/min (order_form "tree") instead.
+    ``nan_sends_nothing``: an output that is NaN sends no gradient (NaN rule 'zero').
+    ``grad_form``: how first/last's gradient reaches its element: "written" (grad_output itself,
+    a -0 stays -0), "added" (into +0) or "negated" (-(0 - grad_output), the rest -0: the gradient
+    of -top_k(-x)).  ``saved``: what forward keeps for backward and jvp."""
+
+    select: str
+    k: int | None
+    descending: bool
+    zeros_ordered: bool
+    ties: str
+    weight: sp.Expr | None
+    tree: bool
+    nan_sends_nothing: bool
+    grad_form: str
+    saved: tuple[str, ...]
+
+
+def _lower_order(d: Derivation) -> OrderKernel:
+    """An order statistic: the rank key, the tie rule and what backward gathers."""
+    from .kinds.order import cumulative, descending
+    op = d.op
+    policy = _policy.TIES[op.ties]
+    prefix = cumulative(op.name)
+    tree = prefix and op.order_form == "tree"
+    ties = op.ties if policy.single else "block"
+    if op.order_form == "reversed" and descending(op) and policy.single:  # the ascending order reversed
+        ties = "last" if ties == "first" else "first"
+    grad_form = "written" if op.grad_start == "written" else "added"
+    if op.order_form == "negated" and not descending(op):
+        grad_form = "negated"
+    weight = None if policy.single else (Quotient(TOTAL, TIED) if policy.splits else TOTAL)
+    if tree:
+        saved = ("x",)
+    elif policy.single:
+        saved = ("indices",)
+    elif prefix:  # each output's block of equal extrema, how many tie (and the NaN outputs: 'zero')
+        saved = ("block_start", "tied") + (("values",) if op.nan == "zero" else ())
+    else:  # the whole ranking, and each rank's tie block
+        saved = ("order", "block_start", "block_size")
+    return OrderKernel("prefix" if prefix else "rank", op.params.get("k"), descending(op),
+                       op.zeros == "ordered", ties, weight, tree, op.nan == "zero",
+                       grad_form, saved)
+
+
 # the lowering of each op kind (Kind.lowering)
 LOWERINGS = {"elementwise": _lower_elementwise, "window": _lower_window,
-             "expression": lower_expression, "scatter": _lower_scatter, "logsumexp": _lower_logsumexp}
+             "expression": lower_expression, "scatter": _lower_scatter, "logsumexp": _lower_logsumexp,
+             "order": _lower_order}
 # the kernel each lowering makes
 KERNEL_TYPES = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
-                "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel}
+                "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel, "order": OrderKernel}
 
 
 def kernel_form(kernel) -> str:

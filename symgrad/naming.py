@@ -19,6 +19,8 @@ _ABBREV = {"kernel_size": "k", "stride": "s", "padding": "p", "dilation": "d", "
            "output_size": "out", "output_ratio": "ratio", "temperature": "t",
            "return_indices": "indices"}
 _ABBREV.update({"include_self": "self", "num_segments": "n", "indices_are_sorted": "sorted"})  # segments
+_ABBREV.update({"k": "top", "descending": "desc", "stable": "stable", "largest": "largest",
+                "sorted": "sorted"})  # order statistics (issue 29)
 
 
 def _value(v) -> str:

@@ -128,6 +128,9 @@ class Op:
     # elementwise with broadcasting: how a broadcast input's gradient is summed
     # (conventions.BROADCAST_SUMS)
     broadcast_sum: str = "numpy"
+    # order statistics: how the framework computes what a policy alone does not say
+    # (conventions.ORDER_FORMS)
+    order_form: str = ""
 
     @property
     def name(self) -> str:
@@ -329,7 +332,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     broadcast_sum = preset.broadcast_sum if preset else "numpy"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
             zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order, tangent_sum,
-            broadcast_sum)
+            broadcast_sum, preset.order_form if preset and ties == preset.ties else "")
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
@@ -674,3 +677,40 @@ def _segment_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _segment_specs()})
+
+# ----------------------------------------------------------------------------- order statistics
+
+ORDER_NAN_WHY = ("NaN ranks as the largest value, as PyTorch and JAX sort and select (NaNs tie with "
+                 "each other)")
+CUMULATIVE_NAN_WHY = ("a prefix holding NaN has output NaN and its gradient goes to the NaN(s) by "
+                      "the tie policy ('dominate'), or ('zero', split/all) no gradient")
+_ORDER_DIM = Param("dim", "int", -1, "the dim to rank along (negative: from the end)", -MAX_INT)
+
+
+def _order_specs() -> list[OpSpec]:
+    """sort, topk, cummax, cummin (kinds/order.py): each output the element of one rank."""
+    cumulative = (Param("dim", "int", None, "the dim to scan along (negative: from the end)", -MAX_INT,
+                        required=True),)
+    return [
+        OpSpec("sort", "ranking", "the row along dim sorted (values, and the permutation as int64 "
+               "indices)", params=(_ORDER_DIM, Param("descending", "bool", False, "largest first"),
+                                   Param("stable", "bool", False, "PyTorch's flag: the tie policy "
+                                         "decides the order of equal elements (first: stable)")),
+               torch_name="torch.sort", nan_rules=("largest",), nan_why=ORDER_NAN_WHY),
+        OpSpec("topk", "ranking", "the k largest (or smallest) elements of the row along dim, in rank "
+               "order (values, and their int64 indices)",
+               params=(Param("k", "int", None, "how many", 0, required=True), _ORDER_DIM,
+                       Param("largest", "bool", True, "the largest (else the smallest)"),
+                       Param("sorted", "bool", True, "PyTorch's flag: the output is in rank order "
+                             "either way")),
+               torch_name="torch.topk", nan_rules=("largest",), nan_why=ORDER_NAN_WHY),
+        OpSpec("cummax", "ranking", "output i = max(x[0..i]) along dim (values, and the int64 index "
+               "of the element holding it)", params=cumulative, torch_name="torch.cummax",
+               nan_rules=("dominate", "zero"), nan_why=CUMULATIVE_NAN_WHY),
+        OpSpec("cummin", "ranking", "output i = min(x[0..i]) along dim (values, and the int64 index "
+               "of the element holding it)", params=cumulative, extremum="min",
+               torch_name="torch.cummin", nan_rules=("dominate", "zero"), nan_why=CUMULATIVE_NAN_WHY),
+    ]
+
+
+OPS.update({s.name: s for s in _order_specs()})

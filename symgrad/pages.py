@@ -23,6 +23,9 @@ from .ops import Op
 def page(op: Op) -> Page:
     if op.spec.strategy.expression:  # a user's expression: its derivation's steps
         return expression_page(op)
+    if op.spec.strategy.derivation == "order":  # sort, topk, cummax, cummin (docs_order.py)
+        from .docs_order import order_page
+        return order_page(op)
     return special_page(op) if op.spec.strategy.special else _maxmin_page(op)
 
 

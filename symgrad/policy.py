@@ -240,6 +240,15 @@ def check_nan(nan: object, ties: str, op_rules: tuple[str, ...] = ()) -> str:
 
 OP_NAN_RULES_OPS = {"lose": ("fmax", "fmin")}  # the ops admitting each (for the error message)
 
+# order statistics (issue 29): NaN ranks as the largest value, as PyTorch and JAX sort, top-k and
+# their cumulative max/min rank it
+OP_NAN_RULES["largest"] = NanRule(
+    "largest", "a NaN ranks above every number (+inf included) and NaNs tie with each other, as "
+    "PyTorch and JAX sort and select: a descending sort or a largest top-k puts the NaNs first, an "
+    "ascending one last", POLICIES, ieee=False)
+ALL_NAN_RULES["largest"] = OP_NAN_RULES["largest"]
+OP_NAN_RULES_OPS["largest"] = ("sort", "topk")
+
 
 def check_policy(ties: object) -> str:
     """Validate a policy name (None means the default)."""

@@ -78,14 +78,15 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
     never overlap (Kind.disjoint) may write a winner's gradient."""
     from symgrad.derivations import derive
     from symgrad.lower import LOWERINGS, LogSumExpKernel, UnpoolKernel, WindowKernel, lower
-    from symgrad.lower import ElementwiseKernel
+    from symgrad.lower import ElementwiseKernel, OrderKernel
     from symgrad.derive import DERIVATIONS
     assert {k.lowering for k in kinds.KINDS.values()} == set(LOWERINGS)
     assert {k.derivation for k in kinds.KINDS.values()} == set(DERIVATIONS)
     assert [k.name for k in kinds.KINDS.values() if k.derivation == "special"] == ["unpool", "logsumexp"]
     types = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
-             "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel, "segment": WindowKernel}
-    ops = [resolve("scatter_max"), resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
+             "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel, "segment": WindowKernel,
+             "order": OrderKernel}
+    ops = [resolve("topk", k=2), resolve("scatter_max"), resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
            resolve("maxout", pieces=2), resolve("adaptive_max_pool1d", output_size=3),
            resolve("fractional_max_pool2d", kernel_size=2, output_size=3),
            resolve("max_unpool1d", kernel_size=2), resolve("logsumexp"),

@@ -45,6 +45,10 @@ PARAMS = {
                               {"kernel_size": (2, 3), "output_ratio": 0.5, "return_indices": True}],
     "fractional_max_pool3d": [{"kernel_size": 2, "output_size": 2}],
     "maxout": [{"pieces": 2}, {"pieces": 3}],
+    "sort": [{}, {"descending": True, "dim": 0}],
+    "topk": [{"k": 2}, {"k": 3, "largest": False, "dim": 0}],
+    "cummax": [{"dim": -1}],
+    "cummin": [{"dim": 0}],
 }
 EXPRESSIONS = ["Max(x*y, x + y, 0)", "max(x, 0) * exp(y) - min(x, y)", "abs(x) + Min(x, 1)"]
 

@@ -324,3 +324,26 @@ def python_geometry(kernel) -> dict:
             "pool_output_doc": "Output length exactly as PyTorch computes it (pooling_output_shape" + (
                 ", ceil_mode: at most the windows that start inside the input or its left padding)."
                 if g is POOL_CEIL else ").")}
+
+
+# ----------------------------------------------------------------------------- order statistics
+
+def order_docstring(op: Op, d: Derivation, kernel) -> list[str]:
+    """The docstring of an order statistic's module (sort, topk, cummax, cummin): the W-form of
+    its derivation near the top, then what forward saves and how backward gathers."""
+    from ..conventions import PRESETS, ORDER_FORMS
+    lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
+    lines += wrap(f"Forward: {op.spec.summary}.")
+    w_form = next(s for s in d.steps if s.title == "W-form")
+    lines += [""] + wrap(f"W-form (derived on a representative row; the rule is the same for every "
+                         f"length): y = W x, {w_form.note}.")
+    lines += [""] + wrap(f"Tie policy '{op.ties}': {_policy.TIES[op.ties].rule}. NaN rule "
+                         f"'{op.nan}': {_policy.nan_rule(op.nan).rule}.")
+    if kernel.tree:
+        lines += [""] + wrap(f"Order form 'tree': {ORDER_FORMS['tree']}.")
+    if op.convention:
+        lines += [""] + wrap(f"Convention '{op.convention}': {PRESETS[op.convention][op.name].note}.")
+    lines += [""] + wrap("Backward: grad_x = W^T grad_output, gathered from what forward saved ("
+                         + ", ".join(kernel.saved) + "): no element's gradient is scattered into by "
+                         "two outputs at once, so it is deterministic.")
+    return lines

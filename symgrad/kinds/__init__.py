@@ -32,6 +32,7 @@ from .base import REPRESENTATIVE_REDUCTION_WINDOW, Kind  # noqa: F401
 from .elementwise import ELEMENTWISE, EXPRESSION
 from .fractional import FRACTIONAL, FRACTIONAL_WINDOWS  # noqa: F401
 from .maxout import MAXOUT
+from .order import ORDER
 from .pool import POOL
 from .reduction import REDUCTION
 from .segment import SEGMENT
@@ -39,4 +40,4 @@ from .special import LOGSUMEXP, UNPOOL
 
 KINDS: dict[str, Kind] = {k.name: k for k in (ELEMENTWISE, EXPRESSION, POOL, MAXOUT, FRACTIONAL,
                                               REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP,
-                                              SEGMENT)}
+                                              SEGMENT, ORDER)}

@@ -751,7 +751,7 @@ _FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans"
 
 
 # the kernel forms this backend builds (lower.kernel_form; Backend.builds reads it): not yet the
-# segments (scatter_max, segment_max: the NumPy backend has them)
+# segments (scatter_max, segment_max) nor the order statistics (sort, topk, cummax): the NumPy backend has them
 FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
          "sampled")
 
@@ -759,8 +759,9 @@ FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "row
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
     if kernel_form(art.kernel) not in FORMS:
-        raise ValueError(f"the cuda backend does not build {art.op.name} yet (its kernel is of form "
-                         f"{kernel_form(art.kernel)!r}); use backend='numpy' for it")
+        raise ValueError(f"the cuda backend builds the {', '.join(FORMS)} forms only so far: expected "
+                         f"one of those, got {art.op.name}'s kernel of form {kernel_form(art.kernel)!r}; "
+                         f"use backend='numpy' for it")
     if art.op.params.get("return_indices"):
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")

@@ -28,6 +28,9 @@ from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import bare
 from .segment import segment_context
+from ..common import order_docstring
+from ...lower import OrderKernel
+from .order import context as order_context
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -169,6 +172,9 @@ def context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
     if op.spec.strategy.expression:
         return _expression_context(art)
+    if isinstance(kernel, OrderKernel):  # order statistics (numpy/order.py)
+        return (_numpy_base_context(op, header(op, "numpy"), order_docstring(op, d, kernel))
+                | {"piecewise_linear": art.piecewise_linear} | order_context(op, kernel))
     if op.spec.strategy.special:
         return _special_context(art)
     ctx = _numpy_base_context(op, header(op, "numpy"), docstring(op, d, kernel))
