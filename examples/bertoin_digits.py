@@ -116,7 +116,7 @@ def svg(rows: list[Row]) -> str:
     colours = {"float16": "#d62728", "float32": "#1f77b4", "float64": "#2ca02c"}
     bar, gap, h, left, top = 22, 30, 200, 50, 20
     group = bar * len(dtypes) + gap
-    W = left + group * len(widths) + 20
+    W = max(left + group * len(widths) + 20, 600)  # room for the legend and the caption
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h + 90}" font-family="sans-serif" '
              f'font-size="12">',
              f'<line x1="{left}" y1="{top + h}" x2="{W - 10}" y2="{top + h}" stroke="black"/>',
