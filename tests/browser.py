@@ -10,6 +10,7 @@ dumped DOM.  Internal links are resolved against the files (``broken_links``).
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -139,6 +140,7 @@ class _Links(HTMLParser):
             self.hrefs.append(a["href"])
 
 
+@functools.lru_cache(maxsize=None)
 def _parsed(path: Path) -> _Links:
     p = _Links()
     p.feed(path.read_text(encoding="utf-8"))

@@ -32,10 +32,11 @@ BUILD = f'python -m sphinx -W --keep-going -b html docs docs/_build/html'
 
 
 def build(tmp: Path, subset: list[str] | None) -> subprocess.CompletedProcess:
-    """Copy docs/'s sources into tmp/src and build them into tmp/html as the documented command
+    """Copy docs/'s sources into tmp/docs and build them into tmp/html as the documented command
     does (warnings as errors)."""
-    src = tmp / "src"
+    src = tmp / "docs"
     shutil.copytree(DOCS, src, ignore=shutil.ignore_patterns("_build", site.GENERATED, site.DERIVATIONS))
+    shutil.copytree(ROOT / "examples", tmp / "examples")  # the tutorials include their scripts
     env = dict(os.environ)
     env.pop(site.SUBSET, None)
     if subset:
@@ -92,7 +93,8 @@ def test_the_site_loads_nothing_from_the_network_and_its_links_resolve(quick_sit
 
 
 def _pages(root: Path) -> list[str]:
-    chosen = ["index.html", "policies.html", "cli.html", "api.html", "backends.html"]
+    chosen = ["index.html", "policies.html", "cli.html", "api.html", "backends.html", "study.html",
+              "tutorials.html"]
     chosen += sorted(str(p.relative_to(root)) for p in (root / site.DERIVATIONS).glob("*.html"))
     return chosen
 
