@@ -33,11 +33,11 @@ def _tie_section(d) -> Section:
         rows = [list(m) for _, m in step.items]
         s.blocks.append(Para([f"At {step.note}; the tie policy decides which of the equal elements "
                               "holds which rank:"]))
-        s.blocks.append(Display(r"W\big|_{\text{tie}}", [_matrix(rows)]))
+        s.blocks.append(Display(r"W_{\text{tie}}", [_matrix(rows)]))
     if any(st.title == "tree split (JAX)" for st in d.steps):
         step = _step(d, "tree split (JAX)")
         s.blocks.append(Para([step.note, ":"]))
-        s.blocks.append(Display(r"W\big|_{\text{tree}}", [_matrix([list(m) for _, m in step.items])]))
+        s.blocks.append(Display(r"W_{\text{tree}}", [_matrix([list(m) for _, m in step.items])]))
     return s
 
 

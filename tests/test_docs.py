@@ -77,7 +77,9 @@ def test_every_catalog_entry_has_a_page_and_the_index_links_them():
     special = {"unpool": ("W-form", "Derivative and backward", r"W^{\top} g", "Worked example",
                           "PyTorch", "JAX", "def backward("),
                "logsumexp": ("Derivative", r"\to \frac{1}{2}", "split policy's W", "Worked example",
-                             "PyTorch", "JAX", "def backward(")}
+                             "PyTorch", "JAX", "def backward("),
+               "ranking": ("W-form", "Worked example", "PyTorch",
+                           "JAX", "def backward(")}
     for op, stem in zip(ENTRIES, STEMS):
         md = page(stem)
         for needle in special.get(op.spec.kind, (

@@ -321,7 +321,7 @@ def test_cli_generates_and_derives(tmp_path):
                         "--ties", "split", "--out", str(tmp_path)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "topk_top2_split.py").exists()
-    r = subprocess.run([sys.executable, "-m", "symgrad", "derive", "topk", "--k", "2"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "symgrad", "derive", "topk", "--k", "2", "--full"], capture_output=True,
                        text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert "rank_i = sum_(j<i)" in r.stdout and "== W at a tie ==" in r.stdout

@@ -228,7 +228,7 @@ def _first_ranks(key: np.ndarray, k: int) -> np.ndarray:
     kth = np.partition(key, k - 1, axis=-1)[..., k - 1:k]
     tied = key == kth
     need = k - np.sum(key < kth, axis=-1, keepdims=True)
-    taken = np.cumsum(tied.view(np.int8), axis=-1, dtype=np.int32) <= need  # the tied elements that rank first
+    taken = np.cumsum(tied, axis=-1, dtype=np.int64) <= need  # the tied elements that rank first
     chosen = (key < kth) | (tied & taken)
     picked = np.nonzero(chosen.reshape(-1, n))[1].reshape(key.shape[:-1] + (k,))  # in index order
     return np.take_along_axis(picked, _ranked(np.take_along_axis(key, picked, axis=-1)), axis=-1)

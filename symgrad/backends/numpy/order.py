@@ -23,10 +23,9 @@ _TIE_DOCS = {"first": "equal elements rank by index (a stable sort)",
 _RANKED = {"first": 'np.argsort(key, axis=-1, kind="stable")',
            "last": 'key.shape[-1] - 1 - np.argsort(key[..., ::-1], axis=-1, kind="stable")'}
 # of the elements tied with a top-k's k-th, those that rank first (need: how many are still to take)
-# (counted on the bools' int8 view in int32, a row being under 2**31 elements: NumPy's cumsum of
-# bools casts each one, 10x slower)
-_TAKEN = {"first": "np.cumsum(tied.view(np.int8), axis=-1, dtype=np.int32) <= need",
-          "last": "np.cumsum(tied[..., ::-1].view(np.int8), axis=-1, dtype=np.int32)[..., ::-1] <= need"}
+# (counted in int64, as every count the emitted code holds: tests/test_numbers.py)
+_TAKEN = {"first": "np.cumsum(tied, axis=-1, dtype=np.int64) <= need",
+          "last": "np.cumsum(tied[..., ::-1], axis=-1, dtype=np.int64)[..., ::-1] <= need"}
 # the elements that take over as a prefix's winner: the first to reach a new best, or every
 # element reaching the best (the latest one holds it)
 _WINNERS = {"first": ["takes = key == best",
