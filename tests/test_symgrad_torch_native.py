@@ -119,7 +119,9 @@ def test_the_op_holds_the_torch_module_and_window_ops_do_not():
     assert relu.torch_module is not None and relu.torch_module.BACKEND == "torch"
     pool = st.op("max_pool2d", ties="first", kernel_size=2)  # pooling and maxout: built
     assert pool.torch_module is not None and pool.torch_module.OP == "max_pool2d"
-    assert st.op("amax", ties="split").torch_module is None  # reductions: not yet
+    assert st.op("amax", ties="split").torch_module.OP == "amax"  # reductions: built
+    # but not the torch preset of amax (jvp in PyTorch's at::sum order)
+    assert st.op("amax", dim=-1, convention="torch").torch_module is None
 
 
 def test_the_native_function_equals_numpy_forward_backward_and_jvp():
@@ -227,3 +229,43 @@ def test_other_devices_take_the_torch_pooling_module():
         assert g.device.type == "meta" and g.shape == x.shape
     p, i = st.MaxPool2d(2, ties="first", return_indices=True)(x)
     assert i.device.type == "meta" and i.dtype == torch.int64 and i.shape == p.shape
+
+
+@pytest.mark.parametrize("kw", [{"dim": -1, "ties": "split"}, {"dim": (0, 2), "keepdim": True, "ties": "first"},
+                                {"convention": "jax"}])
+def test_amax_compiles_fullgraph_and_equals_eager_and_numpy(kw):
+    """amax through symgrad.torch under torch.compile(fullgraph=True) (the torch backend's module
+    inside the autograd.Function): output and gradient equal eager's and the NumPy module's, bit
+    for bit, with ties and zeros of both signs."""
+    fn = st.op("amax", **kw)
+    mod = symgrad.load("amax", **kw)
+    a = np.random.default_rng(1).choice([-1.0, -0.0, 0.0, 2.0, 3.0], size=(3, 4, 5)).astype(np.float32)
+    y_np, saved = mod.forward(a)
+    g = np.linspace(-2, 2, y_np.size).astype(np.float32).reshape(y_np.shape)
+
+    def step(x):
+        y = fn(x)
+        return y, torch.autograd.grad((y * torch.from_numpy(g)).sum(), x)[0]
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: fn(x), fullgraph=True)
+    x = torch.tensor(a, requires_grad=True)
+    y_c = compiled(x)
+    (gx_c,) = torch.autograd.grad((y_c * torch.from_numpy(g)).sum(), x)
+    y_e, gx_e = step(x)
+    assert torch.equal(y_c, y_e) and torch.equal(gx_c, gx_e)
+    want = mod.backward(g, saved)[0]
+    assert np.array_equal(gx_c.numpy().view(np.uint32), want.view(np.uint32))
+    if "index" in saved._fields:  # (split: np.max's sign of a zero output is its SIMD lanes')
+        assert np.array_equal(y_c.detach().numpy().view(np.uint32), y_np.view(np.uint32))
+    else:
+        assert np.array_equal(y_c.detach().numpy(), y_np)
+
+
+def test_other_devices_take_the_torch_reduction_module():
+    """amax on the meta device (as any accelerator's tensors reach it): the torch backend's module."""
+    x = torch.empty(2, 4, 5, device="meta", requires_grad=True)
+    for fn, shape in ((st.op("amax", dim=-1, ties="split"), (2, 4)), (st.op("max", ties="first"), ())):
+        y = fn(x)
+        assert y.device.type == "meta" and tuple(y.shape) == shape
+        (g,) = torch.autograd.grad(y.sum(), x)
+        assert g.device.type == "meta" and g.shape == x.shape

@@ -207,11 +207,13 @@ def test_generation_is_deterministic():
     assert a == b
 
 
-@pytest.mark.parametrize("name,params", [("amax", {}), ("max_unpool2d", {"kernel_size": 2}),
-                                         ("logsumexp", {})])
+@pytest.mark.parametrize("name,params", [("amax", {"dim": -1, "convention": "torch"}),
+                                         ("max_unpool2d", {"kernel_size": 2, "ties": "first"}),
+                                         ("logsumexp", {"ties": None})])
 def test_kinds_not_built_yet_are_refused_in_one_line(name, params):
-    with pytest.raises(ValueError, match=r"torch backend builds elementwise kernels and pooling.*backend='numpy'") as info:
-        symgrad.load(name, backend="torch", ties={"logsumexp": None, "max_unpool2d": "first"}.get(name, "split"), **params)
+    """Unpooling, logsumexp and amax/amin under the torch preset (jvp in PyTorch's at::sum order)."""
+    with pytest.raises(ValueError, match=r"torch backend builds elementwise kernels, pooling.*reductions.*backend='numpy'") as info:
+        symgrad.load(name, backend="torch", **params)
     assert "\n" not in str(info.value)
 
 
@@ -437,8 +439,9 @@ def _code_only(src: str) -> str:
 
 
 def test_window_module_is_plain_torch_code():
-    """No NumPy, no host round trip, no .item(), no scatter or index_put in a pooling module."""
-    for name, kw, _ in REPRESENTATIVE_WINDOWS:
+    """No NumPy, no host round trip, no .item(), no scatter or index_put in a pooling, maxout or
+    reduction module."""
+    for name, kw, _ in REPRESENTATIVE_WINDOWS + REPRESENTATIVE_REDUCTIONS:
         ((_, src),) = symgrad.pipeline.render(symgrad.ops.resolve(name, **kw), backends.get("torch")).items()
         assert "import torch" in src
         src = _code_only(src).replace(" . ", ".").replace(" (", "(").replace("( )", "()")
@@ -473,3 +476,96 @@ def test_window_module_returns_the_numpy_modules_indices(kw):
     (y_th, i_th), _ = th_mod.forward(torch.from_numpy(a))
     _same(y_th, y_np, "output")
     assert i_th.dtype == torch.int64 and np.array_equal(i_th.numpy(), i_np)
+
+
+# the reductions (windows "rows"): amax and amin over one dim, several dims with keepdim, every
+# dim; max and min (no parameters).  amax and amin under the torch preset are refused (jvp in
+# PyTorch's at::sum order)
+REDUCTIONS = [("amax", {"dim": -1}, (3, 4, 5)), ("amin", {"dim": (0, 2), "keepdim": True}, (3, 4, 5)),
+              ("amax", {}, (3, 4, 5)), ("max", {}, (7, 6)), ("min", {}, (5,))]
+# tangents with ties of +-0, +-inf and numbers whose sums are exact (NaN in grad_output)
+ROW_TANGENTS = np.array([1.0, -1.0, 0.0, -0.0, 3.0, 0.5, np.inf, -np.inf, 0.25, -2.0])
+
+
+def _reduction_inputs(shape, rng):
+    return [rng.choice(np.array(WINDOW_VALUES), shape),
+            rng.integers(-1, 2, shape).astype(np.float64) * rng.choice([1.0, -0.0], shape),
+            rng.standard_normal(shape)]
+
+
+def _zeros_as_plus(a: np.ndarray) -> np.ndarray:
+    return np.where(a == 0, np.zeros((), a.dtype), a)
+
+
+def _check_reduction(name, kw, shape, seed=0) -> None:
+    """The torch module's forward, Saved, backward and jvp against the NumPy module's, bit for bit,
+    except the sign of a zero output of a split/all row holding +0 and -0 (np.max's follows its
+    SIMD lanes: the module's docstring)."""
+    np_mod, th_mod = symgrad.load(name, **kw), symgrad.load(name, backend="torch", **kw)
+    rng = np.random.default_rng(seed)
+    for dtype in DTYPES:
+        for x in _reduction_inputs(shape, rng):
+            what = f"{name} {kw} {dtype}"
+            a = x.astype(DTYPES[dtype][1])
+            with np.errstate(all="ignore"):
+                y_np, s_np = np_mod.forward(a)
+                g = rng.choice(ROW_TANGENTS, y_np.shape).astype(a.dtype)
+                g.ravel()[:1] = np.nan
+                t = rng.choice(ROW_TANGENTS, a.shape).astype(a.dtype)
+                want = [np_mod.backward(g, s_np)[0], np_mod.jvp(t, s_np)]
+            y_th, s_th = th_mod.forward(_tensor(a, dtype))
+            if "index" in s_np._fields:  # the same Saved: the index of each row's winner
+                assert str(s_th.index.dtype) == f"torch.{s_np.index.dtype}", what
+                assert np.array_equal(s_th.index.to(torch.int64).numpy(), s_np.index.astype(np.int64)), what
+                _same(y_th, y_np, f"{what} forward")
+            else:
+                _same(y_th.clone().masked_fill_(y_th == 0, 0.0), _zeros_as_plus(y_np), f"{what} forward")
+                assert s_th.x is not None and tuple(s_th.output.shape) == s_np.output.shape, what
+            _same(th_mod.backward(_tensor(g, dtype), s_th)[0], want[0], f"{what} backward")
+            got = th_mod.jvp(_tensor(t, dtype), s_th)
+            if "index" in s_np._fields or dtype == "float64":
+                _same(got, want[1], f"{what} jvp")
+            else:  # a split row's inexact terms t / count: torch.cumsum adds in float64 (the docstring)
+                _close_sum(got, want[1], f"{what} jvp")
+
+
+def _close_sum(t: torch.Tensor, a: np.ndarray, what: str) -> None:
+    """t equals a bit for bit, except finite sums within 2**-22 of a (relative): a float32 sum of
+    a few terms added in float64 and rounded once, against NumPy's sequential float32 sum."""
+    got, a = _to_numpy(t, None).astype(np.float64), np.asarray(a).astype(np.float64)
+    differ = _bits(got) != _bits(a)
+    with np.errstate(invalid="ignore"):  # inf - inf
+        near = np.isfinite(a) & (a != 0) & (np.abs(got - a) <= 2.0**-22 * np.abs(a))
+    assert np.all(near[differ]), what
+
+
+def _reduction_variants():
+    for name, params, shape in REDUCTIONS:
+        for v in _window_variants([(name, params, shape)]):
+            if not (name in ("amax", "amin") and v[1].get("convention") == "torch"):
+                yield v
+
+
+REPRESENTATIVE_REDUCTIONS = [
+    ("amax", {"dim": -1, "ties": "first"}, (3, 4, 5)),
+    ("amax", {"dim": -1, "ties": "last"}, (3, 4, 5)),
+    ("amin", {"dim": (0, 2), "keepdim": True, "ties": "split"}, (3, 4, 5)),
+    ("amax", {"dim": -1, "ties": "all", "nan": "zero"}, (3, 4, 5)),
+    ("amax", {"dim": -1, "convention": "jax"}, (3, 4, 5)),
+    ("max", {"convention": "torch"}, (7, 6)),
+    ("min", {"ties": "split", "nan": "each"}, (5,)),
+    ("min", {"ties": "split", "nan": "nan"}, (5,)),
+]
+
+
+@pytest.mark.parametrize("name,kw,shape", REPRESENTATIVE_REDUCTIONS,
+                         ids=[_window_id(*c) for c in REPRESENTATIVE_REDUCTIONS])
+def test_reduction_module_equals_numpy_module_bit_for_bit(name, kw, shape):
+    _check_reduction(name, kw, shape)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kw,shape", list(_reduction_variants()),
+                         ids=[_window_id(*c) for c in _reduction_variants()])
+def test_reduction_module_equals_numpy_module_every_variant(name, kw, shape):
+    _check_reduction(name, kw, shape)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ...lower import WindowKernel
 
 # the windows' forms this backend builds: {form: (geometry partial, what a plane is)}
-GEOMETRY = {"strided": "torch/_geometry_pool.py.jinja", "blocks": "torch/_geometry_maxout.py.jinja"}
+GEOMETRY = {"strided": "torch/_geometry_pool.py.jinja", "blocks": "torch/_geometry_maxout.py.jinja",
+            "rows": "host/_reduced_dims.py.jinja"}  # (rows: the reduction's dims, rows.py)
 
 def _code(expr) -> str:
     from .printer import torch_code
