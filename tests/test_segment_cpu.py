@@ -107,3 +107,31 @@ def test_a_saved_that_does_not_match_is_refused():
     y, saved = cpu_mod.forward(np.zeros(3), np.array([0, 2]), np.ones(2))
     with pytest.raises(ValueError, match="saved must be"):
         cpu_mod.backward(np.ones(3), saved._replace(key=np.array([0, 5])))
+
+
+EDGES = [("scatter_max", {"dim": 0, "include_self": False},
+          (np.ones((3, 2), np.float32), np.zeros((0, 2), np.int64), np.zeros((0, 2), np.float32))),
+         ("scatter_min", {"dim": 1, "include_self": True},
+          (np.ones((2, 3)), np.array([[0, 2], [1, 1]]), np.array([[5.0, -0.0], [0.0, -0.0]]))),
+         ("segment_max", {"num_segments": 3}, (np.zeros((0, 2), np.float32), np.zeros(0, np.int64))),
+         ("segment_min", {"num_segments": 0}, (np.zeros((0,), np.float32), np.zeros(0, np.int64))),
+         ("segment_max", {}, (np.array([1.0, 2.0, -0.0]), np.array([0, 3, 3])))]
+
+
+@pytest.mark.parametrize("policy", [{"ties": "last"}, {"ties": "split"}, {"convention": "torch"}],
+                         ids=lambda p: next(iter(p.values())))
+def test_empty_segments_and_another_dim_are_the_numpy_module(policy):
+    """No src rows, no segments, empty segments between used ones, dim 1: forward, Saved, backward
+    and jvp as the NumPy module's."""
+    for op, params, inputs in EDGES:
+        numpy_mod = symgrad.load(op, backend="numpy", **policy, **params)
+        cpu_mod = symgrad.load(op, backend="cpu", **policy, **params)
+        (want, want_saved), (got, got_saved) = numpy_mod.forward(*inputs), cpu_mod.forward(*inputs)
+        _same(got, want, op)
+        for a, b in zip(got_saved, want_saved):
+            assert np.array_equal(a, b) if isinstance(b, np.ndarray) else a == b, op
+        g = np.full(want.shape, 3.0, want.dtype)
+        for a, b in zip(cpu_mod.backward(g, got_saved), numpy_mod.backward(g, want_saved)):
+            assert (a is None) == (b is None) and (b is None or np.array_equal(a, b)), op
+        tangents = [None if i.dtype.kind in "iu" else np.full(i.shape, -2.0, i.dtype) for i in inputs]
+        _same(cpu_mod.jvp(*tangents, got_saved), numpy_mod.jvp(*tangents, want_saved), op)
