@@ -107,6 +107,8 @@ def test_a_saved_that_does_not_match_is_refused():
     y, saved = cpu_mod.forward(np.zeros(3), np.array([0, 2]), np.ones(2))
     with pytest.raises(ValueError, match="saved must be"):
         cpu_mod.backward(np.ones(3), saved._replace(key=np.array([0, 5])))
+    with pytest.raises(ValueError, match="saved must be"):  # a winner past src's rows: not read
+        cpu_mod.jvp(np.ones(3), None, np.ones(2), saved._replace(winner=np.array([[0], [10**9], [-1]])))
 
 
 EDGES = [("scatter_max", {"dim": 0, "include_self": False},

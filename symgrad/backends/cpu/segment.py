@@ -89,6 +89,9 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "extremum": sel.extremum, "fill": f"np.{rule.fill}".replace("np.-inf", "-np.inf"),
         "index_name": index_name, "src_name": [n for n in inputs if n not in op.spec.constant_inputs][-1],
         "forward_params": ", ".join(inputs),
+        # a scan's winners in [-2, E) (jvp reads src row winner), in _reads's names
+        "winner_check": ("\n            or (arrays[1].size and (arrays[1].min() < -2 or arrays[1].max() >= rows))"
+                         if scan else ""),
         # the shapes of the saved arrays after the key, in _reads's names
         "read_shapes": "((k, c),)" if scan else "((k,), (rows, c), (k, c), (k, c), (k, c))",
     }
