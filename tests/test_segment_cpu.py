@@ -81,7 +81,10 @@ def _compare(numpy_mod, cpu_mod, op, dtype, rng, rows=0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: next(iter(p.values())))
-@pytest.mark.parametrize("op, include_self", [(op, s) for op in OPS for s in ((True, False) if op.startswith("scatter") else (False,))])
+# max in the default run, min (the same kernels with the other extremum) with -m slow
+@pytest.mark.parametrize("op, include_self", [
+    pytest.param(op, s, marks=[pytest.mark.slow] if op.endswith("min") else [])
+    for op in OPS for s in ((True, False) if op.startswith("scatter") else (False,))])
 def test_cpu_is_the_numpy_module_bit_for_bit(op, include_self, policy, dtype):
     """Forward, Saved, backward and jvp equal the NumPy module's on tie-heavy inputs with NaN, +-inf
     and +-0, include_self both ways (segment_max has none)."""
