@@ -140,3 +140,13 @@ def test_empty_segments_and_another_dim_are_the_numpy_module(policy):
             assert (a is None) == (b is None) and (b is None or np.array_equal(a, b)), op
         tangents = [None if i.dtype.kind in "iu" else np.full(i.shape, -2.0, i.dtype) for i in inputs]
         _same(cpu_mod.jvp(*tangents, got_saved), numpy_mod.jvp(*tangents, want_saved), op)
+
+
+def test_float16_under_jax_reciprocal_is_refused_naming_the_numpy_backend():
+    """JAX's weight g * (1 / count): NumPy rounds 1 / count to float16 first, the kernels compute
+    float16 in float, so float16 is refused (float32 is the NumPy module's, above)."""
+    _, cpu_mod = _modules("segment_max", {"convention": "jax"}, False)
+    with pytest.raises(TypeError, match="backend='numpy'"):
+        cpu_mod.forward(np.ones(3, np.float16), np.array([0, 0, 1]))
+    _, split = _modules("segment_max", {"ties": "split"}, False)  # g / count: float16 built
+    assert split.forward(np.ones(3, np.float16), np.array([0, 0, 1]))[0].dtype == np.float16

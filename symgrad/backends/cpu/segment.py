@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...lower import EXTREMUM, V, WindowKernel
+import sympy as sp
+
+from ...lower import EXTREMUM, V, Quotient, WindowKernel
 from ..host import host_partials
 from ..host.segment import SEGMENT_INITIAL
 from .printer import c_code
@@ -52,6 +54,13 @@ def _saves(kernel: WindowKernel, dt: dict) -> list[str]:
             "  // the initial element counted where it takes no part (the framework's count)"]
 
 
+def _rounds_apart_in_float16(kernel: WindowKernel) -> bool:
+    """The weight takes 1 / count (JAX's g * (1 / count)): NumPy rounds the reciprocal to float16
+    before the product, the kernels (float16 computed in float) do not."""
+    weight = kernel.selection.weight
+    return weight is not None and any(q.args[0] == sp.S.One for q in weight.atoms(Quotient))
+
+
 def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[dict]) -> dict:
     """The .c source's and loader's finished strings, over the backend's base context (base) and
     printed selection (selection: _selection's docs and functions, to which the hit is added)."""
@@ -89,6 +98,7 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "extremum": sel.extremum, "fill": f"np.{rule.fill}".replace("np.-inf", "-np.inf"),
         "index_name": index_name, "src_name": [n for n in inputs if n not in op.spec.constant_inputs][-1],
         "forward_params": ", ".join(inputs),
+        "float16_refused": repr(_rounds_apart_in_float16(kernel)),
         # a scan's winners in [-2, E) (jvp reads src row winner), in _reads's names
         "winner_check": ("\n            or (arrays[1].size and (arrays[1].min() < -2 or arrays[1].max() >= rows))"
                          if scan else ""),
