@@ -1,8 +1,8 @@
-"""scatter_max's backward (the NumPy backend, gather form) against PyTorch's scatter_reduce amax
+"""scatter_max's backward (the NumPy or cpu backend, gather form) against PyTorch's scatter_reduce amax
 backward, on a graph-sized input, one CPU thread.
 
     python benchmarks/segment.py [--runs 7] [--edges 1000000] [--segments 50000] [--features 64]
-                                 [--ties split first torch]
+                                 [--ties split first torch] [--backend numpy cpu]
 
 src (edges, features) float32 with ties (values rounded to 1/4), index ids[:, None] expanded
 along the features (graph pooling's form: the module's row path), input -inf (include_self).
@@ -10,8 +10,9 @@ Timed per round, interleaved (each round runs every variant once, in turn): PyTo
 (torch.autograd.grad of y = input.scatter_reduce(0, index, src, "amax") with a fixed grad_output,
 forward excluded) and each symgrad module's backward(g, saved) (forward run once, outside the
 timing), and symgrad's forward beside PyTorch's forward.  Prints medians over --runs rounds and
-ratios to PyTorch (> 1: slower than PyTorch).  The cpu backend does not build segments yet, so
-there is no compiled symgrad figure; the figures depend on the machine's load (printed with them).
+ratios to PyTorch (> 1: slower than PyTorch).  --backend: the symgrad backends timed (default
+numpy; cpu: the compiled kernels, one thread: forward is serial, backward threads=1); the figures
+depend on the machine's load (printed with them).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=50_000)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--ties", nargs="+", default=["split", "first", "torch"])
+    parser.add_argument("--backend", nargs="+", default=["numpy"], choices=["numpy", "cpu"])
     args = parser.parse_args()
 
     import numpy as np
@@ -56,12 +58,15 @@ def main() -> None:
         torch.autograd.grad(ty, (ti, ts), tg, retain_graph=True)
 
     variants = {"torch forward": torch_forward, "torch backward": torch_backward}
-    for ties in args.ties:
-        settings = {"convention": "torch"} if ties == "torch" else {"ties": ties}
-        mod = symgrad.load("scatter_max", **settings)
-        _, saved = mod.forward(inp, index, src)
-        variants[f"symgrad {ties} forward"] = lambda mod=mod: mod.forward(inp, index, src)
-        variants[f"symgrad {ties} backward"] = lambda mod=mod, saved=saved: mod.backward(g, saved)
+    for backend in args.backend:
+        threads = {"threads": 1} if backend == "cpu" else {}
+        for ties in args.ties:
+            settings = {"convention": "torch"} if ties == "torch" else {"ties": ties}
+            mod = symgrad.load("scatter_max", backend=backend, **settings)
+            _, saved = mod.forward(inp, index, src, **threads)
+            name = f"{backend} {ties}"
+            variants[f"{name} forward"] = lambda mod=mod, threads=threads: mod.forward(inp, index, src, **threads)
+            variants[f"{name} backward"] = lambda mod=mod, saved=saved, threads=threads: mod.backward(g, saved, **threads)
     times = {name: [] for name in variants}
     for _ in range(args.runs):
         for name, fn in variants.items():

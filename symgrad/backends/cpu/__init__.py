@@ -1124,10 +1124,18 @@ def _logsumexp_context(art: Artifacts) -> dict:
     }
 
 
+def _segment_context(art: Artifacts) -> dict:
+    """Segments (scatter_max, segment_max): cpu/segment.py."""
+    from .segment import segment_context
+    base = _base_context(art) | {"loader_note": _loader_note(art.op, "", "the elements (backward; forward and jvp are serial)")}
+    return segment_context(art, base, _selection(art.kernel), base["dtypes"])
+
+
 # the context function of each kernel form this backend builds (lower.kernel_form)
 _CONTEXTS = {"ElementwiseKernel": _elementwise_context, "UnpoolKernel": _unpool_context,
              "LogSumExpKernel": _logsumexp_context, "strided": _pool_context, "rows": _reduction_context,
-             "blocks": _maxout_context, "spans": _adaptive_context, "sampled": _fractional_context}
+             "blocks": _maxout_context, "spans": _adaptive_context, "sampled": _fractional_context,
+             "segments": _segment_context}
 FORMS = tuple(_CONTEXTS)  # the kernel forms this backend builds (lower.kernel_form; the others follow)
 
 

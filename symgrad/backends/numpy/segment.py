@@ -9,6 +9,7 @@ import sympy as sp
 
 from ...lower import EXTREMUM, V, WindowKernel
 from ..host.printer import numpy_code
+from ..host.segment import SEGMENT_INITIAL
 
 # which hit the output (and a scan's winner) is: its sorted position per segment
 _PICKS = {
@@ -25,22 +26,6 @@ def _ordered(extremum: str) -> list[str]:
     return ["first = np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)",
             f"preferred = np.minimum.reduceat(np.where(hit & {sign}, pos, n), starts, axis=0)",
             "return np.where(preferred < n, preferred, first)"]
-
-
-# the strings that differ between an input tensor as the initial element (scatter) and a fill
-_INITIAL = {
-    "input": {"layout_partial": "numpy/_segment_scatter.py.jinja", "dim": "_dim(len(saved.output_shape))",
-              "returns": "(_placed(grad_initial, saved.output_shape, d), None, _placed(grad_src, saved.src_shape, d))",
-              "grads_doc": "grad_input, None, grad_src",
-              "initial_tangent": 'np.moveaxis(_as_tangent("tangent_input", tangent_input, saved, '
-                                 'saved.output_shape), d, 0)',
-              "forward_doc": "the scatter_reduce of src into input along DIM"},
-    "fill": {"layout_partial": "numpy/_segment_fill.py.jinja", "dim": "0",
-             "returns": "(_placed(grad_src, saved.src_shape, d), None)",
-             "grads_doc": "grad_data, None",
-             "initial_tangent": "np.zeros(saved.output_shape, dtype=saved.dtype)",
-             "forward_doc": "each segment's extremum of data's rows, FILL where empty"},
-}
 
 
 def segment_context(op, kernel: WindowKernel) -> dict:
@@ -79,5 +64,5 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "jvp_params": ", ".join(f"tangent_{n}" for n in inputs),
         "index_name": next(n for n in inputs if n in op.spec.constant_inputs),
         "src_name": float_inputs[-1],
-        **_INITIAL[rule.initial],
+        **SEGMENT_INITIAL[rule.initial],
     }
