@@ -113,3 +113,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def first_entry_of_each_op(entries):
+    """Catalog entries as test parameters: the first of each op in the default run, the others
+    with -m slow (the suite must stay under 15 minutes on 2 cores)."""
+    seen = set()
+    for e in entries:
+        yield e if e.name not in seen else pytest.param(e, marks=pytest.mark.slow)
+        seen.add(e.name)

@@ -17,6 +17,7 @@ import symgrad
 from symgrad import catalog
 
 from test_check import _inputs, _params
+from conftest import first_entry_of_each_op  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
 
@@ -206,10 +207,7 @@ def test_errors_and_the_default():
 
 def _catalog_entries():
     """Every catalog entry: the first of each op in the default run, the others with -m slow."""
-    seen = set()
-    for e in catalog.entries():
-        yield e if e.name not in seen else pytest.param(e, marks=pytest.mark.slow)
-        seen.add(e.name)
+    return first_entry_of_each_op(catalog.entries())
 
 
 @pytest.mark.parametrize("entry", list(_catalog_entries()), ids=lambda e: f"{e.name}-{e.ties}-{e.params}")

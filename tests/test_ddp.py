@@ -73,6 +73,7 @@ def _ddp_run(path) -> dict:
     return torch.load(path)
 
 
+@pytest.mark.slow  # 20 s; tests/test_fsdp.py runs 2 gloo processes by default
 def test_ddp_equals_single_process_and_is_reproducible(tmp_path):
     _model()  # generate the modules once, before two processes look for them
     single = _model()
