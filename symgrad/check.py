@@ -506,11 +506,14 @@ def _rank_sign(name, params) -> int:
 def _rank_block(target, xs, elements, y0, o) -> list:
     """The elements of output o's row (along dim) equal to its value, where two or more are."""
     x = xs[0]
-    axis = target.params.get("dim", -1) % max(x.ndim, 1)
-    at = np.unravel_index(o, y0.shape)
+    dim = target.params.get("dim", -1)
+    axis = -1 if dim is None else dim % max(x.ndim, 1)  # (a median without dim: every element one row)
+    at = tuple(np.unravel_index(o, y0.shape))
+    if dim is not None and y0.ndim < x.ndim:  # (kthvalue, median: the ranked dim dropped)
+        at = at[:axis] + (0,) + at[axis:]
     value = y0.reshape(-1)[o]
     block = [e for e, (k, i) in enumerate(elements) if k == 0 and x[i] == value
-             and all(a == b for d, (a, b) in enumerate(zip(i, at)) if d != axis)]
+             and (dim is None or all(a == b for d, (a, b) in enumerate(zip(i, at)) if d != axis))]
     return block if len(block) >= 2 else []
 
 

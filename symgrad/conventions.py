@@ -48,6 +48,9 @@ class Preset:
     broadcast_sum: str = "numpy"
     # order statistics: how the framework computes what a policy alone does not say (ORDER_FORMS)
     order_form: str = ""
+    # the preset of the op without dim (every element one row), where the framework differs there
+    # (torch.median(x) splits, torch.median(x, dim) does not)
+    whole: "Preset | None" = None
 
 
 ZERO_RULES = {
@@ -311,11 +314,16 @@ def check_convention(convention: object) -> str | None:
     return convention
 
 
-def preset_for(convention: object, op: str) -> Preset | None:
+def preset_for(convention: object, op: str, params: dict | None = None) -> Preset | None:
+    """The preset of an op under a convention (None: none); ``params`` as given: an op called
+    without dim may have a preset of its own (Preset.whole)."""
     convention = check_convention(convention)
     if convention is None:
         return None
-    return PRESETS[convention][op]
+    preset = PRESETS[convention][op]
+    if preset.whole is not None and (params or {}).get("dim") is None:
+        return dataclasses.replace(preset.whole, note=preset.note, order_form=preset.order_form)
+    return preset
 
 
 # ----------------------------------------------------------------------------- issue 30: activations
@@ -390,3 +398,55 @@ JAX.update({
         "above +inf (a NaN with its sign bit set, which this preset reads as NaN, ranks below "
         "-inf there), ties first; backward adds grad_output into +0 at the indices")),
     "cummax": _CUM_JAX, "cummin": _CUM_JAX})
+
+# ----------------------------------------------------------------------------- kthvalue, median (issue 29, part 2)
+ORDER_FORMS["midpoint"] = (
+    "an even count's median is the mean of the two middle elements, (y_low + y_high) * 0.5 in the "
+    "dtype (jnp.quantile's method='midpoint'), its gradient g * 0.5 added into +0 at each; it "
+    "defines the value, so it stays when ties= overrides the preset's policy")
+_MEDIAN_NOTE = (
+    "torch.median{nan}(x, dim) (CPU): the index of rank (n - 1) // 2{numbers} in a stable order "
+    "(std::nth_element compares (value, index)){nan_rule}; backward writes grad_output at that index "
+    "into zeros (value_selecting_reduction_backward). torch.median{nan}(x) without dim: the same "
+    "value (std::nth_element over the values alone: of tied +0 and -0 it may return the other), "
+    "and backward splits grad_output evenly, grad / count in the dtype, among the elements "
+    "equal to it (evenly_distribute_backward: -0 stays -0){whole_nan}; this preset is 'first' with "
+    "dim and 'split' without. On CUDA the tied index may differ (pytorch/pytorch#161841)")
+TORCH.update({
+    "kthvalue": Preset("first", "largest", grad_start="written", note=(
+        "torch.kthvalue (CPU): quickselect (quick_select_template) over (value, index) pairs, NaN "
+        "the largest: the value of rank k - 1 (bit for bit but for which of tied +0 and -0), but "
+        "which of equal elements it returns "
+        "is the algorithm's, not the index order (this preset ranks ties first, as a stable sort: "
+        "the index and the gradient of tied elements may differ, their block's total gradient "
+        "does not; CUDA's radix select differs again); backward writes grad_output at the index "
+        "into zeros")),
+    "median": Preset("first", "dominate", grad_start="written", note=_MEDIAN_NOTE.format(
+        nan="", numbers="", nan_rule=", or, where the row holds NaN, its first NaN",
+        whole_nan=" (the NaNs where the median is NaN)"),
+        whole=Preset("split", "dominate", grad_start="written")),
+    "nanmedian": Preset("first", "skip", grad_start="written", note=_MEDIAN_NOTE.format(
+        nan="nanmedian", numbers=" of the row's n numbers (NaNs left out)", nan_rule=(
+            "; a row of NaNs only gives NaN at an index std::nth_element leaves there, its "
+            "comparator not being an order on NaNs: which NaN is the algorithm's"),
+        whole_nan=" (every NaN where all are NaN)"),
+        whole=Preset("split", "skip", grad_start="written")),
+})
+_JAX_MEDIAN_NOTE = (
+    "jnp.{name}: jnp.quantile(x, 0.5, method='midpoint'): a stable lax.sort (NaN the largest, +0 "
+    "and -0 equal; ties first), then (sorted[low] + sorted[high]) * 0.5 in the dtype, low = "
+    "(c - 1) // 2 and high = c // 2 of the row's c {count}{nan}; the gradient g * 0.5 added into "
+    "+0 at each of the two elements. bfloat16 here computes the sum in float32, so two values "
+    "whose sum overflows bfloat16 but not float32 (above 3.39e38) give a finite median where JAX "
+    "gives inf; JAX has no index")
+JAX.update({
+    "kthvalue": Preset("first", "largest", note=(
+        "JAX has no kthvalue; this is jnp.sort(x, axis=dim)[..., k - 1] (stable, NaN the largest, "
+        "ties first), its gradient added into +0 at the element")),
+    "median": Preset("first", "propagate", order_form="midpoint", note=_JAX_MEDIAN_NOTE.format(
+        name="median", count="elements", nan=" (a row holding NaN is filled with NaN first: output "
+        "NaN, no gradient)")),
+    "nanmedian": Preset("first", "skip_zero", order_form="midpoint", note=_JAX_MEDIAN_NOTE.format(
+        name="nanmedian", count="numbers (the NaNs sort last)", nan=" (a row of NaNs only: NaN, no "
+        "gradient)")),
+})

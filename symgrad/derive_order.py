@@ -37,6 +37,7 @@ import sympy as sp
 from . import policy as _policy
 from .derivation import Derivation, Step
 from .indicators import compare
+from .kinds.median import selects_one
 from .kinds.order import cumulative, descending
 from .ops import Op
 
@@ -242,6 +243,9 @@ def _derive_cumulative(name: str, kind: str, ties: str, order_form: str):
 
 def derive_order(op: Op, display: bool = False) -> Derivation:
     """The Derivation of an order statistic (no max/min nodes: ``nodes`` is empty)."""
+    if selects_one(op.name):  # kthvalue, median, nanmedian: one rank (derive_median.py)
+        from .derive_median import derive_median
+        return derive_median(op)
     if cumulative(op.name):
         xs, y, partials, steps, checks = _derive_cumulative(op.name, op.spec.extremum, op.ties, op.order_form)
     else:

@@ -936,12 +936,34 @@ class OrderKernel:
     nan_sends_nothing: bool
     grad_form: str
     saved: tuple[str, ...]
+    # select "one" (kthvalue, median, nanmedian: kinds/median.py): how the row's rank is found
+    # ("k", "middle", "middle_of_numbers"), whether two middle ranks are averaged (JAX's
+    # midpoint), and the NaN rule (an output that is NaN sends nothing: nan_sends_nothing)
+    rank: str = ""
+    midpoint: bool = False
+    nan: str = ""
+
+
+def _lower_one(op) -> OrderKernel:
+    """kthvalue, median, nanmedian: one rank of each row (ascending; kinds/median.py)."""
+    from .kinds.median import midpoint
+    policy = _policy.TIES[op.ties]
+    rank = {"kthvalue": "k", "median": "middle", "nanmedian": "middle_of_numbers"}[op.name]
+    sends_nothing = op.nan in ("propagate", "skip_zero")
+    saved = ("indices",) if policy.single and not sends_nothing else ("indices", "x")
+    weight = None if policy.single else (Quotient(TOTAL, TIED) if policy.splits else TOTAL)
+    return OrderKernel("one", None, False, False, op.ties if policy.single else "block", weight, False,
+                       sends_nothing, "written" if op.grad_start == "written" else "added", saved,
+                       rank, midpoint(op), op.nan)
 
 
 def _lower_order(d: Derivation) -> OrderKernel:
     """An order statistic: the rank key, the tie rule and what backward gathers."""
+    from .kinds.median import selects_one
     from .kinds.order import cumulative, descending
     op = d.op
+    if selects_one(op.name):
+        return _lower_one(op)
     policy = _policy.TIES[op.ties]
     prefix = cumulative(op.name)
     tree = prefix and op.order_form == "tree"

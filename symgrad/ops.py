@@ -274,7 +274,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     if name not in OPS:
         raise ValueError(f"unknown op {name!r}; expected one of: {', '.join(OPS)}")
     spec = OPS[name]
-    preset = preset_for(convention, name)
+    preset = preset_for(convention, name, params)
     origin = []
     for key, given, default in (("ties", ties, _policy.DEFAULT_POLICY),
                                 ("nan", nan, _policy.DEFAULT_NAN), ("order", order, "given")):
@@ -714,3 +714,36 @@ def _order_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _order_specs()})
+
+
+# ----------------------------------------------------------------------------- one rank: kthvalue, median
+
+_KEEPDIM = Param("keepdim", "bool", False, "keep the reduced dim(s) with size 1")
+_MEDIAN_DIM = Param("dim", "int", None, "the dim to take the median along (negative: from the end; "
+                    "none: every element, and the output is the value only)", -MAX_INT)
+MEDIAN_NAN_WHY = ("a row holding NaN has output NaN: its gradient goes to the NaN(s) by the tie "
+                  "policy ('dominate', PyTorch) or nowhere ('propagate', JAX)")
+NANMEDIAN_NAN_WHY = ("NaNs are left out; a row of NaNs only has output NaN, its gradient to its NaNs "
+                     "by the tie policy ('skip', PyTorch) or nowhere ('skip_zero', JAX)")
+
+
+def _median_specs() -> list[OpSpec]:
+    """kthvalue, median, nanmedian (kinds/median.py): one output per row, the element of one rank
+    of the ascending order (a median of an even count: the lower middle; JAX's preset averages
+    the two middle elements)."""
+    middle = (_MEDIAN_DIM, _KEEPDIM)
+    return [
+        OpSpec("kthvalue", "ranking", "the k-th smallest element of the row along dim (values, and "
+               "its int64 index)", params=(Param("k", "int", None, "which rank (1: the smallest)", 1,
+                                                 required=True), _ORDER_DIM, _KEEPDIM),
+               extremum="min", torch_name="torch.kthvalue", nan_rules=("largest",), nan_why=ORDER_NAN_WHY),
+        OpSpec("median", "ranking", "the middle element of the row along dim, the lower of two for an "
+               "even count (values, and with dim its int64 index)", params=middle, extremum="min",
+               torch_name="torch.median", nan_rules=("dominate", "propagate"), nan_why=MEDIAN_NAN_WHY),
+        OpSpec("nanmedian", "ranking", "the median of the row's numbers along dim, NaNs left out "
+               "(values, and with dim its int64 index)", params=middle, extremum="min",
+               torch_name="torch.nanmedian", nan_rules=("skip", "skip_zero"), nan_why=NANMEDIAN_NAN_WHY),
+    ]
+
+
+OPS.update({s.name: s for s in _median_specs()})

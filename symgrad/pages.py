@@ -13,7 +13,7 @@ from . import derivations
 from . import policy as _policy
 from .backends.common import generator_hash
 from .catalog_entries import CATALOG_FILE
-from .conventions import PRESETS
+from .conventions import preset_for
 from .docs import FORMATS, PROVENANCE, Page, _op_label, _templates, latex_page, markdown_page
 from .docs import page as _maxmin_page
 from .docs_special import expression_page, special_page
@@ -81,7 +81,7 @@ def catalog_files(ops: list[Op]) -> dict[str, str]:
         files[f"docs/{stem}.md"] = pg.markdown
         if pg.svg is not None:
             files[f"docs/{stem}.svg"] = pg.svg
-        t, j = PRESETS["torch"][op.name], PRESETS["jax"][op.name]
+        t, j = preset_for("torch", op.name, op.params), preset_for("jax", op.name, op.params)
         rows.append({"link": f"[`{_op_label(op)}`]({stem}.md)", "ties": op.ties, "nan": op.nan,
                      "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
                      "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),

@@ -380,3 +380,22 @@ def lower_hit(v: sp.Expr, extremum: sp.Expr, nan: str) -> sp.Basic:
 def nan_aware_equal(v: sp.Expr, extremum: sp.Expr) -> sp.Basic:
     """[v is the extremum of its window] given the extremum under the NaN rule: (v == m) | isnan(v)."""
     return sp.Or(sp.Eq(v, extremum, evaluate=False), isnan_of(v))
+
+# kthvalue, median, nanmedian (issue 29, part 2): kthvalue ranks NaN as the largest value; a median
+# either lets a NaN decide the row (PyTorch: the NaN(s) get the gradient by the tie policy; JAX:
+# none) or leaves the NaNs out
+OP_NAN_RULES_OPS["largest"] += ("kthvalue",)
+OP_NAN_RULES.update({
+    "propagate": NanRule(
+        "propagate", "a row holding NaN has output NaN and sends no gradient (jnp.median fills such "
+        "a row with NaN before it sorts)", POLICIES, ieee=False),
+    "skip": NanRule(
+        "skip", "NaNs are left out: the median of the row's numbers; a row of NaNs only has output "
+        "NaN and its gradient goes to its NaNs by the tie policy (torch.nanmedian)", POLICIES,
+        ieee=False),
+    "skip_zero": NanRule(
+        "skip_zero", "NaNs are left out: the median of the row's numbers; a row of NaNs only has "
+        "output NaN and sends no gradient (jnp.nanmedian)", POLICIES, ieee=False),
+})
+ALL_NAN_RULES.update({k: OP_NAN_RULES[k] for k in ("propagate", "skip", "skip_zero")})
+OP_NAN_RULES_OPS.update({"propagate": ("median",), "skip": ("nanmedian",), "skip_zero": ("nanmedian",)})

@@ -195,7 +195,7 @@ def _catalog_inputs(entry, rng):
 @pytest.mark.parametrize("entry", list(first_entry_of_each_op(catalog.entries())),
                          ids=lambda e: f"{e.name}-{e.ties}-{e.params}")
 def test_opcheck_every_catalog_op(entry):
-    if entry.name in ("sort", "topk", "cummax", "cummin"):
+    if entry.name in ("sort", "topk", "cummax", "cummin", "kthvalue", "median", "nanmedian"):
         pytest.skip("symgrad.torch does not wrap the order statistics yet: their forward returns "
                     "(values, indices)")
     rng = np.random.default_rng(4)

@@ -15,6 +15,7 @@ no windows) and is built by the backends whose FORMS list it (NumPy so far).
 from __future__ import annotations
 
 from .base import Kind
+from .median import describe as describe_one, selects_one
 
 
 # the cumulative ops: output i the first rank of the prefix x[0..i], not of the whole row
@@ -36,6 +37,8 @@ def _window(params: dict) -> int:
 
 def _describe(op: "Op", listed: int) -> list[str]:
     p = op.params
+    if selects_one(op.name):  # kthvalue, median, nanmedian (kinds/median.py)
+        return describe_one(op)
     if cumulative(op.name):
         return [f"output i = {op.spec.extremum}(x[0..i]) along dim {p['dim']}: the element of rank 0 "
                 f"of the prefix (derived on a representative row of 3; the rule is the same for "

@@ -43,18 +43,12 @@ _GRAD_DOCS = {"written": "written (a -0 stays -0, as zeros.scatter)",
 
 def context(op, kernel: OrderKernel) -> dict:
     """What order.py.jinja and its body place: finished strings only."""
+    if kernel.select == "one":  # kthvalue, median, nanmedian (numpy/order_one.py)
+        from .order_one import context as one_context
+        return one_context(op, kernel, shared(op, kernel))
     prefix = kernel.select == "prefix"
     body = TREE if kernel.tree else BODIES[(kernel.select, kernel.ties)]
-    ctx = {"template": "numpy/order.py.jinja", "body": body,
-           "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
-           "saved_fields": list(kernel.saved),
-           "saved_doc": ", ".join(kernel.saved),
-           "key_doc": ("NaN above +inf (every NaN equal), -0 below +0" if kernel.zeros_ordered
-                       else "NaN above +inf (every NaN equal), +0 and -0 equal"),
-           "canonical_lines": [] if kernel.zeros_ordered else
-           ["canonical = np.where(canonical == 0, np.zeros((), v.dtype), canonical)  # -0 as +0"],
-           "extremum": "max" if kernel.descending else "min",
-           "imports": []}
+    ctx = shared(op, kernel) | {"body": body, "layout": "numpy/_order_along.py.jinja"}
     ctx |= _rank_key(kernel, prefix)
     if kernel.ties in _TIE_DOCS:
         ctx |= {"tie_doc": _TIE_DOCS[kernel.ties], "ranked": _RANKED[kernel.ties], "taken": _TAKEN[kernel.ties],
@@ -68,6 +62,20 @@ def context(op, kernel: OrderKernel) -> dict:
             "grad_doc": _GRAD_DOCS[kernel.grad_form]}
     ctx |= _prefix_strings(kernel)
     return ctx
+
+
+def shared(op, kernel: OrderKernel) -> dict:
+    """The skeleton's strings every order statistic places: parameters, Saved, the key."""
+    return {"template": "numpy/order.py.jinja",
+            "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+            "saved_fields": list(kernel.saved),
+            "saved_doc": ", ".join(kernel.saved),
+            "key_doc": ("NaN above +inf (every NaN equal), -0 below +0" if kernel.zeros_ordered
+                        else "NaN above +inf (every NaN equal), +0 and -0 equal"),
+            "canonical_lines": [] if kernel.zeros_ordered else
+            ["canonical = np.where(canonical == 0, np.zeros((), v.dtype), canonical)  # -0 as +0"],
+            "extremum": "max" if kernel.descending else "min",
+            "imports": []}
 
 
 def _rank_key(kernel: OrderKernel, prefix: bool) -> dict:
