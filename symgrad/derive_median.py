@@ -20,12 +20,12 @@ from .kinds.median import midpoint, rank_words
 from .ops import Op
 
 _POLICY_WORDS = {
-    "first": "first: rank_i = sum_(j<i) [x_j <= x_i] + sum_(j>i) [x_j < x_i] (a stable sort), W[i] = [rank_i = r]",
-    "last": "last: rank_i = sum_(j<i) [x_j < x_i] + sum_(j>i) [x_j <= x_i], W[i] = [rank_i = r]",
+    "first": "first: rank_i = sum_(j<i) [x_j <= x_i] + sum_(j>i) [x_j < x_i] (a stable sort), W[i] = [rank_i = {r}]",
+    "last": "last: rank_i = sum_(j<i) [x_j < x_i] + sum_(j>i) [x_j <= x_i], W[i] = [rank_i = {r}]",
     "split": "split: a_i = sum_(j!=i) [x_j < x_i], t_i = 1 + sum_(j!=i) [x_j >= x_i][x_j <= x_i]; "
-             "W[i] = [a_i <= r < a_i + t_i] / t_i (1/t to each element of the tie block holding rank r)",
-    "all": "all: a_i, t_i as for split; W[i] = [a_i <= r < a_i + t_i] (a one at each element of the "
-           "tie block holding rank r: not a subgradient)"}
+             "W[i] = [a_i <= {r} < a_i + t_i] / t_i (1/t to each element of the tie block holding rank {r})",
+    "all": "all: a_i, t_i as for split; W[i] = [a_i <= {r} < a_i + t_i] (a one at each element of the "
+           "tie block holding rank {r}: not a subgradient)"}
 
 
 def _rank(name: str, k: int | None) -> int:
@@ -48,9 +48,7 @@ def _derive(name: str, ties: str, k: int | None, mid: bool, words: str):
     steps = [
         Step("forward", f"{name}: a representative row x0, x1, x2 ranked ascending (NaN ranks as the "
              f"largest value); the output selects {words}: here rank {r}", (("y", y),)),
-        Step("W-form", _POLICY_WORDS[ties].replace("= r]", f"= {r}]").replace("r <", f"{r} <").replace(
-            "<= r", f"<= {r}").replace("holding rank r", f"holding rank {r}"),
-             tuple((f"W[{i}]", w) for i, w in enumerate(row))),
+        Step("W-form", _POLICY_WORDS[ties].format(r=r), tuple((f"W[{i}]", w) for i, w in enumerate(row))),
         Step("W at a tie", f"x = {tuple(_tie_point(ROW))}: rank {r} lies in a tie block; the row of W "
              "(columns: elements)", (("W", _at(row, tie)),)),
         Step("backward", "W is constant where no two elements tie: dy/dx = W, and grad_x = W^T g "

@@ -17,6 +17,8 @@ Oracles, all independent of the generated code:
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -408,3 +410,21 @@ def test_bad_input_is_one_clear_error():
         m = symgrad.load("median", dim=1)
         _, saved = m.forward(np.zeros((2, 3)))
         m.backward(np.zeros(2), saved._replace(indices=saved.indices + 3))
+
+
+@pytest.mark.slow  # (five fresh processes deriving from an empty cache: ~20 s)
+def test_cli_generates_and_derives(tmp_path):
+    env = {"SYMGRAD_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "symgrad", *args], capture_output=True, text=True, env=env)
+
+    r = cli("generate", "median", "--dim", "0", "--keepdim", "--convention", "jax", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "median_dim0_keepdim1_jax.py").exists()
+    r = cli("derive", "median", "--ties", "split", "--full")
+    assert r.returncode == 0, r.stderr
+    assert "== W at a tie ==" in r.stdout and "Matrix([[1/2, 1/2, 0]])" in r.stdout
+    for args in (("derive", "kthvalue"), ("generate", "kthvalue", "--k", "0"), ("derive", "nanmedian", "--nan", "dominate")):
+        r = cli(*args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)

@@ -48,6 +48,9 @@ PARAMS = {
     "sort": [{}, {"descending": True, "dim": 0}],
     "topk": [{"k": 2}, {"k": 3, "largest": False, "dim": 0}],
     "cummax": [{"dim": -1}],
+    "kthvalue": [{"k": 2}, {"k": 1, "dim": 0, "keepdim": True}],  # (issue 29, part 2)
+    "median": [{}, {"dim": -1}, {"dim": 0, "keepdim": True}],
+    "nanmedian": [{}, {"dim": -1, "keepdim": True}],
     "cummin": [{"dim": 0}],
 }
 EXPRESSIONS = ["Max(x*y, x + y, 0)", "max(x, 0) * exp(y) - min(x, y)", "abs(x) + Min(x, 1)"]
