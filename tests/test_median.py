@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -383,6 +384,17 @@ def test_jax_preset_is_jax_bit_for_bit(case, dtype):
 
 
 # ----------------------------------------------------------------------------- shapes, errors
+
+def test_jax_midpoint_past_the_largest_float_is_inf_without_a_warning():
+    """(lo + hi) * 0.5 in the dtype: the sum of two float16 values past 65504 is inf, as in JAX,
+    and NumPy's overflow warning is silenced (it failed before as an error under -W error)."""
+    m = symgrad.load("median", convention="jax")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, _ = m.forward(np.array([60000.0, 60000.0], np.float16))
+        nan, _ = m.forward(np.array([-np.inf, np.inf]))
+    assert y == np.inf and np.isnan(nan)
+
 
 def test_shapes():
     m = symgrad.load("median", dim=2)

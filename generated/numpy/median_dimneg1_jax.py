@@ -256,7 +256,7 @@ def forward(x: np.ndarray) -> tuple:
         raise ValueError(f"{OP}: needs at least one element in each row, got an input of shape {x.shape}")
     picked = np.take_along_axis(_ranked(_rank_key(v)), _selected_ranks(v), axis=-1)
     chosen = np.take_along_axis(v, picked, axis=-1)
-    with np.errstate(invalid="ignore"):  # (a midpoint of -inf and +inf: NaN, silently)
+    with np.errstate(invalid="ignore", over="ignore"):  # (a midpoint of -inf and +inf: NaN; of two huge values: inf)
         values = _reduced(np.asarray((chosen[..., 0] + chosen[..., 1]) * np.asarray(0.5, v.dtype)), x.shape)
     output = (values, _reduced(picked[..., 0], x.shape))
     return output, Saved(picked, x, x.shape, values.shape, x.dtype)
@@ -292,7 +292,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     tangent = _rows(_as_tangent("tangent_x", tangent_x, saved))
     picked = _checked_picked(saved)
     pair = np.take_along_axis(tangent, picked, axis=-1)
-    with np.errstate(invalid="ignore"):  # -inf + inf: NaN, silently
+    with np.errstate(invalid="ignore", over="ignore"):  # -inf + inf: NaN; a sum past the largest: inf
         out = (pair[..., :1] + pair[..., 1:]) * np.asarray(0.5, saved.dtype)
     out = np.where(np.isnan(np.take_along_axis(_rows(_saved_array(saved, "x", saved.input_shape)), picked[..., :1], axis=-1)), 0, out)  # NaN rule 'propagate'
     return _reduced(out[..., 0], saved.input_shape)

@@ -259,7 +259,7 @@ def forward(x: np.ndarray) -> tuple:
         raise ValueError(f"{OP}: needs at least one element in each row, got an input of shape {x.shape}")
     picked = np.take_along_axis(_ranked(_rank_key(v)), _selected_ranks(v), axis=-1)
     chosen = np.take_along_axis(v, picked, axis=-1)
-    with np.errstate(invalid="ignore"):  # (a midpoint of -inf and +inf: NaN, silently)
+    with np.errstate(invalid="ignore", over="ignore"):  # (a midpoint of -inf and +inf: NaN; of two huge values: inf)
         values = _reduced(np.asarray(chosen[..., 0]), x.shape)
     output = (values, _reduced(picked[..., 0], x.shape))
     return output, Saved(picked, x.shape, values.shape, x.dtype)
