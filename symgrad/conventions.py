@@ -410,7 +410,10 @@ _MEDIAN_NOTE = (
     "into zeros (value_selecting_reduction_backward). torch.median{nan}(x) without dim: the same "
     "value (std::nth_element over the values alone: of tied +0 and -0 it may return the other), "
     "and backward splits grad_output evenly, grad / count in the dtype, among the elements "
-    "equal to it (evenly_distribute_backward: -0 stays -0){whole_nan}; this preset is 'first' with "
+    "equal to it (evenly_distribute_backward: -0 stays -0){whole_nan}, but its forward-mode jvp "
+    "(evenly_read_jvp) is not reproduced: it gives NaN where the median is NaN and can differ in the "
+    "last bits elsewhere (symgrad's split jvp is the block's mean in float64, rounded once); this "
+    "preset is 'first' with "
     "dim and 'split' without. On CUDA the tied index may differ (pytorch/pytorch#161841)")
 TORCH.update({
     "kthvalue": Preset("first", "largest", grad_start="written", note=(

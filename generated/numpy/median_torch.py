@@ -27,9 +27,11 @@ Convention 'torch': torch.median(x, dim) (CPU): the index of rank (n - 1) // 2 i
     (value_selecting_reduction_backward). torch.median(x) without dim: the same value
     (std::nth_element over the values alone: of tied +0 and -0 it may return the other), and
     backward splits grad_output evenly, grad / count in the dtype, among the elements equal
-    to it (evenly_distribute_backward: -0 stays -0) (the NaNs where the median is NaN); this
-    preset is 'first' with dim and 'split' without. On CUDA the tied index may differ
-    (pytorch/pytorch#161841).
+    to it (evenly_distribute_backward: -0 stays -0) (the NaNs where the median is NaN), but
+    its forward-mode jvp (evenly_read_jvp) is not reproduced: it gives NaN where the median
+    is NaN and can differ in the last bits elsewhere (symgrad's split jvp is the block's
+    mean in float64, rounded once); this preset is 'first' with dim and 'split' without. On
+    CUDA the tied index may differ (pytorch/pytorch#161841).
 
 Backward: grad_x = W^T grad_output, gathered from what forward saved (indices, x): no
     element's gradient is scattered into by two outputs at once, so it is deterministic.

@@ -29,9 +29,11 @@ Convention 'torch': torch.mediannanmedian(x, dim) (CPU): the index of rank (n - 
     torch.mediannanmedian(x) without dim: the same value (std::nth_element over the values
     alone: of tied +0 and -0 it may return the other), and backward splits grad_output
     evenly, grad / count in the dtype, among the elements equal to it
-    (evenly_distribute_backward: -0 stays -0) (every NaN where all are NaN); this preset is
-    'first' with dim and 'split' without. On CUDA the tied index may differ
-    (pytorch/pytorch#161841).
+    (evenly_distribute_backward: -0 stays -0) (every NaN where all are NaN), but its
+    forward-mode jvp (evenly_read_jvp) is not reproduced: it gives NaN where the median is
+    NaN and can differ in the last bits elsewhere (symgrad's split jvp is the block's mean
+    in float64, rounded once); this preset is 'first' with dim and 'split' without. On CUDA
+    the tied index may differ (pytorch/pytorch#161841).
 
 Backward: grad_x = W^T grad_output, gathered from what forward saved (indices): no element's
     gradient is scattered into by two outputs at once, so it is deterministic.
