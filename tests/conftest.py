@@ -103,11 +103,31 @@ __all__ = ["ELEMENTWISE", "WINDOWED", "POLICIES", "case_id", "sympy_value", "tie
 _FIRST = ("test_cuda.py", "test_cpu_kinds.py", "test_cpu.py", "test_cli.py")
 
 
+def pytest_configure(config):
+    # `-m slow` also sets SYMGRAD_SLOW=1, so that module-level sizes (hypothesis example counts)
+    # can read it before any fixture runs (xdist workers inherit it)
+    if slow_run(config):
+        os.environ["SYMGRAD_SLOW"] = "1"
+
+
+def examples(default: int, slow: int) -> int:
+    """A hypothesis example count: $SYMGRAD_CONVENTION_EXAMPLES, else `slow` in a slow run, else
+    `default`."""
+    if os.environ.get("SYMGRAD_CONVENTION_EXAMPLES"):
+        return int(os.environ["SYMGRAD_CONVENTION_EXAMPLES"])
+    return slow if os.environ.get("SYMGRAD_SLOW") == "1" else default
+
+
+def slow_run(config) -> bool:
+    """Whether this run includes the exhaustive variants (`-m slow` or SYMGRAD_SLOW=1)."""
+    return "slow" in (config.getoption("markexpr") or "") or os.environ.get("SYMGRAD_SLOW") == "1"
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: _FIRST.index(item.path.name) if item.path.name in _FIRST else len(_FIRST))
     # exhaustive variants (@pytest.mark.slow) run with `-m slow` or SYMGRAD_SLOW=1; the default run
     # keeps their representative set
-    if "slow" in (config.getoption("markexpr") or "") or os.environ.get("SYMGRAD_SLOW") == "1":
+    if slow_run(config):
         return
     skip = pytest.mark.skip(reason="exhaustive variant: run with -m slow (or SYMGRAD_SLOW=1)")
     for item in items:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from conftest import WINDOWED, case_id
+from conftest import WINDOWED, case_id, slow_run
 from cuda_harness.check import compare, inputs_for, mismatch
 from symgrad.ops import resolve
 from symgrad.policy import NAN_RULES
@@ -75,13 +75,26 @@ FORM_SETTINGS = [(op, params, shape, st) for op, params, shape in BACKWARD_FORMS
                  if st.get("ties") or any(np.atleast_1d(params.get("padding", 0)))]
 
 
+def _default_geometry(i: int, ties: str) -> bool:
+    """The default run's geometry comparisons: the pools take the scan and the mask policy in
+    turn (every pool under both with -m slow)."""
+    return ties == GEOMETRY_POLICIES[i % 2]
+
+
+def _default_nan(settings) -> bool:
+    """The default run's NaN-rule comparisons: each rule under ties first and split."""
+    return settings["ties"] in ("first", "split")
+
+
 @pytest.fixture(scope="module", autouse=True)
-def _compiled_in_parallel():
-    """Every library the tests below use, compiled first, two at a time (the compiler runs in
-    subprocesses): the tests then find them in the cache."""
+def _compiled_in_parallel(request):
+    """Every library the tests below use in this run, compiled first, two at a time (the compiler
+    runs in subprocesses): the tests then find them in the cache."""
     from concurrent.futures import ThreadPoolExecutor
-    settings = ([(op, params, {"ties": t}) for op, params, _ in POOLS for t in GEOMETRY_POLICIES]
-                + [(OVERLAP[0], OVERLAP[1], s) for s in NAN_SETTINGS]
+    slow = slow_run(request.config)
+    settings = ([(op, params, {"ties": t}) for i, (op, params, _) in enumerate(POOLS) for t in GEOMETRY_POLICIES
+                 if slow or _default_geometry(i, t)]
+                + [(OVERLAP[0], OVERLAP[1], s) for s in NAN_SETTINGS if slow or _default_nan(s)]
                 + [(op, params, {"convention": c}) for op, params, _ in (OVERLAP, POOLS[3]) for c in ("torch", "jax")]
                 + [(op, params, st) for op, params, _, st in FORM_SETTINGS])
     modules = [symgrad.load(op, backend="cpu", **st, **params) for op, params, st in settings]
@@ -89,14 +102,16 @@ def _compiled_in_parallel():
         list(pool.map(lambda m: m.library(), modules))
 
 
-@pytest.mark.parametrize("ties", GEOMETRY_POLICIES)
-@pytest.mark.parametrize("op,params,shape", POOLS, ids=[case_id(*c) for c in POOLS])
+@pytest.mark.parametrize("op,params,shape,ties", [
+    (*c, t) if _default_geometry(i, t) else pytest.param(*c, t, marks=pytest.mark.slow)
+    for i, c in enumerate(POOLS) for t in GEOMETRY_POLICIES], ids=[f"{case_id(*c)}-{t}" for c in POOLS for t in GEOMETRY_POLICIES])
 def test_equals_numpy_bit_for_bit(op, params, shape, ties):
     problems = _problems(op, params, shape, {"ties": ties})
     assert not problems, "\n".join(problems[:10])
 
 
-@pytest.mark.parametrize("settings", NAN_SETTINGS, ids=[f"{s['ties']}-{s['nan']}" for s in NAN_SETTINGS])
+@pytest.mark.parametrize("settings", [s if _default_nan(s) else pytest.param(s, marks=pytest.mark.slow)
+                                      for s in NAN_SETTINGS], ids=[f"{s['ties']}-{s['nan']}" for s in NAN_SETTINGS])
 def test_equals_numpy_under_every_nan_rule(settings):
     problems = _problems(*OVERLAP, settings)
     assert not problems, "\n".join(problems[:10])

@@ -31,7 +31,7 @@ import sympy as sp
 
 import cuda_harness as harness
 import symgrad
-from conftest import POLICIES, case_id
+from conftest import POLICIES, case_id, slow_run
 from cuda_harness.check import CONVENTIONS, cases, compare, every_comparison, mismatch, nan_cases
 from symgrad import catalog, naming
 from symgrad.indicators import Indicator, IsNan, MaxOf, MinOf
@@ -67,19 +67,32 @@ NAN_CASES = nan_cases(CASES)
 
 # ----------------------------------------------------------------------------- fixtures
 
+# the default run's harness comparisons (the others with -m slow; a source the fixture did not
+# compile is compiled when a test asks for it): a scan policy and a mask policy for every case,
+# each preset on the first case of each op, the NaN rules under those two policies
+DEFAULT_TIES = ("first", "split")
+
+
+def _first_case_of_its_op(op, params) -> bool:
+    return next(p for o, p, _ in CASES if o == op) is params
+
+
 @pytest.fixture(scope="session")
-def host_cache(tmp_path_factory):
-    """Every .cu source of the cases compiled for the CPU once, in parallel, into a session dir."""
+def host_cache(tmp_path_factory, request):
+    """The .cu sources of the cases this run compares compiled for the CPU once, in parallel, into
+    a session dir."""
     if harness.find_cxx() is None:
         pytest.skip(NO_CXX)
     # $SYMGRAD_HARNESS_CACHE keeps the shared objects between sessions (keyed by a hash of the
     # source, the compatibility header, the compiler and its flags)
     cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("cuda-host"))
-    settings = [{"ties": t} for t in POLICIES] + [{"convention": c} for c in CONVENTIONS]
+    slow = slow_run(request.config)
+    settings = [(op, params, {"ties": t}) for op, params, _ in CASES for t in POLICIES if slow or t in DEFAULT_TIES]
+    settings += [(op, params, {"convention": c}) for op, params, _ in CASES for c in CONVENTIONS
+                 if slow or _first_case_of_its_op(op, params)]
+    settings += [(op, params, st) for op, params, _, st in NAN_CASES if slow or st["ties"] in DEFAULT_TIES]
     sources = [next(s for n, s in render_cuda(resolve(op, **st, **params)).items() if n.endswith(".cu"))
-               for op, params, _ in CASES for st in settings]
-    sources += [next(s for n, s in render_cuda(resolve(op, **st, **params)).items() if n.endswith(".cu"))
-                for op, params, _, st in NAN_CASES]
+               for op, params, st in settings]
     harness.build_many(sources, cache)
     return cache
 
@@ -111,9 +124,17 @@ def _archs(cu: Path) -> tuple:
     return ARCHS if cu.name in _one_of_each_kind() else ARCHS[:1]
 
 
+def _nvcc_sources(config) -> list[Path]:
+    """The catalog .cu files nvcc compiles: every one with -m slow, else the first of each op
+    kind (one per kernel template: about a fifth of the files and of nvcc's minute)."""
+    if slow_run(config):
+        return CATALOG_CU
+    return [cu for cu in CATALOG_CU if cu.name in _one_of_each_kind()]
+
+
 @pytest.fixture(scope="session")
-def nvcc_builds(tmp_path_factory):
-    """{.cu name: (return code, stderr, keep dir)}: every catalog .cu compiled by nvcc for the
+def nvcc_builds(tmp_path_factory, request):
+    """{.cu name: (return code, stderr, keep dir)}: the catalog .cu files of _nvcc_sources compiled by nvcc for the
     virtual architecture compute_80 (device code only), keeping the PTX; the first .cu of each op
     kind compiled for compute_80 and compute_90 and assembled by ptxas into sm_80 and sm_90
     machine code.  (Each architecture repeats nvcc's front end and ptxas was about 60% of its
@@ -135,7 +156,7 @@ def nvcc_builds(tmp_path_factory):
         return cu.name, (proc.returncode, proc.stderr, keep)
 
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        return dict(pool.map(one, CATALOG_CU))
+        return dict(pool.map(one, _nvcc_sources(request.config)))
 
 
 def _ptx(keep: Path, cu: Path, arch: str) -> Path:
@@ -164,7 +185,8 @@ def test_every_catalog_op_has_a_cuda_module():
     assert len(CATALOG_CU) == len(_cuda_entries())
 
 
-@pytest.mark.parametrize("cu", CATALOG_CU, ids=[p.stem for p in CATALOG_CU])
+@pytest.mark.parametrize("cu", [cu if cu.name in _one_of_each_kind() else pytest.param(cu, marks=pytest.mark.slow)
+                                for cu in CATALOG_CU], ids=[p.stem for p in CATALOG_CU])
 def test_nvcc_compiles_for_sm80_and_sm90(nvcc_builds, cu):
     rc, stderr, keep = nvcc_builds[cu.name]
     assert rc == 0, stderr[-4000:]
@@ -200,7 +222,8 @@ def test_no_atomic_instruction_in_any_backward_kernel(nvcc_builds):
     """In the PTX nvcc makes (sm_80, and sm_90 for one file of each kind): no atom or red
     instruction in a backward kernel."""
     backward = 0
-    for cu in CATALOG_CU:
+    compiled = [cu for cu in CATALOG_CU if cu.name in nvcc_builds]
+    for cu in compiled:
         rc, _, keep = nvcc_builds[cu.name]
         assert rc == 0
         for arch in _archs(cu):
@@ -209,14 +232,14 @@ def test_no_atomic_instruction_in_any_backward_kernel(nvcc_builds):
                 if "_backward_" in name:
                     backward += 1
                     assert not re.search(r"^\s*(@!?%p\d+\s+)?(atom|red)\.", body, re.M), f"{name} ({arch})"
-    assert backward >= 4 * (len(CATALOG_CU) + len(_one_of_each_kind()))  # every dtype, each arch
+    assert backward >= 4 * (len(compiled) + len(_one_of_each_kind()))  # every dtype, each arch
 
 
 def test_float_kernels_do_no_double_math(nvcc_builds):
     """No .f64 instruction in the PTX of a float32, float16 or bfloat16 kernel (and float64
     kernels do use .f64, so the check can see it)."""
     f64_seen = False
-    for cu in CATALOG_CU:
+    for cu in (cu for cu in CATALOG_CU if cu.name in nvcc_builds):
         _, _, keep = nvcc_builds[cu.name]
         for name, body in _ptx_entries(_ptx(keep, cu, ARCHS[0]).read_text()).items():
             if re.search(r"_(f32|f16|bf16)(_|$)", name):
@@ -228,7 +251,8 @@ def test_float_kernels_do_no_double_math(nvcc_builds):
 
 # ----------------------------------------------------------------------------- the CPU harness
 
-@pytest.mark.parametrize("ties", POLICIES)
+@pytest.mark.parametrize("ties", [t if t in DEFAULT_TIES else pytest.param(t, marks=pytest.mark.slow)
+                                  for t in POLICIES])
 @pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
 def test_cpu_execution_equals_numpy_bit_for_bit(fake_cupy, monkeypatch, op, params, shapes, ties):
     problems = every_comparison(fake_cupy, op, params, shapes, ties, monkeypatch.setattr)
@@ -236,7 +260,9 @@ def test_cpu_execution_equals_numpy_bit_for_bit(fake_cupy, monkeypatch, op, para
 
 
 @pytest.mark.parametrize("convention", CONVENTIONS)
-@pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("op,params,shapes", [c if _first_case_of_its_op(c[0], c[1])
+                                              else pytest.param(*c, marks=pytest.mark.slow) for c in CASES],
+                         ids=CASE_IDS)
 def test_cpu_execution_equals_numpy_under_each_framework_convention(fake_cupy, monkeypatch, op, params,
                                                                     shapes, convention):
     """A preset's NaN rule and padding (JAX: -inf that takes part) reach the CUDA kernels."""
@@ -245,7 +271,9 @@ def test_cpu_execution_equals_numpy_under_each_framework_convention(fake_cupy, m
     assert not problems, "\n".join(problems[:10])
 
 
-@pytest.mark.parametrize("op,params,shapes,settings", NAN_CASES,
+@pytest.mark.parametrize("op,params,shapes,settings", [c if c[3]["ties"] in DEFAULT_TIES
+                                                       else pytest.param(*c, marks=pytest.mark.slow)
+                                                       for c in NAN_CASES],
                          ids=[case_id(op, params) + "-" + "-".join(str(v) for v in st.values() if v)
                               for op, params, _, st in NAN_CASES])
 def test_cpu_execution_equals_numpy_under_every_nan_rule(fake_cupy, monkeypatch, op, params, shapes,

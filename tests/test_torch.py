@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import symgrad
 
-from conftest import tie_heavy
+from conftest import examples, tie_heavy
 
 if os.environ.get("CI"):
     import torch  # CI installs torch==2.13.0: a missing torch is a failure there, not a skip
@@ -96,7 +96,7 @@ def test_motivating_example_equals_torch():
 
 
 @given(data=st.data())
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # 60: 24 s
+@settings(max_examples=examples(default=12, slow=60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_max_pool_parameter_space_equals_torch(data):
     d = data.draw(st.integers(1, 3), label="dims")
     k = tuple(data.draw(st.integers(1, 3)) for _ in range(d))
