@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import expr as _expr
+from . import losses as _losses
 from . import naming
 from .derivations import derive as _derive
 from .derive import Derivation
@@ -116,9 +117,14 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     """Import the generated module of an op: from the committed catalog when it holds exactly this
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
+    loss = op in _losses.LOSSES
+    reduction = params.pop("reduction", "none") if loss else None  # (losses.py)
     check_names(op, params, ("backend",) + SETTINGS)
     backend = _check_backend(backend)
-    return _load(resolve(op, ties, convention=convention, nan=nan, order=order, **params), backend)
+    spec = resolve(op, ties, convention=convention, nan=nan, order=order, **params)
+    if not loss:
+        return _load(spec, backend)
+    return _losses.reduced(_load(spec, backend), spec, _losses.check_reduction(op, reduction))
 
 
 def _load(spec, backend: _backends.Backend) -> ModuleType:

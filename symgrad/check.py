@@ -419,7 +419,9 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
         _check_unpool_slot(report, elements, w, o, slot_writers, ties, fail, rtol, atol)
         return True
     kinks = [e for e in deps if _kink(dp[e], dm[e])]
-    tied = kinks if len(kinks) >= 2 else []
+    # several elements at a kink of pieces that combine inputs (l1_loss's input - target) are each
+    # at a kink of the same node, not elements tied with each other
+    tied = kinks if len(kinks) >= 2 and not pieces.combine_inputs() else []
     if target.rank_sign:  # an order statistic: a middle rank of a tie block has no kink to probe
         tied = kinks = _rank_block(target, xs, elements, y0, o)
         deps = sorted(set(deps) | set(tied))
@@ -594,6 +596,18 @@ class _Pieces:
             return cls(resolve(name, ties, order=order, **{k: v for k, v in (params or {}).items()}), ties)
         except (TypeError, ValueError):
             return cls(None, ties)
+
+    def combine_inputs(self) -> bool:
+        """Whether a piece of the op's max/min nodes holds several inputs (the losses)."""
+        if self.op is None:
+            return False
+        import sympy as sp
+
+        from .indicators import MaxOf, MinOf
+        spec = self.op.spec
+        expr = spec.forward(self.op.params, [sp.Symbol(n, real=True) for n in spec.inputs])
+        return any(len(a.free_symbols) > 1 for n in sp.preorder_traversal(expr)
+                   if isinstance(n, (MaxOf, MinOf)) for a in n.args if not isinstance(a, (MaxOf, MinOf)))
 
     def at_kink(self, xs, element, out_index, dp, dm, got):
         """(expected gradient, why) at a kink of one element; expected None: anything allowed."""

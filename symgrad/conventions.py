@@ -453,3 +453,22 @@ JAX.update({
         name="nanmedian", count="numbers (the NaNs sort last)", nan=" (a row of NaNs only: NaN, no "
         "gradient)")),
 })
+
+
+# ----------------------------------------------------------------------------- issue 30: losses
+TORCH.update({
+    "l1_loss": dataclasses.replace(TORCH["abs"], broadcast_sum="torch", note=(
+        "F.l1_loss: (input - target).abs(), its gradient g * sgn(input - target) (0 at a tie and "
+        "at NaN), the target's its negation; forward fabs (+0 at -0)")),
+    "margin_ranking_loss": Preset("last", "keep", gradient="scaled", zeros="first", broadcast_sum="torch", note=(
+        "F.margin_ranking_loss: (-target * (input1 - input2) + margin).clamp_min_(0), its "
+        "gradient where(v >= 0, g, 0) times each input's coefficient: g passes at the kink, 0 "
+        "at NaN; written max(0, v), last; forward +0 where v is 0 (v + margin adds +0)")),
+})
+JAX.update({
+    "l1_loss": dataclasses.replace(JAX["abs"], note=(
+        "jnp.abs(input - target) (optax has no l1 loss): " + JAX["abs"].note)),
+    "margin_ranking_loss": dataclasses.replace(JAX["maximum"], gradient="chained", note=(
+        "JAX has no margin ranking loss; this is jnp.maximum(0, margin - target * (input1 - "
+        "input2)) (as one writes it in JAX): 1/2 at the kink, 0 at NaN; forward XLA max")),
+})

@@ -363,6 +363,12 @@ def _assign_values(sizes: list[int], windows: list) -> list[np.ndarray]:
     return [flat[offsets[i]:offsets[i + 1]] for i in range(len(sizes))]
 
 
+# the worked example of an elementwise op of several inputs whose pieces are not the inputs (the
+# losses, issue 30): input, target (input2), target; rows 0 and 2 tie
+_LOSS_EXAMPLE = tuple(np.array(v) for v in ([1.0, 2.0, 0.5, -1.0], [1.0, 0.0, 0.5, 2.0],
+                                            [1.0, -1.0, 1.0, 1.0]))
+
+
 def worked_example(op: Op, d: Derivation) -> Example:
     """The worked example: inputs with a tie (and, for pooling, an overlap), run through the module."""
     mod, _, _ = module_for(op)
@@ -378,6 +384,11 @@ def worked_example(op: Op, d: Derivation) -> Example:
         y, saved = mod.forward(x)
         (gx,) = mod.backward(g, saved)
         return Example(names, (x,), g, y, (gx,))
+    if elementwise and not set(d.output.pieces) <= set(d.inputs):  # a loss: pieces of several inputs
+        xs = _LOSS_EXAMPLE[:len(d.inputs)]  # ties in rows 0 and 2 (input = target; margin 0)
+        g = np.arange(1, len(xs[0]) + 1, dtype=np.float64)
+        y, saved = mod.forward(*xs)
+        return Example(names, xs, g, y, tuple(mod.backward(g, saved)))
     if elementwise:  # maximum / minimum: position i is a window {a_i, b_i}
         n = 4
         windows = [[(0, (i,)), (1, (i,))] for i in range(n)]
@@ -540,6 +551,19 @@ def _piecewise_two(d: Derivation, s: sp.Symbol) -> list[tuple[str, str]]:
     return rows
 
 
+def _piecewise_pieces(d: Derivation, s: sp.Symbol) -> list[tuple[str, str]]:
+    """A max/min of two pieces of several inputs (the losses): dy/ds where the first piece is above,
+    equal to, below the second."""
+    p, q = d.output.pieces
+    rows = []
+    for rel, (u, v) in ((sp.Gt, (1, 0)), (sp.Eq, (0, 0)), (sp.Lt, (0, 1))):
+        at = {p: u, q: v}
+        truth = {f: sp.Integer(bool(type(f.rel)(at[f.rel.lhs], at[f.rel.rhs])))
+                 for f in d.partials[s].atoms(Indicator)}
+        rows.append((latex(sp.simplify(d.partials[s].xreplace(truth))), latex(rel(p, q, evaluate=False))))
+    return rows
+
+
 def _piecewise_window(node: Node, s: sp.Symbol) -> list[tuple[str, str]]:
     """dy/dx_k of a window: its value where its indicator product holds, 0 otherwise."""
     partial = node.partials[s]
@@ -695,7 +719,8 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
                                                for nd in d.nodes[:-1]]), ":"]))
         for x in d.inputs:
             s.blocks.append(Display(_d(d.output.symbol, x), _lines(d.partials[x])))
-            rows = _piecewise_one(d, x) if len(d.inputs) == 1 else _piecewise_two(d, x)
+            rows = (_piecewise_one(d, x) if len(d.inputs) == 1 else _piecewise_two(d, x)
+                    if set(d.output.pieces) <= set(d.inputs) else _piecewise_pieces(d, x))
             s.blocks.append(Display(_d(d.output.symbol, x), [_cases(rows)]))
         g = sp.Symbol("g")
         for x in d.inputs:
@@ -859,7 +884,7 @@ def _example_section(op: Op, d: Derivation, ex: Example, picture: str | None) ->
     for nm, gr in zip(ex.names, ex.grads):
         lines.append(f"{'grad_' + nm:<{width}} = {_array_text(gr)}")
     s.blocks.append(Code("python", "\n".join(lines)))
-    if ex.windows is None:
+    if ex.windows is None and len(ex.inputs) == 1:
         (x,), (gx,) = ex.inputs, ex.grads
         rows = [[[_num_text(xi)], [_num_text(yi)], [_num_text(gi)], [_num_text(gxi)],
                  [_num_text(gxi / gi)]] for xi, yi, gi, gxi in zip(x, ex.output, ex.grad_output, gx)]

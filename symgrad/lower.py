@@ -215,6 +215,21 @@ def factor_roles(nodes: list[Node]) -> dict:
     return roles
 
 
+def _common_coefficient(partial: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """(c, partial / c): c the factor, without numbers and indicators, that every term of
+    partial's numerator shares (1: none)."""
+    held = {f: sp.Dummy() for f in partial.atoms(Indicator)}  # plain symbols meanwhile
+    num, den = sp.fraction(partial.xreplace(held))
+    groups: dict = {}  # per product of indicators, its coefficient
+    for term in sp.Add.make_args(sp.expand(num)):
+        coeff, inds = term.as_independent(*held.values(), as_Add=False)
+        groups[inds] = groups.get(inds, sp.S.Zero) + coeff
+    parts = {sp.S.One if c.is_number else c.as_coeff_Mul()[1] for c in groups.values()}
+    common = parts.pop() if len(parts) == 1 else sp.S.One
+    rest = sp.cancel(num / common) / den if common != 1 else num / den
+    return common, rest.xreplace({v: f for f, v in held.items()})
+
+
 def _split_term(term: sp.Expr) -> tuple[sp.Expr, list[Indicator]]:
     coeff, inds = [], []
     for f in sp.Mul.make_args(term):
@@ -230,6 +245,9 @@ GRADIENT_FORMS = {
               "autodiff of a where() gives it",
     "product": "g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, "
                "so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)",
+    "chained": "the input's coefficient in its piece times the product form's g * weight (the "
+               "weight's numbers kept inside), as reverse-mode autodiff of jnp.maximum(0, piece) "
+               "gives it: NaN where the coefficient is infinite and the weight 0",
 }
 
 
@@ -243,6 +261,9 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
     wherever no term is zero, and the form decides the sign of a zero gradient.
     """
     roles = roles or {}
+    if form == "chained":
+        common, rest = _common_coefficient(partial)
+        return common * lower_partial(rest, nan, roles, "product")
     if partial.is_Add and len({sp.fraction(t)[1] for t in partial.args}) > 1 and form != "nested":
         # an input in several nodes (softshrink's x in both): each chain term has its own counts
         return sp.Add(*[lower_partial(t, nan, roles, form) for t in partial.args])
@@ -273,7 +294,7 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
         raise ValueError("the nested gradient form needs a single-winner policy (no counts)")
     factor = sp.S.One if form == "product" else GRAD_OUTPUT  # product: g multiplies the weight
     total = []
-    for term in sp.Add.make_args(sp.expand(num)):
+    for term in sp.Add.make_args(_expand_outside_indicators(num)):
         coeff, inds = _split_term(term)
         if coeff == 0:
             continue
@@ -294,6 +315,18 @@ def lower_partial(partial: sp.Expr, nan: str = "dominate", roles: dict | None = 
     out = sp.Add(*total) if total else sp.S.Zero
     out = Quotient(out, count) if (counts and not inner) else out
     return GRAD_OUTPUT * out if form == "product" else out
+
+
+def _expand_outside_indicators(e: sp.Expr) -> sp.Expr:
+    """sp.expand(e), each indicator's comparison kept as written (the key of its role: a piece
+    such as margin - target*(input1 - input2) is not expanded inside it)."""
+    held = {f: sp.Dummy() for f in e.atoms(Indicator)}
+    groups: dict = {}  # the terms of one product of indicators: one coefficient, as written
+    for term in sp.Add.make_args(sp.expand(e.xreplace(held))):
+        coeff, inds = term.as_independent(*held.values(), as_Add=False)
+        groups.setdefault(inds, []).append(coeff)
+    back = {v: f for f, v in held.items()}
+    return sp.Add(*[sp.Add(*cs) * inds.xreplace(back) for inds, cs in groups.items()])
 
 
 # ----------------------------------------------------------------------------- selection
@@ -426,7 +459,10 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
     roles = factor_roles(d.nodes)
     grads = []
     for s in d.inputs:
-        g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
+        if _enters_negated(op.spec.forward(op.params, d.inputs).args, s):  # as autodiff: the gradient of -s negated
+            g = -lower_partial(-d.partials[s], op.nan, roles, op.gradient)
+        else:
+            g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
         if _policy.nan_rule(op.nan).whole_gradient_at_nan:  # a NaN among the pieces: all of g
             any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
             g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
@@ -441,6 +477,14 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         broadcast=len(d.inputs) > 1,
         broadcast_sum=op.broadcast_sum if len(d.inputs) > 1 else "numpy",
     )
+
+
+def _enters_negated(pieces, s: sp.Symbol) -> bool:
+    """The first piece (as written) holding input s has a derivative in s with a minus sign (l1_loss's target
+    in input - target): a framework's autodiff negates that input's gradient last (sub's and
+    neg's backward), which decides the sign of a zero gradient."""
+    first = next((p for p in pieces if p.has(s)), None)
+    return first is not None and sp.diff(first, s).could_extract_minus_sign()
 
 
 def _lower_window(d: Derivation) -> WindowKernel:

@@ -747,3 +747,32 @@ def _median_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _median_specs()})
+
+# ----------------------------------------------------------------------------- issue 30: losses
+# The margin losses that are elementwise before their reduction, in the W-matrix view (PyTorch's
+# reduction='none'; losses.py adds PyTorch's reduction='sum'/'mean' around the module).
+
+def _l1_loss(params, xs):
+    # |input - target| = max(d, -d), d = input - target, as torch.abs of the difference
+    d = xs[0] - xs[1]
+    return MaxOf(d, -d)
+
+
+def _margin_ranking_loss(params, xs):
+    # max(0, margin - target * (input1 - input2)), as PyTorch's clamp_min(-target * (x1 - x2) + margin, 0)
+    input1, input2, target = xs
+    return MaxOf(sp.S.Zero, _num(params["margin"]) - target * (input1 - input2))
+
+
+def _loss_specs() -> list[OpSpec]:
+    return [
+        OpSpec("l1_loss", "elementwise", "|input - target| = max(input - target, target - input) "
+               "(F.l1_loss with reduction='none')", inputs=("input", "target"), forward=_l1_loss,
+               torch_name="F.l1_loss"),
+        OpSpec("margin_ranking_loss", "elementwise", "max(0, margin - target * (input1 - input2)) "
+               "(F.margin_ranking_loss with reduction='none')", inputs=("input1", "input2", "target"),
+               params=(Param("margin", "float", 0.0, "the margin"),), forward=_margin_ranking_loss, torch_name="F.margin_ranking_loss"),
+    ]
+
+
+OPS.update({s.name: s for s in _loss_specs()})

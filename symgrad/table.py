@@ -63,6 +63,14 @@ SITUATIONS += [
     ("softshrink", {}, "x = -0.5, 0.5", ([-0.5, 0.5],)),
     ("softshrink", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
 ]
+# issue 30: the margin losses (reduction='none'; a ; b ; c for input1 ; input2 ; target)
+SITUATIONS += [
+    ("l1_loss", {}, "input = target", ([1.0], [1.0])),
+    ("l1_loss", {}, "input = NaN, target = 1", ([NAN], [1.0])),
+    ("margin_ranking_loss", {}, "input1 = input2, y = 1", ([1.0], [1.0], [1.0])),
+    ("margin_ranking_loss", {"margin": 0.5}, "margin = y (input1 - input2)", ([1.5], [1.0], [1.0])),
+    ("margin_ranking_loss", {}, "input1 = NaN, y = -1", ([NAN], [1.0], [-1.0])),
+]
 COLUMNS = list(CONVENTIONS) + list(POLICIES)
 
 
