@@ -141,7 +141,7 @@ def test_torch_module_every_variant(op, policy, dtype):
                 _torch_compare(op, policy, dtype, rng, include_self, dim)
 
 
-@pytest.mark.parametrize("case", [REPRESENTATIVE[2], REPRESENTATIVE[5]],
+@pytest.mark.parametrize("case", [REPRESENTATIVE[2], pytest.param(REPRESENTATIVE[5], marks=pytest.mark.slow)],
                          ids=lambda c: f"{c[0]}-{'-'.join(c[1].values())}-{c[2]}")
 def test_jax_module_equals_the_numpy_module(case):
     op, policy, dtype, include_self, dim = case
@@ -158,3 +158,100 @@ def test_jax_module_every_variant(op, policy, dtype):
         for dim in ((0, 1) if op.startswith("scatter") else (0,)):
             for _ in range(4):
                 _jax_compare(op, policy, dtype, rng, include_self, dim)
+
+
+# ----------------------------------------------------------------------------- framework ops
+
+def _bits_equal(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(f"u{a.itemsize}"), b.view(f"u{b.itemsize}"))
+
+
+def _graph(rng, nodes=12, features=3, graphs=4):
+    """Node features with ties, +-0 and -inf, and the graph of each node (graph 3 left empty)."""
+    x = rng.choice([0.0, -0.0, 1.0, 1.0, 2.0, -np.inf, -1.0], size=(nodes, features)).astype(np.float32)
+    return torch.tensor(x), torch.tensor(rng.integers(0, graphs - 1, nodes)), graphs
+
+
+def _pyg_global_max_pool(x, batch, size):
+    """PyG's global_max_pool: scatter(x, batch, dim=0, dim_size=size, reduce="max"), which is
+    x.new_zeros(size, F).scatter_reduce(0, batch expanded, x, "amax", include_self=False)."""
+    index = batch[:, None].expand_as(x)
+    return x.new_zeros((size,) + tuple(x.shape[1:])).scatter_reduce(0, index, x, "amax", include_self=False)
+
+
+def _value_and_grad(fn, x, g):
+    x = x.detach().clone().requires_grad_()
+    y = fn(x)
+    (gx,) = torch.autograd.grad(y, x, g)
+    return y.detach().numpy(), gx.numpy()
+
+
+def test_global_max_pool_is_pygs_under_the_torch_preset(monkeypatch):
+    """symgrad.torch.GlobalMaxPool(convention="torch") equals PyG's global_max_pool (PyTorch's
+    scatter_reduce) bit for bit, output and gradient, with ties, +-0, -inf and an empty graph; under
+    ties="first" each graph's gradient goes to its first maximum (a loop from the definition)."""
+    import symgrad.torch as st
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "numpy")  # (the cpu backend's C is test_segment_cpu's)
+    x, batch, size = _graph(np.random.default_rng(7))
+    g = torch.tensor(np.random.default_rng(8).choice([1.0, -2.0, 0.5, 3.0], (size, x.shape[1])), dtype=torch.float32)
+    want = _value_and_grad(lambda t: _pyg_global_max_pool(t, batch, size), x, g)
+    got = _value_and_grad(lambda t: st.GlobalMaxPool(convention="torch")(t, batch, size), x, g)
+    assert _bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])
+    y, gx = _value_and_grad(lambda t: st.GlobalMaxPool(ties="first")(t, batch, size), x, g)
+    expected = np.zeros_like(gx)
+    for j in range(int(batch.max()) + 1):  # (graph size - 1 has no node)
+        for c in range(x.shape[1]):
+            nodes = [i for i in range(x.shape[0]) if batch[i] == j]
+            best = max(float(x[i, c]) for i in nodes)
+            expected[next(i for i in nodes if float(x[i, c]) == best), c] = g[j, c]
+    assert np.array_equal(gx, expected)
+
+
+def test_symgrad_torch_scatter_max_runs_the_torch_module():
+    """symgrad.torch.op("scatter_max") holds the torch backend's module (the path of torch.compile
+    and of every device): through it, output and gradient equal scatter_reduce's bit for bit."""
+    import symgrad.torch as st
+    fn = st.op("scatter_max", convention="torch", include_self=False)
+    assert fn.torch_module is not None and fn.torch_module.BACKEND == "torch"
+    x, batch, size = _graph(np.random.default_rng(9))
+    index = batch[:, None].expand_as(x)
+    initial = torch.tensor(np.random.default_rng(10).choice([0.0, 1.0, -0.0], (size, x.shape[1])), dtype=torch.float32)
+    g = torch.ones(size, x.shape[1])
+    want = _value_and_grad(lambda t: initial.scatter_reduce(0, index, t, "amax", include_self=False), x, g)
+    native = fn._native[0]  # the autograd.Function around the torch module
+    got = _value_and_grad(lambda t: native.apply(initial, index, t), x, g)
+    assert _bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])
+
+
+@pytest.mark.slow
+def test_symgrad_torch_scatter_max_compiles_fullgraph():
+    """symgrad.torch.op("scatter_max") and GlobalMaxPool under torch.compile(fullgraph=True), from
+    the first call: output and gradient equal scatter_reduce's (PyG's global_max_pool) bit for bit."""
+    import symgrad.torch as st
+    x, batch, size = _graph(np.random.default_rng(11))
+    g = torch.tensor(np.random.default_rng(12).choice([1.0, -2.0, 0.5], (size, x.shape[1])), dtype=torch.float32)
+    pool = st.GlobalMaxPool(convention="torch")
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: pool(t, batch, size), fullgraph=True)
+    want = _value_and_grad(lambda t: _pyg_global_max_pool(t, batch, size), x, g)
+    got = _value_and_grad(compiled, x, g)
+    assert _bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])
+
+
+def test_symgrad_jax_segment_max_is_native_and_jax_ops_segment_max():
+    """symgrad.jax.op("segment_max", convention="jax") runs the jax backend's module (no
+    callback): under jit and vmap its output equals jax.ops.segment_max's bit for bit (ties, +-0,
+    -inf, an empty segment filled with -inf); test_segment.py's test_symgrad_jax_op_is_segment_max
+    compares jit(grad) on this op."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+    import symgrad.jax as sj
+    fn = sj.op("segment_max", convention="jax", num_segments=4)
+    assert "native" in repr(fn)
+    rng = np.random.default_rng(13)
+    data = jnp.asarray(rng.choice([0.0, -0.0, 1.0, 1.0, 2.0, -np.inf], size=(2, 10, 3)).astype(np.float32))
+    ids = jnp.asarray(rng.integers(0, 3, 10))
+    ours = lambda d: fn(d, ids)  # noqa: E731
+    theirs = lambda d: jax.ops.segment_max(d, ids, num_segments=4)  # noqa: E731
+    assert _bits_equal(jax.jit(jax.vmap(ours))(data), jax.vmap(theirs)(data))
