@@ -65,7 +65,12 @@ def _converters(backend, dtype):
                 (lambda r: np.asarray(r)))
     t_dtype = getattr(torch, dtype)
     return ((lambda a: torch.tensor(a.astype(np.float64), dtype=t_dtype) if a.dtype.kind == "f" else torch.tensor(a)),
-            (lambda t: t.to(torch.float64).numpy().astype(np_dtype)))
+            (lambda t: _dtype_checked(t, t_dtype).to(torch.float64).numpy().astype(np_dtype)))
+
+
+def _dtype_checked(t, dtype):
+    assert t.dtype == dtype, (t.dtype, dtype)
+    return t
 
 
 def _compare(backend, op, policy, dtype, rng, include_self=True, dim=0):
