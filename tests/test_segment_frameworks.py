@@ -7,6 +7,8 @@ jax.ops.segment_max."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -246,8 +248,9 @@ def test_symgrad_torch_scatter_max_compiles_fullgraph():
 
 def test_symgrad_jax_segment_max_is_native_and_jax_ops_segment_max():
     """symgrad.jax.op("segment_max", convention="jax") runs the jax backend's module (no
-    callback): under jit and vmap its output equals jax.ops.segment_max's bit for bit (ties, +-0,
-    -inf, an empty segment filled with -inf); test_segment.py's test_symgrad_jax_op_is_segment_max
+    callback, and its grad's jaxpr no scatter-add: the backward is a gather): under jit and vmap its
+    output equals jax.ops.segment_max's bit for bit (ties, +-0, -inf, an empty segment filled with
+    -inf); test_segment.py's test_symgrad_jax_op_is_segment_max
     compares jit(grad) on this op."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
@@ -260,3 +263,6 @@ def test_symgrad_jax_segment_max_is_native_and_jax_ops_segment_max():
     ours = lambda d: fn(d, ids)  # noqa: E731
     theirs = lambda d: jax.ops.segment_max(d, ids, num_segments=4)  # noqa: E731
     assert _bits_equal(jax.jit(jax.vmap(ours))(data), jax.vmap(theirs)(data))
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda d: jnp.sum(jnp.where(jnp.isinf(ours(d)), 0.0, ours(d)))))(data[0]))
+    added = re.findall(r"([a-z]+)\d*\[[\d,]*\] = scatter-add", jaxpr)
+    assert "callback" not in jaxpr and added and all(t in ("i", "u") for t in added), added  # counts only
