@@ -217,7 +217,8 @@ def test_global_max_pool_is_pygs_under_the_torch_preset(monkeypatch):
 
 def test_symgrad_torch_scatter_max_runs_the_torch_module():
     """symgrad.torch.op("scatter_max") holds the torch backend's module (the path of torch.compile
-    and of every device): through it, output and gradient equal scatter_reduce's bit for bit."""
+    and of every device): through it, output and gradient equal scatter_reduce's bit for bit; on
+    the meta device GlobalMaxPool runs it (no value is read)."""
     import symgrad.torch as st
     fn = st.op("scatter_max", convention="torch", include_self=False)
     assert fn.torch_module is not None and fn.torch_module.BACKEND == "torch"
@@ -229,6 +230,11 @@ def test_symgrad_torch_scatter_max_runs_the_torch_module():
     native = fn._native[0]  # the autograd.Function around the torch module
     got = _value_and_grad(lambda t: native.apply(initial, index, t), x, g)
     assert _bits_equal(got[0], want[0]) and _bits_equal(got[1], want[1])
+    # a device other than the CPU (meta: shapes only, as an accelerator's tensors reach it) runs it
+    meta = torch.empty(x.shape, device="meta", requires_grad=True)
+    y = st.GlobalMaxPool(convention="torch")(meta, batch.to("meta"), size)
+    (gm,) = torch.autograd.grad(y.sum(), meta)
+    assert y.device.type == gm.device.type == "meta" and y.shape == (size, x.shape[1]) and gm.shape == x.shape
 
 
 @pytest.mark.slow
