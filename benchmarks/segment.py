@@ -1,8 +1,8 @@
-"""scatter_max's backward (the NumPy or cpu backend, gather form) against PyTorch's scatter_reduce amax
+"""scatter_max's backward (a symgrad backend's module, gather form) against PyTorch's scatter_reduce amax
 backward, on a graph-sized input, one CPU thread.
 
     python benchmarks/segment.py [--runs 7] [--edges 1000000] [--segments 50000] [--features 64]
-                                 [--ties split first torch] [--backend numpy cpu]
+                                 [--ties split first torch] [--backend numpy cpu torch jax]
 
 src (edges, features) float32 with ties (values rounded to 1/4), index ids[:, None] expanded
 along the features (graph pooling's form: the module's row path), input -inf (include_self).
@@ -11,8 +11,10 @@ Timed per round, interleaved (each round runs every variant once, in turn): PyTo
 forward excluded) and each symgrad module's backward(g, saved) (forward run once, outside the
 timing), and symgrad's forward beside PyTorch's forward.  Prints medians over --runs rounds and
 ratios to PyTorch (> 1: slower than PyTorch).  --backend: the symgrad backends timed (default
-numpy; cpu: the compiled kernels, one thread: forward is serial, backward threads=1); the figures
-depend on the machine's load (printed with them).
+numpy; cpu: the compiled kernels, one thread: forward is serial, backward threads=1; torch: the
+torch backend's module on torch tensors, one intra-op thread; jax: the jax backend's module, its
+forward and backward each jitted, timed to block_until_ready, XLA's CPU threads as configured);
+the figures depend on the machine's load (printed with them).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=50_000)
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--ties", nargs="+", default=["split", "first", "torch"])
-    parser.add_argument("--backend", nargs="+", default=["numpy"], choices=["numpy", "cpu"])
+    parser.add_argument("--backend", nargs="+", default=["numpy"], choices=["numpy", "cpu", "torch", "jax"])
     args = parser.parse_args()
 
     import numpy as np
@@ -63,10 +65,11 @@ def main() -> None:
         for ties in args.ties:
             settings = {"convention": "torch"} if ties == "torch" else {"ties": ties}
             mod = symgrad.load("scatter_max", backend=backend, **settings)
-            _, saved = mod.forward(inp, index, src, **threads)
+            forward, backward, done, arrays = _module(backend, mod, threads, (inp, index, src, g))
+            _, saved = forward(*arrays[:3])
             name = f"{backend} {ties}"
-            variants[f"{name} forward"] = lambda mod=mod, threads=threads: mod.forward(inp, index, src, **threads)
-            variants[f"{name} backward"] = lambda mod=mod, saved=saved, threads=threads: mod.backward(g, saved, **threads)
+            variants[f"{name} forward"] = lambda f=forward, a=arrays, d=done: d(f(*a[:3]))
+            variants[f"{name} backward"] = lambda b=backward, a=arrays, s=saved, d=done: d(b(a[3], s))
     times = {name: [] for name in variants}
     for _ in range(args.runs):
         for name, fn in variants.items():
@@ -80,6 +83,23 @@ def main() -> None:
         med = statistics.median(ts_)
         base = statistics.median(times["torch " + name.rsplit(" ", 1)[1]])
         print(f"  {name:28s} {med * 1e3:9.1f} ms  ({med / base:5.2f}x torch)")
+
+
+def _module(backend: str, mod, threads: dict, arrays: tuple) -> tuple:
+    """(forward, backward, wait for a result, the arrays in the backend's type): the torch module on
+    tensors, the jax module jitted (its results waited for), the others on NumPy arrays."""
+    import functools
+    if backend == "torch":
+        import torch
+        inp, index, src, g = (torch.from_numpy(a) for a in arrays)
+        return mod.forward, mod.backward, (lambda r: r), (inp, index[:, :1].expand(index.shape), src, g)
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+        return (jax.jit(mod.forward), jax.jit(mod.backward), jax.block_until_ready,
+                tuple(jnp.asarray(a) for a in arrays))
+    return (functools.partial(mod.forward, **threads), functools.partial(mod.backward, **threads),
+            (lambda r: r), arrays)
 
 
 if __name__ == "__main__":

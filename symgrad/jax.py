@@ -134,10 +134,9 @@ class _Native:
     traced in place, custom_jvp with its jvp, reverse mode by transposition into its backward
     (see the module docstring).  No callback: jit, vmap and every device."""
 
-    integers = ()  # (the kernels the jax backend builds take no integer inputs)
-
     def __init__(self, module):
         self.module = module
+        self.integers = bridge.integer_inputs(module)  # (the segments' index: no tangent, no gradient)
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
         self.differentiable = tuple(k for k, name in enumerate(self.inputs) if name in module.WRT)
@@ -427,7 +426,7 @@ def _native(spec, params: dict) -> bool:
         return False
     if spec.strategy.lowering in NATIVE_LOWERINGS:
         return True
-    return (spec.strategy.lowering == "window" and spec.strategy.windows in jax_backend.WINDOW_FORMS
+    return (spec.strategy.lowering in ("window", "segment") and spec.strategy.windows in jax_backend.WINDOW_FORMS
             and not params.get("return_indices"))
 
 

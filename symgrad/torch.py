@@ -755,3 +755,37 @@ class LeakyReLU(_Activation):
                  nan=None, order=None):
         super().__init__("leaky_relu", {"negative_slope": negative_slope}, inplace,
                          _settings(ties, convention, nan, order))
+
+
+# ----------------------------------------------------------------------------- segments (issue 33)
+
+class GlobalMaxPool(_Module):
+    """PyTorch Geometric's ``global_max_pool(x, batch, size)`` as an nn.Module: each graph's
+    feature-wise max over its nodes (x: (N, ...), batch: (N,) the graph of each node, in any
+    order), through symgrad's scatter_max (dim 0, include_self=False, onto zeros: a graph with no
+    node gives 0, as PyG's ``scatter(..., reduce="max")``) under a chosen tie policy.  Its backward
+    is a gather (each node reads its graph's winner or count): deterministic on a GPU, where PyG's
+    CUDA scatter max picks a tied winner by a race.  ``size``, the number of graphs, defaults to
+    batch.max() + 1, read eagerly: pass it under torch.compile(fullgraph=True)."""
+
+    def __init__(self, *, ties=None, convention=None, nan=None, order=None):
+        super().__init__()
+        self.fn = op("scatter_max", dim=0, include_self=False, **_settings(ties, convention, nan, order))
+
+    def forward(self, x, batch, size=None):
+        if not isinstance(x, torch.Tensor) or x.ndim == 0:
+            raise ValueError(f"GlobalMaxPool: x must be a tensor of at least 1 dim (nodes first), got "
+                             f"{getattr(x, 'shape', type(x).__name__)}")
+        if not isinstance(batch, torch.Tensor) or tuple(batch.shape) != tuple(x.shape[:1]):
+            raise ValueError(f"GlobalMaxPool: batch must be a tensor of shape ({x.shape[0]},) (the graph "
+                             f"of each node), got {getattr(batch, 'shape', type(batch).__name__)}")
+        if size is None:
+            size = int(batch.max()) + 1 if batch.numel() else 0
+        index = batch.reshape((-1,) + (1,) * (x.ndim - 1)).expand(x.shape)
+        return self.fn(x.new_zeros((size,) + tuple(x.shape[1:])), index, x)
+
+    def extra_repr(self) -> str:
+        return f"ties={self.fn.ties!r}"
+
+
+__all__.append("GlobalMaxPool")

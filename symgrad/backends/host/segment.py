@@ -16,3 +16,47 @@ SEGMENT_INITIAL = {
              "initial_tangent": "np.zeros(saved.output_shape, dtype=saved.dtype)",
              "forward_doc": "each segment's extremum of data's rows, FILL where empty"},
 }
+
+
+# ----------------------------------------------------------------------------- framework modules
+# What the torch and jax backends' segment modules share (their templates <backend>/segment.py.jinja
+# and its partials): the element each segment's output is, and the strings naming the op's inputs.
+# ``lib`` is the array module's name in the module ("torch" or "jnp").
+
+# the element each segment's output (and a scan's winner) is, among its hits
+_FRAMEWORK_PICKS = {"first": ["return _first_hit(hit_src, hit_initial, lay.key)"],
+                    "second": ["return _last_hit(hit_src, hit_initial, lay.key)"]}
+_FRAMEWORK_PICK_DOCS = {"first": "first hit", "second": "last hit",
+                        "ordered": "first hit that is +0 where the extremum is a zero (-0 below +0), "
+                                   "else its first hit"}
+
+
+def framework_pick(pick: str, extremum: str, lib: str) -> dict:
+    """_picked's lines and docstring: the first or last hit, or under the zeros rule 'ordered'
+    the first +0 (max; min: -0) among them, else the first."""
+    pick = "second" if pick == "last" else pick  # (a scan's order: first or last)
+    sign = f"~{lib}.signbit({{}})" if extremum == "max" else f"{lib}.signbit({{}})"
+    ordered = ["first = _first_hit(hit_src, hit_initial, lay.key)",
+               f"preferred = _first_hit(hit_src & {sign.format('lay.src')}, "
+               f"hit_initial & {sign.format('lay.initial')}, lay.key)",
+               f"return {lib}.where(preferred != -2, preferred, first)"]
+    return {"pick_lines": _FRAMEWORK_PICKS.get(pick, ordered), "pick_doc": _FRAMEWORK_PICK_DOCS[pick]}
+
+
+def framework_names(op, rule) -> dict:
+    """The op's inputs, parameters and gradients, and its fill (lower.SegmentRule), in the
+    framework module's strings."""
+    inputs = op.spec.inputs
+    floats = [n for n in inputs if n not in op.spec.constant_inputs]
+    names = SEGMENT_INITIAL[rule.initial]
+    return {
+        "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+        "wrt_tuple": repr(tuple(floats)),
+        "forward_params": ", ".join(inputs), "forward_args": ", ".join(inputs),
+        "jvp_params": ", ".join(f"tangent_{n}" for n in inputs),
+        "jvp_args": ", ".join(f"tangent_{n}" for n in inputs),
+        "index_name": next(n for n in inputs if n in op.spec.constant_inputs),
+        "src_name": floats[-1],
+        "returns": names["returns"], "grads_doc": names["grads_doc"], "forward_doc": names["forward_doc"],
+        "fill": {"-inf": "-math.inf", "inf": "math.inf"}[rule.fill],
+    }

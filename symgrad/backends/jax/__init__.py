@@ -9,8 +9,9 @@ expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``w
 forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``), of
 blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
-per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order); for
-the others ``render`` raises a ValueError naming the numpy backend."""
+per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order) and
+of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
+num_segments given only); for the others ``render`` raises a ValueError naming the numpy backend."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ JAX_NOTE = [
     "the NumPy backend's module's results bit for bit (where a broadcast input's gradient is summed,",
     "XLA adds in its own order: the same bits where the sums are exact)."]
 from .printer import jax_code, jax_extremum_reduce, jax_fold_winner, jax_scan_winner
+from . import segment  # noqa: E402  (segments: windows given by an index)
 
 if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
     from ...lower import Artifacts
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 # lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
 _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja"}
+_WINDOW_TEMPLATES["segments"] = "jax/segment.py.jinja"  # windows given by an index (segment.py)
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
 
@@ -56,7 +59,7 @@ def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
     a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
     the lowering folds into WindowKernel.tangent_term)."""
-    return op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)
+    return (op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
 
 
 def _refused_variant(kernel) -> str:
@@ -69,6 +72,8 @@ def _refused_variant(kernel) -> str:
 def _template(art: Artifacts) -> str | None:
     """The template of an op's module, or None where the jax backend does not build its kernel."""
     kernel = art.kernel
+    if segment.refuses(art.op):  # segment_max without num_segments
+        return None
     if isinstance(kernel, WindowKernel):
         if kernel.tangent_term is not None:  # jvp in PyTorch's at::sum order (TANGENT_SUMS "torch")
             return None
@@ -88,9 +93,13 @@ def file_names(op) -> tuple[str, ...]:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the JAX module of an op."""
     template = _template(art)
+    if template is None and segment.refuses(art.op):
+        raise ValueError(f"{art.op.name}: the jax backend builds segments with num_segments given only "
+                         f"(as jax.ops.segment_max needs under jit); pass num_segments, or use "
+                         f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling, maxout and reductions only, not a {_form(art.kernel)}"
+                         f"expressions), max pooling, maxout, reductions and segments only, not a {_form(art.kernel)}"
                          f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     ctx = window_context(art) if isinstance(art.kernel, WindowKernel) else context(art)
@@ -205,6 +214,11 @@ def window_context(art: Artifacts) -> dict:
     """The template context of a window op's JAX module (window.py.jinja): the selection's strings
     (the scan's take or the mask's hit and weight, the fold), the geometry's, the gradient's start."""
     op, d, kernel = art.op, art.derivation, art.kernel
+    if kernel.segment is not None:  # windows given by an index (segment.py)
+        return {**preamble_context(header(op, "jax"), None, ()), "docstring": docstring(op, d, kernel),
+                "op": op.name, "ties": op.ties, "params": repr(op.params),
+                "piecewise_linear": art.piecewise_linear, "inputs_tuple": repr(tuple(op.spec.inputs)),
+                **segment.segment_context(op, kernel, _weight_lines(kernel.selection))}
     sel, g = kernel.selection, kernel.axes
     scan = sel.form == "scan"
     bfloat16_adds = kernel.bfloat16_adds == "bfloat16"
