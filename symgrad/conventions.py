@@ -390,3 +390,25 @@ JAX.update({
         "above +inf (a NaN with its sign bit set, which this preset reads as NaN, ranks below "
         "-inf there), ties first; backward adds grad_output into +0 at the indices")),
     "cummax": _CUM_JAX, "cummin": _CUM_JAX})
+
+
+# ----------------------------------------------------------------------------- NaN-aware reductions
+# nanmax/nanmin (issue 30): PyTorch has no nanmax; its preset is the code a PyTorch user writes
+_NANRED_TORCH = (
+    "PyTorch has no nanmax/nanmin; this is torch.where(x.isnan(), -inf, x).amax(dim, keepdim) (+inf "
+    "and amin for nanmin; x.nan_to_num(-inf) would also turn +inf into the largest float), with "
+    "NaN put back where x.isnan().all(dim, keepdim) (torch.where): amax's (g / count) * mask, the "
+    "NaNs +0 (the where's backward), a slice whose max is -inf counting its NaNs among the tied "
+    "(each -inf gets g / count), a slice of NaNs 0; jvp where(mask, t, 0) summed (at::sum) / count; "
+    "forward: of +0 and -0 the first (amax's scalar fold)")
+TORCH.update({
+    "nanmax": Preset("split", "fill", zeros="first", tangent_sum="torch", note=_NANRED_TORCH),
+    "nanmin": Preset("split", "fill", zeros="first", tangent_sum="torch", note="as nanmax: " + _NANRED_TORCH),
+})
+JAX.update({
+    "nanmax": Preset("split", "fill", zeros="ordered", note=(
+        "jnp.nanmax: jnp.max(where(isnan(x), -inf, x)), NaN where the slice is all NaN: "
+        "(g / count) * eq(x, ans), the NaNs +0 (the where's VJP), a slice whose max is -inf "
+        "counting its NaNs among the tied, a slice of NaNs 0; forward XLA max (-0 below +0)")),
+    "nanmin": Preset("split", "fill", zeros="ordered", note="jnp.nanmin: as jnp.nanmax (+inf for NaN)"),
+})

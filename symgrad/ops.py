@@ -714,3 +714,16 @@ def _order_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _order_specs()})
+
+# ----------------------------------------------------------------------------- NaN-aware reductions
+# nanmax/nanmin (issue 30): np.nanmax/jnp.nanmax; PyTorch has none (conventions.py: what its
+# preset reads as the PyTorch user's code). symgrad/nanreduce.py lowers the rule 'fill'.
+NANRED_NAN_WHY = ("nanmax/nanmin skip NaN: 'skip' leaves the NaNs out, 'fill' reads them as -inf "
+                  "(+inf for nanmin) with no gradient, as where(isnan(x), -inf, x) reduced")
+OPS.update({s.name: s for s in (
+    OpSpec("nanmax", "reduction", "max over dim(s) ignoring NaN (np.nanmax: NaN only where a slice "
+           "holds nothing else)", params=_RED, torch_name="", nan_rules=("skip", "fill"),
+           nan_why=NANRED_NAN_WHY),
+    OpSpec("nanmin", "reduction", "min over dim(s) ignoring NaN (np.nanmin: NaN only where a slice "
+           "holds nothing else)", params=_RED, extremum="min", torch_name="", nan_rules=("skip", "fill"),
+           nan_why=NANRED_NAN_WHY))})
