@@ -129,7 +129,7 @@ def test_presets_equal_the_frameworks_bit_for_bit(name, convention, dtype, layou
     rng = np.random.default_rng(sum(map(ord, f"{name}{convention}{np.dtype(dtype).name}{layout}")))
     module = symgrad.load(name, convention=convention, dim=dim, keepdim=keepdim)
     framework = _torch if convention == "torch" else _jax
-    for _ in range(2):
+    for _ in range(1 if (name, convention, dtype, layout) in _DEFAULT_PRESET_CASES else 3):
         x, g, t = _inputs(dtype, rng, dim, keepdim)
         got, want = _ours(module, x, g, t), framework(name, x, g, t, dim, keepdim)
         what = f"{name} {convention} {np.dtype(dtype).name} at x={x.tolist()}"
