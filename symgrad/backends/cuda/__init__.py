@@ -768,8 +768,8 @@ def render(art: Artifacts) -> dict[str, str]:
                          f"one of those, got {art.op.name}'s kernel of form {kernel_form(art.kernel)!r}; "
                          f"use backend='numpy' for it")
     if isinstance(art.kernel, WindowKernel) and art.kernel.skips_nan:
-        raise ValueError(f"{art.op.name}: the cuda backend does not build reductions that skip NaN "
-                         f"(nanmax/nanmin) yet; use backend='numpy' or 'cpu'")
+        raise ValueError(f"{art.op.name}: the cuda backend builds reductions that propagate NaN, not one "
+                         f"that skips NaN (nanmax/nanmin) yet: expected backend='numpy' or 'cpu'")
     if art.op.params.get("return_indices"):
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")
