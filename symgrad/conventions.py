@@ -428,12 +428,12 @@ TORCH.update({
         nan="", numbers="", nan_rule=", or, where the row holds NaN, its first NaN",
         whole_nan=" (the NaNs where the median is NaN)"),
         whole=Preset("split", "dominate", grad_start="written")),
-    "nanmedian": Preset("first", "skip", grad_start="written", note=_MEDIAN_NOTE.format(
+    "nanmedian": Preset("first", "omit", grad_start="written", note=_MEDIAN_NOTE.format(
         nan="nanmedian", numbers=" of the row's n numbers (NaNs left out)", nan_rule=(
             "; a row of NaNs only gives NaN at an index std::nth_element leaves there, its "
             "comparator not being an order on NaNs: which NaN is the algorithm's"),
         whole_nan=" (every NaN where all are NaN)"),
-        whole=Preset("split", "skip", grad_start="written")),
+        whole=Preset("split", "omit", grad_start="written")),
 })
 _JAX_MEDIAN_NOTE = (
     "jnp.{name}: jnp.quantile(x, 0.5, method='midpoint'): a stable lax.sort (NaN the largest, +0 "
@@ -449,7 +449,7 @@ JAX.update({
     "median": Preset("first", "propagate", order_form="midpoint", note=_JAX_MEDIAN_NOTE.format(
         name="median", count="elements", nan=" (a row holding NaN is filled with NaN first: output "
         "NaN, no gradient)")),
-    "nanmedian": Preset("first", "skip_zero", order_form="midpoint", note=_JAX_MEDIAN_NOTE.format(
+    "nanmedian": Preset("first", "omit_zero", order_form="midpoint", note=_JAX_MEDIAN_NOTE.format(
         name="nanmedian", count="numbers (the NaNs sort last)", nan=" (a row of NaNs only: NaN, no "
         "gradient)")),
 })
@@ -471,4 +471,26 @@ JAX.update({
     "margin_ranking_loss": dataclasses.replace(JAX["maximum"], gradient="chained", note=(
         "JAX has no margin ranking loss; this is jnp.maximum(0, margin - target * (input1 - "
         "input2)) (as one writes it in JAX): 1/2 at the kink, 0 at NaN; forward XLA max")),
+})
+
+
+# ----------------------------------------------------------------------------- NaN-aware reductions
+# nanmax/nanmin (issue 30): PyTorch has no nanmax; its preset is the code a PyTorch user writes
+_NANRED_TORCH = (
+    "PyTorch has no nanmax/nanmin; this is torch.where(x.isnan(), -inf, x).amax(dim, keepdim) (+inf "
+    "and amin for nanmin; x.nan_to_num(-inf) would also turn +inf into the largest float), with "
+    "NaN put back where x.isnan().all(dim, keepdim) (torch.where): amax's (g / count) * mask, the "
+    "NaNs +0 (the where's backward), a slice whose max is -inf counting its NaNs among the tied "
+    "(each -inf gets g / count), a slice of NaNs 0; jvp where(mask, t, 0) summed (at::sum) / count; "
+    "forward: of +0 and -0 the first (amax's scalar fold)")
+TORCH.update({
+    "nanmax": Preset("split", "fill", zeros="first", tangent_sum="torch", note=_NANRED_TORCH),
+    "nanmin": Preset("split", "fill", zeros="first", tangent_sum="torch", note="as nanmax: " + _NANRED_TORCH),
+})
+JAX.update({
+    "nanmax": Preset("split", "fill", zeros="ordered", note=(
+        "jnp.nanmax: jnp.max(where(isnan(x), -inf, x)), NaN where the slice is all NaN: "
+        "(g / count) * eq(x, ans), the NaNs +0 (the where's VJP), a slice whose max is -inf "
+        "counting its NaNs among the tied, a slice of NaNs 0; forward XLA max (-0 below +0)")),
+    "nanmin": Preset("split", "fill", zeros="ordered", note="jnp.nanmin: as jnp.nanmax (+inf for NaN)"),
 })

@@ -179,6 +179,8 @@ class WindowKernel:
     count_can_be_zero: bool = False
     # segments (windows given by an index): their initial element, counting and output (SegmentRule)
     segment: "SegmentRule | None" = None
+    # the forward ignores NaN (nanmax/nanmin: NaN only where a window holds nothing else)
+    skips_nan: bool = False
 
 
 def smallest_index_dtype(n: int) -> str:
@@ -377,6 +379,9 @@ def selection(node: Node, xs: tuple[sp.Symbol, ...], nan: str = "dominate",
 
 def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -> Selection:
     """split/all: every element attaining the extremum is hit; weights by policy and NaN rule."""
+    if rule.mask and rule.nan_loses:  # 'fill' (nanmax/nanmin)
+        from .nanreduce import fill_selection
+        return fill_selection(kind)
     hit = rule.hit(V, EXTREMUM)
     if not split:
         weight = Select(HIT, GRAD_OUTPUT, 0)
@@ -493,7 +498,8 @@ def _lower_window(d: Derivation) -> WindowKernel:
     op = d.op
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     fold = MaxOf if sel.extremum == "max" else MinOf
-    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros))
+    loses = _policy.nan_rule(op.nan).nan_loses  # (nanmax/nanmin: NaN skipped, else the second)
+    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros or ("second" if loses else None), loses))
     kind = op.spec.strategy
     static = kind.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None
@@ -511,6 +517,9 @@ def _lower_window(d: Derivation) -> WindowKernel:
     split_arithmetic = sel.form == "mask" and sel.weight == Quotient(GRAD_OUTPUT, COUNT) * HIT
     tangent_term = HIT * GRAD_OUTPUT if (op.tangent_sum == "torch" and kind.tangent_sums
                                          and split_arithmetic) else None
+    if op.tangent_sum == "torch" and sel.form == "mask" and _policy.nan_rule(op.nan).nan_loses:
+        from .nanreduce import fill_tangent_term  # 'fill' (nanmax/nanmin)
+        tangent_term = fill_tangent_term()
     static_windows = static and not kind.runtime_windows
     count_dtype = smallest_index_dtype(op.window_size() + 1) if (sel.counts and static_windows) else None
     return WindowKernel(kind.windows, op.window_size(), sel, index_dtype, saved,
@@ -518,7 +527,8 @@ def _lower_window(d: Derivation) -> WindowKernel:
                         grad_order, tangent_term, static_windows, kind.disjoint, kind.runtime_windows,
                         overlaps, kind.plane_inputs, count_dtype, sampling=kind.sampling,
                         sample_of=kind.sample_of(op.spec.spatial) if kind.sample_of else (),
-                        count_can_be_zero=_policy.nan_rule(op.nan).count_can_be_zero)
+                        count_can_be_zero=_policy.nan_rule(op.nan).count_can_be_zero,
+                        skips_nan=_policy.nan_rule(op.nan).nan_loses)
 
 
 # ----------------------------------------------------------------------------- linearity
@@ -993,7 +1003,7 @@ def _lower_one(op) -> OrderKernel:
     from .kinds.median import midpoint
     policy = _policy.TIES[op.ties]
     rank = {"kthvalue": "k", "median": "middle", "nanmedian": "middle_of_numbers"}[op.name]
-    sends_nothing = op.nan in ("propagate", "skip_zero")
+    sends_nothing = op.nan in ("propagate", "omit_zero")
     saved = ("indices",) if policy.single and not sends_nothing else ("indices", "x")
     weight = None if policy.single else (Quotient(TOTAL, TIED) if policy.splits else TOTAL)
     return OrderKernel("one", None, False, False, op.ties if policy.single else "block", weight, False,
@@ -1124,3 +1134,9 @@ def _lower_segment(d: Derivation) -> WindowKernel:
 
 LOWERINGS["segment"] = _lower_segment
 KERNEL_TYPES["segment"] = WindowKernel
+
+
+def skips_nan(op) -> bool:
+    """A window op whose forward skips NaN (nanmax/nanmin: WindowKernel.skips_nan), which the
+    torch, jax and cuda backends do not build yet (``refuses``)."""
+    return not op.spec.strategy.elementwise and _policy.nan_rule(op.nan).nan_loses

@@ -119,7 +119,7 @@ def module_name(op: Op) -> str:
     if op.convention:
         parts.append(op.convention)
     parts.append(op.ties)
-    if op.nan != "dominate" and op.spec.nan_rules != (op.nan,):  # (not when the op allows one rule)
+    if op.nan != (op.spec.nan_rules or ("dominate",))[0]:  # (not the op's default rule)
         parts.append(f"nan{op.nan.replace('_', '')}")
     if op.order != "given":
         parts.append("rev")

@@ -724,7 +724,7 @@ _MEDIAN_DIM = Param("dim", "int", None, "the dim to take the median along (negat
 MEDIAN_NAN_WHY = ("a row holding NaN has output NaN: its gradient goes to the NaN(s) by the tie "
                   "policy ('dominate', PyTorch) or nowhere ('propagate', JAX)")
 NANMEDIAN_NAN_WHY = ("NaNs are left out; a row of NaNs only has output NaN, its gradient to its NaNs "
-                     "by the tie policy ('skip', PyTorch) or nowhere ('skip_zero', JAX)")
+                     "by the tie policy ('omit', PyTorch) or nowhere ('omit_zero', JAX)")
 
 
 def _median_specs() -> list[OpSpec]:
@@ -742,7 +742,7 @@ def _median_specs() -> list[OpSpec]:
                torch_name="torch.median", nan_rules=("dominate", "propagate"), nan_why=MEDIAN_NAN_WHY),
         OpSpec("nanmedian", "ranking", "the median of the row's numbers along dim, NaNs left out "
                "(values, and with dim its int64 index)", params=middle, extremum="min",
-               torch_name="torch.nanmedian", nan_rules=("skip", "skip_zero"), nan_why=NANMEDIAN_NAN_WHY),
+               torch_name="torch.nanmedian", nan_rules=("omit", "omit_zero"), nan_why=NANMEDIAN_NAN_WHY),
     ]
 
 
@@ -776,3 +776,16 @@ def _loss_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _loss_specs()})
+
+# ----------------------------------------------------------------------------- NaN-aware reductions
+# nanmax/nanmin (issue 30): np.nanmax/jnp.nanmax; PyTorch has none (conventions.py: what its
+# preset reads as the PyTorch user's code). symgrad/nanreduce.py lowers the rule 'fill'.
+NANRED_NAN_WHY = ("nanmax/nanmin skip NaN: 'skip' leaves the NaNs out, 'fill' reads them as -inf "
+                  "(+inf for nanmin) with no gradient, as where(isnan(x), -inf, x) reduced")
+OPS.update({s.name: s for s in (
+    OpSpec("nanmax", "reduction", "max over dim(s) ignoring NaN (np.nanmax: NaN only where a slice "
+           "holds nothing else)", params=_RED, torch_name="", nan_rules=("skip", "fill"),
+           nan_why=NANRED_NAN_WHY),
+    OpSpec("nanmin", "reduction", "min over dim(s) ignoring NaN (np.nanmin: NaN only where a slice "
+           "holds nothing else)", params=_RED, extremum="min", torch_name="", nan_rules=("skip", "fill"),
+           nan_why=NANRED_NAN_WHY))})

@@ -389,13 +389,29 @@ OP_NAN_RULES.update({
     "propagate": NanRule(
         "propagate", "a row holding NaN has output NaN and sends no gradient (jnp.median fills such "
         "a row with NaN before it sorts)", POLICIES, ieee=False),
-    "skip": NanRule(
-        "skip", "NaNs are left out: the median of the row's numbers; a row of NaNs only has output "
+    "omit": NanRule(
+        "omit", "NaNs are left out: the median of the row's numbers; a row of NaNs only has output "
         "NaN and its gradient goes to its NaNs by the tie policy (torch.nanmedian)", POLICIES,
         ieee=False),
-    "skip_zero": NanRule(
-        "skip_zero", "NaNs are left out: the median of the row's numbers; a row of NaNs only has "
+    "omit_zero": NanRule(
+        "omit_zero", "NaNs are left out: the median of the row's numbers; a row of NaNs only has "
         "output NaN and sends no gradient (jnp.nanmedian)", POLICIES, ieee=False),
 })
-ALL_NAN_RULES.update({k: OP_NAN_RULES[k] for k in ("propagate", "skip", "skip_zero")})
-OP_NAN_RULES_OPS.update({"propagate": ("median",), "skip": ("nanmedian",), "skip_zero": ("nanmedian",)})
+ALL_NAN_RULES.update({k: OP_NAN_RULES[k] for k in ("propagate", "omit", "omit_zero")})
+OP_NAN_RULES_OPS.update({"propagate": ("median",), "omit": ("nanmedian",), "omit_zero": ("nanmedian",)})
+
+# NaN-aware reductions (issue 30: nanmax/nanmin; symgrad/nanreduce.py lowers 'fill')
+OP_NAN_RULES["skip"] = NanRule(
+    "skip", "a NaN takes no part (np.nanmax): the output is the extremum of the slice's numbers, "
+    "NaN where it holds none; the gradient goes to the numbers attaining it by the tie policy, "
+    "read as fmax's scan under first/last (a NaN never takes over, a number always takes over "
+    "from a NaN, so a slice of NaNs keeps it on its first element) and as a mask of the numbers "
+    "attaining it under split/all (a slice of NaNs sends none)", POLICIES, nan_loses=True)
+OP_NAN_RULES["fill"] = NanRule(
+    "fill", "a NaN is read as -inf (max; +inf for min) and sends no gradient, as "
+    "where(isnan(x), -inf, x) reduced, NaN put back where a slice holds only NaN, which is what "
+    "PyTorch and JAX users write: a split counts the NaNs of a slice whose extremum is -inf among "
+    "its tied elements (each -inf gets g / count, the NaNs 0), a slice of NaNs sends none",
+    ("split",), mask=True, split_as_arithmetic=True, nan_loses=True)
+ALL_NAN_RULES.update(skip=OP_NAN_RULES["skip"], fill=OP_NAN_RULES["fill"])
+OP_NAN_RULES_OPS.update(skip=("nanmax", "nanmin"), fill=("nanmax", "nanmin"))

@@ -131,3 +131,11 @@ def update(text: str, table: str) -> str:
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table}{END}{tail}"
+
+# issue 30: the NaN-aware reductions (symgrad/nanreduce.py)
+SITUATIONS += [
+    ("nanmax", {}, "[1, NaN, 1]", ([1.0, NAN, 1.0],)),
+    ("nanmax", {}, "[NaN, NaN]", ([NAN, NAN],)),
+    ("nanmax", {}, "[-inf, NaN, -inf]", ([-INF, NAN, -INF],)),
+    ("nanmin", {}, "[NaN, 1, 1]", ([NAN, 1.0, 1.0],)),
+]

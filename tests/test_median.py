@@ -77,7 +77,7 @@ def oracle(row, name, params, ties, nan, midpoint=False):
             W[order[r]] += share
         for j in block if ties in ("split", "all") else ():
             W[j] += share / len(block) if ties == "split" else share
-    if nan in ("propagate", "skip_zero") and math.isnan(row[order[ranks[0]]]):
+    if nan in ("propagate", "omit_zero") and math.isnan(row[order[ranks[0]]]):
         W = [Fraction(0)] * n
     return W, order[ranks[0]]
 
@@ -89,8 +89,8 @@ def _rows(a, dim):
 # (op, params, nan rule, the rows of a (3, 7) input: dim, or None for every element)
 CASES = [("kthvalue", {"k": 3, "dim": 1}, "largest", 1), ("kthvalue", {"k": 1, "dim": 0, "keepdim": True}, "largest", 0),
          ("median", {"dim": 1}, "dominate", 1), ("median", {"dim": 0, "keepdim": True}, "propagate", 0),
-         ("median", {}, "dominate", None), ("nanmedian", {"dim": 1}, "skip", 1),
-         ("nanmedian", {"keepdim": True}, "skip_zero", None)]
+         ("median", {}, "dominate", None), ("nanmedian", {"dim": 1}, "omit", 1),
+         ("nanmedian", {"keepdim": True}, "omit_zero", None)]
 
 
 def _flat(a, dim, keepdim):
@@ -142,7 +142,7 @@ def test_every_policy_against_the_brute_force_w(case, ties):
             gr = Fraction(float(g.reshape(-1)[r]))
             assert np.array_equal(gxr, [float(w * gr) for w in W]), (row, gxr, W)
             want_t = sum((w * Fraction(float(v)) for w, v in zip(W, tr) if w), Fraction(0))
-            if not math.isnan(row[first]) or nan in ("propagate", "skip_zero"):
+            if not math.isnan(row[first]) or nan in ("propagate", "omit_zero"):
                 assert jt.reshape(-1)[r] == float(want_t)
 
 
@@ -153,12 +153,12 @@ def test_the_oracle_reads_the_issue_examples():
     third = Fraction(1, 3)
     assert oracle([2.0, 1.0, 2.0, 2.0, 3.0], "median", {}, "split", "dominate")[0] == [third, 0, third, third, 0]
     assert oracle([2.0, 1.0, 2.0, 2.0, 3.0], "median", {}, "first", "dominate") == ([0, 0, 1, 0, 0], 2)
-    assert oracle([2.0, math.nan, 2.0, 1.0], "nanmedian", {}, "split", "skip")[0] == [Fraction(1, 2), 0, Fraction(1, 2), 0]
-    assert oracle([2.0, math.nan, 2.0, 1.0], "nanmedian", {}, "first", "skip_zero", True)[0] == [1, 0, 0, 0]
+    assert oracle([2.0, math.nan, 2.0, 1.0], "nanmedian", {}, "split", "omit")[0] == [Fraction(1, 2), 0, Fraction(1, 2), 0]
+    assert oracle([2.0, math.nan, 2.0, 1.0], "nanmedian", {}, "first", "omit_zero", True)[0] == [1, 0, 0, 0]
     assert oracle([2.0, 1.0, 2.0, 3.0], "median", {}, "first", "propagate", True)[0] == [Fraction(1, 2), 0, Fraction(1, 2), 0]
 
 
-_MIDPOINT = [("median", "propagate"), ("nanmedian", "skip_zero")]
+_MIDPOINT = [("median", "propagate"), ("nanmedian", "omit_zero")]
 
 
 @pytest.mark.parametrize("case,ties", _slow_but([(c, t) for c in _MIDPOINT for t in POLICIES],
@@ -415,8 +415,8 @@ def test_bad_input_is_one_clear_error():
     with pytest.raises(ValueError, match="needs at least one element in each row"):
         symgrad.load("median", dim=0).forward(np.zeros((0, 2)))
     with pytest.raises(ValueError, match="nan must be 'dominate' or 'propagate'"):
-        resolve("median", nan="skip")
-    with pytest.raises(ValueError, match="nan must be 'skip' or 'skip_zero'"):
+        resolve("median", nan="omit")
+    with pytest.raises(ValueError, match="nan must be 'omit' or 'omit_zero'"):
         resolve("nanmedian", nan="dominate")
     with pytest.raises(ValueError, match="saved.indices must be forward's int64 indices"):
         m = symgrad.load("median", dim=1)

@@ -4,9 +4,9 @@
 # parameters: dim=-1, keepdim=False
 # convention: torch
 # tie policy: first (convention torch): a tie goes wholly to the tied element that comes first
-# NaN rule: skip (convention torch): NaNs are left out; a row of NaNs only has output NaN, its gradient to its NaNs by the tie policy ('skip', PyTorch) or nowhere ('skip_zero', JAX)
+# NaN rule: omit (convention torch): NaNs are left out; a row of NaNs only has output NaN, its gradient to its NaNs by the tie policy ('omit', PyTorch) or nowhere ('omit_zero', JAX)
 # gradient start: written (convention torch): none: where windows do not overlap, a window's winner gets grad_output itself, written into zeros (a -0 gradient stays -0), the other elements +0, as PyTorch's max(dim) backward (zeros.scatter)
-# key: 0fcb3ab3056646a54214
+# key: 1c9e09866e907ed9a677
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """nanmedian forward and backward under the tie policy 'first'.
 
@@ -17,7 +17,7 @@ W-form (derived on a representative row; the rule is the same for every length):
     first: rank_i = sum_(j<i) [x_j <= x_i] + sum_(j>i) [x_j < x_i] (a stable sort), W[i] =
     [rank_i = 1].
 
-Tie policy 'first': a tie goes wholly to the tied element that comes first. NaN rule 'skip':
+Tie policy 'first': a tie goes wholly to the tied element that comes first. NaN rule 'omit':
     NaNs are left out: the median of the row's numbers; a row of NaNs only has output NaN
     and its gradient goes to its NaNs by the tie policy (torch.nanmedian).
 

@@ -9,7 +9,7 @@ from .base import Kind, representative, window_backward
 
 
 def _settings(name: str, ties: str, nan: str) -> None:
-    if ties in ("first", "last") and nan != "dominate":
+    if ties in ("first", "last") and nan not in ("dominate", "skip"):  # (skip: nanmax/nanmin's own)
         raise ValueError(f"{name}: with ties={ties!r} a reduction follows NaN rule 'dominate' "
                          f"(NumPy's argmax/argmin): nan must be 'dominate', not {nan!r}")
 

@@ -792,7 +792,11 @@ def _reduction_context(art: Artifacts) -> dict:
         # jvp under TANGENT_SUMS "torch": the NumPy module's terms and sum in at::sum's order,
         # placed in the loader (the two backends add in one order)
         "numpy_hit": numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
-        "tangent_term": numpy_code(kernel.tangent_term, select=True) if kernel.tangent_term is not None else "",
+        # (np.where for a select: the loader has no _select)
+        "tangent_term": numpy_code(kernel.tangent_term) if kernel.tangent_term is not None else "",
+        # the term reads the element itself (nanmax/nanmin's 'fill'): its parameter and argument
+        "term_element": {"param": ", v", "arg": ", v"} if kernel.tangent_term is not None and V in
+        kernel.tangent_term.free_symbols else {"param": "", "arg": ""},
         **({"jvp_doc": TORCH_TANGENT_SUM_DOC} if kernel.tangent_term is not None else {}),
         "typedefs": [],
         "saved": _signatures(arrays if scan else [], arrays),

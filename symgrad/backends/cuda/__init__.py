@@ -14,7 +14,7 @@ from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel, kernel_form,
-                     backward_plan)
+                     backward_plan, skips_nan)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
@@ -756,12 +756,20 @@ FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "row
          "sampled")
 
 
+def refuses(op) -> bool:
+    """Whether it refuses an op of a form it builds (Backend.builds): a reduction that skips NaN."""
+    return skips_nan(op)
+
+
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the .cu kernels and the CuPy loader of an op."""
     if kernel_form(art.kernel) not in FORMS:
         raise ValueError(f"the cuda backend builds the {', '.join(FORMS)} forms only so far: expected "
                          f"one of those, got {art.op.name}'s kernel of form {kernel_form(art.kernel)!r}; "
                          f"use backend='numpy' for it")
+    if isinstance(art.kernel, WindowKernel) and art.kernel.skips_nan:
+        raise ValueError(f"{art.op.name}: the cuda backend builds reductions that propagate NaN, not one "
+                         f"that skips NaN (nanmax/nanmin) yet: expected backend='numpy' or 'cpu'")
     if art.op.params.get("return_indices"):
         raise ValueError(f"{art.op.name}: return_indices=True is in the NumPy backend only; the CUDA "
                          f"module returns the output alone (use return_indices=False)")

@@ -178,7 +178,10 @@ def numpy_scan_winner(extremum: str, order: str, nan, name: str = "_winner") -> 
     pick = _first_true if order == "first" else _last_true
     doc = f'    """The element the running scan of each row (last axis) ends on."""'
     takes, taken = ("number", False) if nan is None else (nan.nan_takes_over, nan.nan_is_taken_over)
-    if takes == "number" and not taken:
+    if nan is not None and nan.nan_loses:  # skip (nanmax/nanmin): NaNs passed over, none: the first
+        body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
+                f"    return np.where(hit.any(axis=-1), {pick('hit')}, 0)  # only NaN: the first"]
+    elif takes == "number" and not taken:
         body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
     elif takes == "always" and not taken:
         body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
@@ -214,16 +217,17 @@ def numpy_fold_winner(extremum: str, name: str = "_fold_winner", zeros: str | No
         sign = "~np.signbit(rows)" if m == "max" else "np.signbit(rows)"
         ordered = [f"    preferred = hit & {sign}  # -0 is below +0",
                    "    hit = np.where(preferred.any(axis=-1, keepdims=True), preferred, hit)"]
-    elif zeros not in (None, "second"):
+    elif zeros not in (None, "second", "first"):
         raise ValueError(f"no fold winner for the zeros rule {zeros!r}")
+    which, pick = ("first", _first_true) if zeros == "first" else ("last", _last_true)
     return "\n".join([
         f"def {name}(rows):",
         f'    """The element the running {m} of each row (last axis) returns."""',
         "    nan = np.isnan(rows)",
         f"    hit = rows == np.{m}(rows, axis=-1, keepdims=True)",
         *ordered,
-        f"    last_hit = {_last_true('hit')}",
-        f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, last_hit)"])
+        f"    {which}_hit = {pick('hit')}",
+        f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, {which}_hit)"])
 
 
 def numpy_extremum_fold(extremum: str, a: str, b: str) -> str:
@@ -239,13 +243,26 @@ def numpy_extremum_step(extremum: str, a: str, b: str) -> str:
     return f"np.where(np.isnan({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
 
 
-def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None) -> str:
+def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None,
+                          skip_nan: bool = False) -> str:
     """The extremum along the last axis (NaN propagating).  Under the zeros rule 'ordered' (-0 below
     +0) a zero extremum is the sum of the row's zeros from -0, negated for a min (-0 + -0 is -0, and
-    any +0 makes it +0), where np.max's sign of zero depends on its SIMD lanes."""
+    any +0 makes it +0), where np.max's sign of zero depends on its SIMD lanes.  ``skip_nan``
+    (nanmax/nanmin): the extremum of the row with each NaN read as -inf (+inf for a min), NaN where
+    the row holds only NaN."""
     m = "max" if extremum == "max" else "min"
+    if skip_nan:
+        filled = f"np.where(np.isnan({array}), {'-' if m == 'max' else ''}np.inf, {array})"
+        # the filled rows named where first read (the reduction reads them first)
+        reduce = numpy_extremum_reduce(extremum, "filled", zeros).replace("filled", f"(filled := {filled})", 1)
+        return f"np.where(np.isnan({array}).all(axis=-1), np.nan, {reduce})"
     if zeros is None:
         return f"np.{m}({array}, axis=-1)"
+    if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero: a fold
+        # keeping the first (second) of equals
+        at = _first_true(f"({array} == 0)") if zeros == "first" else _last_true(f"({array} == 0)")
+        zero = f"np.take_along_axis({array}, ({at})[..., None], axis=-1)[..., 0]"
+        return f"np.where((extremum := np.{m}({array}, axis=-1)) == 0, {zero}, extremum)"
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
     zeros_of = f"np.where({array} == 0, {array}, -0.0)" if m == "max" else \

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan
+from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan, skips_nan
 from ..common import docstring, environment, grad_start_comment, header, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -58,12 +58,15 @@ def _form(kernel) -> str:
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
     a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
-    the lowering folds into WindowKernel.tangent_term)."""
-    return (op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
+    the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
+    return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
+            or skips_nan(op))
 
 
 def _refused_variant(kernel) -> str:
     """Why a kernel of a form it builds is refused, in words (or "")."""
+    if isinstance(kernel, WindowKernel) and kernel.skips_nan:
+        return " that skips NaN (nanmax/nanmin)"
     if isinstance(kernel, WindowKernel) and kernel.tangent_term is not None:
         return " whose jvp adds in PyTorch's at::sum order (the torch preset)"
     return ""
@@ -75,8 +78,8 @@ def _template(art: Artifacts) -> str | None:
     if segment.refuses(art.op):  # segment_max without num_segments
         return None
     if isinstance(kernel, WindowKernel):
-        if kernel.tangent_term is not None:  # jvp in PyTorch's at::sum order (TANGENT_SUMS "torch")
-            return None
+        if kernel.tangent_term is not None or kernel.skips_nan:  # jvp in PyTorch's at::sum order
+            return None  # (TANGENT_SUMS "torch"), or NaN skipped (nanmax/nanmin)
         return _WINDOW_TEMPLATES.get(kernel.windows)
     return _TEMPLATES.get(type(kernel))
 

@@ -277,6 +277,11 @@ def _selection_strings(op: Op, kernel: WindowKernel) -> dict:
         hit=numpy_code(sel.hit, select=True) if sel.form == "mask" else "",
         weight=numpy_code(sel.weight, select=True) if sel.form == "mask" else "",
         tangent_term=numpy_code(kernel.tangent_term, select=True) if kernel.tangent_term is not None else "",
+        # the mask's weight or jvp term reads the element itself (nanmax/nanmin's 'fill'): its
+        # parameter, and the argument that passes the saved input's rows
+        element={"param": ", v", "arg": ", _gathered(saved.x, view)"} if sel.form == "mask" and any(
+            V in e.free_symbols for e in (sel.weight, kernel.tangent_term) if e is not None)
+        else {"param": "", "arg": ""},
         padding_takes_part=kernel.padding_takes_part,
         grad_start="-0.0" if kernel.grad_start == "-0" else "0",
         grad_start_comment=grad_start_comment(kernel.grad_start),
@@ -320,7 +325,9 @@ def _gather_words(op: Op, kernel: WindowKernel) -> dict:
     return _GATHER[kernel.windows] | {
         # the dtype of saved.index: the lowered one, or the one the module picks at run time
         "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
-        "mask_output": numpy_extremum_reduce(sel.extremum, "rows", op.zeros)
+        "mask_output": numpy_extremum_reduce(
+            # (NaN skipped: of +0 and -0 the second, as the lowered fold, where no rule is given)
+            sel.extremum, "rows", op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan)
         if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
 
 

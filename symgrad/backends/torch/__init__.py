@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import naming
-from ...lower import ElementwiseKernel, WindowKernel, backward_plan, kernel_form
+from ...lower import ElementwiseKernel, WindowKernel, backward_plan, kernel_form, skips_nan
 from ..common import docstring, environment, expression_docstring, expression_header, header
 from ..host import preamble_context
 from . import segment  # the segments' context (and their entry in window.GEOMETRY)
@@ -57,8 +57,9 @@ FORMS = ("ElementwiseKernel", "strided", "blocks", "rows", "segments")  # the ke
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
     a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
-    the lowering folds into WindowKernel.tangent_term)."""
-    return (op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
+    the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
+    return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
+            or skips_nan(op))
 
 # the paragraph a reduction's module docstring ends with: where its bits can differ from the NumPy
 # module's on the CPU
@@ -84,12 +85,14 @@ def file_names(op) -> tuple[str, ...]:
 def render(art: "Artifacts") -> dict[str, str]:
     """{file name: file text}: the PyTorch module of an op."""
     template = _TEMPLATES.get(type(art.kernel))
-    refused = isinstance(art.kernel, WindowKernel) and art.kernel.tangent_term is not None
+    skipping = isinstance(art.kernel, WindowKernel) and art.kernel.skips_nan
+    refused = isinstance(art.kernel, WindowKernel) and art.kernel.tangent_term is not None or skipping
     if template is None or kernel_form(art.kernel) not in FORMS or refused:
-        why = " whose jvp adds in PyTorch's at::sum order (the torch preset)" if refused else ""
+        why = (" that skips NaN (nanmax/nanmin)" if skipping else
+               " whose jvp adds in PyTorch's at::sum order (the torch preset)" if refused else "")
         raise ValueError(f"{art.op.name}: the torch backend builds elementwise kernels, pooling and "
                          f"maxout windows and reductions only, not a {kernel_form(art.kernel)}{why}; use "
-                         f"backend='numpy' (or cpu, cuda)")
+                         f"backend='numpy' (or cpu{'' if skipping else ', cuda'})")
     if kernel_form(art.kernel) == "rows":
         template = "torch/rows.py.jinja"
     if kernel_form(art.kernel) == "segments":  # windows given by an index (segment.py)
