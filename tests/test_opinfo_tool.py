@@ -1,0 +1,42 @@
+"""tools/opinfo.py (PyTorch's OpInfo samples through symgrad) on a tiny subset: it runs, counts,
+and finds relu's samples bit-equal to PyTorch.  Slow: importing PyTorch's op_db takes seconds."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("expecttest")  # PyTorch's testing package imports it
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("opinfo_tool", ROOT / "tools" / "opinfo.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["opinfo_tool"] = mod
+    spec.loader.exec_module(mod)
+    mod._imports()
+    return mod
+
+
+@pytest.mark.slow
+def test_relu_samples_equal_pytorch_and_a_difference_is_counted(capsys):
+    tool = _tool()
+    tool.main(["--only", "nn.functional.relu", "--dtypes", "float32", "--backends", "numpy",
+               "--frameworks", "torch", "--limit", "3"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| torch | nn.functional.relu | float32"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    samples, fwd, bwd, differing = map(int, cells[4:8])
+    assert samples == 9 and fwd == bwd == 9 and differing == 0  # 3 samples x 3 variants
+    # the comparison sees a sign of zero, and a differing sample is counted as such
+    assert not tool.same_bits(np.array([0.0]), np.array([-0.0]))
+    case = tool.Case("relu", {}, [np.array([1.0, -2.0])], [0], lambda t: tool.torch.relu(t) * 2, elementwise=True)
+    g = np.ones(2)
+    tally = tool.Tally()
+    tool.compare(case, g, tool.torch_run(case, g), "numpy", "torch", tally, "torch", "seeded")
+    assert tally.n["samples"] == 1 and tally.n["differing"] == 1 and tally.n["contradiction"] == 0
