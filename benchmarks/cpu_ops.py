@@ -112,6 +112,7 @@ CASES = [
 CASES += [
     ("rrelu", "rrelu", {}, (ELEMENTS,), lambda x: F.rrelu(x, training=False), ("float32",), "other"),
     ("softshrink", "softshrink", {}, (ELEMENTS,), lambda x: F.softshrink(x, 0.5), ("float32",), "other"),
+    ("hardsigmoid", "hardsigmoid", {}, (ELEMENTS,), F.hardsigmoid, ("float32",), "other"),
 ]
 
 

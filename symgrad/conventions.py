@@ -390,3 +390,20 @@ JAX.update({
         "above +inf (a NaN with its sign bit set, which this preset reads as NaN, ranks below "
         "-inf there), ties first; backward adds grad_output into +0 at the indices")),
     "cummax": _CUM_JAX, "cummin": _CUM_JAX})
+
+
+# ----------------------------------------------------------------------------- issue 30: hard activations
+TORCH.update({
+    "hardsigmoid": Preset("first", "keep", gradient="nested", half="float", zeros="first", note=(
+        "F.hardsigmoid: min(max(x + 3, 0), 6) / 6; backward (x > -3 && x < 3) ? g * (1/6 as a "
+        "float, in float64 too) : 0: 0 at both kinks and at NaN; written (min(3, max(-3, x)) + 3) "
+        "/ 6, first (the same value: x + 3 rounds alike where the clamp lets x through)")),
+})
+JAX.update({
+    "hardsigmoid": Preset("first", "keep", gradient="nested", zeros="ordered", note=(
+        "jax.nn.hard_sigmoid: relu6(x + 3) / 6, which XLA computes as * (1/6) (1/6 rounded to the "
+        "dtype); relu6's custom_jvp (x + 3 > 0) & (x + 3 < 6): 0 at both kinks and at NaN, compared "
+        "through x + 3 (at x just below 3, where x + 3 rounds to 6, 0 where PyTorch gives g/6). "
+        "bfloat16: XLA multiplies by 1/6 in float32 and rounds once, the preset by 1/6 rounded to "
+        "bfloat16 (one bfloat16 ulp apart at some inputs)")),
+})

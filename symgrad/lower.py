@@ -429,13 +429,17 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
         if _policy.nan_rule(op.nan).whole_gradient_at_nan:  # a NaN among the pieces: all of g
             any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
-            g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
+            scale = d.output_map.grad_scale if d.output_map is not None else 1
+            g = Select(any_nan, GRAD_OUTPUT * scale * sp.diff(sum(d.output.pieces), s), g)
         grads.append(Assign(f"grad_{s}", g))
     grads = tuple(grads)
+    output = forward_code(d.output.forward, op.zeros, loses)
+    if d.output_map is not None:  # (u + shift) / divisor of the outermost node (scaled.Scaled)
+        output = d.output_map.code(output, Quotient)
     return ElementwiseKernel(
         inputs=tuple(str(s) for s in d.inputs),
         intermediates=inter,
-        output=forward_code(d.output.forward, op.zeros, loses),
+        output=output,
         grads=grads,
         saved=tuple(str(s) for s in d.inputs),
         broadcast=len(d.inputs) > 1,

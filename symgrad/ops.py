@@ -714,3 +714,35 @@ def _order_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _order_specs()})
+
+
+# ----------------------------------------------------------------------------- issue 30: hard activations
+
+def _float32(v: float) -> float:
+    """v rounded to float32 (PyTorch's kernels hold some constants as floats, in every dtype)."""
+    import struct
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def _hardsigmoid(params, xs, convention=None):
+    # (min(max(x, -3), 3) + 3) / 6: as F.hardsigmoid's min(max(x + 3, 0), 6) / 6 for every float
+    # (x + 3 is the same rounding where -3 <= x <= 3, and the clamp takes over outside), compared
+    # through x as PyTorch's backward does (-3 < x < 3), the bounds first ('first': 0 at both)
+    from .scaled import Scaled
+    (x,) = xs
+    if convention == "jax":  # relu6(x + 3) / 6: compared through x + 3, XLA's / 6 is * (1/6)
+        return Scaled(MinOf(6, MaxOf(0, x + 3)), 0, 6, sp.Rational(1, 6), False)
+    # PyTorch's backward multiplies by 1/6 held as a float (in float64 too)
+    scale = Literal("one_sixth", _float32(1 / 6)) if convention == "torch" else sp.Rational(1, 6)
+    return Scaled(MinOf(3, MaxOf(-3, x)), 3, 6, scale, True)
+
+
+def _hard_specs() -> list[OpSpec]:
+    return [
+        OpSpec("hardsigmoid", "elementwise", "(min(max(x, -3), 3) + 3) / 6: 0 below -3, 1 above 3",
+               forward=_hardsigmoid, torch_name="F.hardsigmoid",
+               framework_forward=lambda p, xs: {c: _hardsigmoid(p, xs, c) for c in ("torch", "jax")}),
+    ]
+
+
+OPS.update({s.name: s for s in _hard_specs()})

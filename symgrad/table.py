@@ -123,3 +123,8 @@ def update(text: str, table: str) -> str:
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{table}{END}{tail}"
+# issue 30: hard activations
+SITUATIONS += [
+    ("hardsigmoid", {}, "x = -3, 3", ([-3.0, 3.0],)),
+    ("hardsigmoid", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]
