@@ -157,7 +157,9 @@ def test_symgrad_torch_double_backward():
 
 
 @pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler")
-@pytest.mark.parametrize("settings", [{"convention": "torch"}, {"convention": "jax"}, {"ties": "split"}],
+@pytest.mark.parametrize("settings", [{"convention": "torch"},
+                                      pytest.param({"convention": "jax"}, marks=pytest.mark.slow),
+                                      pytest.param({"ties": "split"}, marks=pytest.mark.slow)],
                          ids=lambda v: "-".join(map(str, v.values())))
 def test_cpu_backend_equals_the_numpy_module(settings):
     cpu, ref = symgrad.load("hardsigmoid", backend="cpu", **settings), symgrad.load("hardsigmoid", **settings)
