@@ -113,6 +113,8 @@ CASES += [
     ("rrelu", "rrelu", {}, (ELEMENTS,), lambda x: F.rrelu(x, training=False), ("float32",), "other"),
     ("softshrink", "softshrink", {}, (ELEMENTS,), lambda x: F.softshrink(x, 0.5), ("float32",), "other"),
     ("hardsigmoid", "hardsigmoid", {}, (ELEMENTS,), F.hardsigmoid, ("float32",), "other"),
+    ("threshold(1, 5)", "threshold", dict(threshold=1.0, value=5.0), (ELEMENTS,),
+     lambda x: F.threshold(x, 1.0, 5.0), ("float32",), "other"),
 ]
 
 

@@ -41,7 +41,7 @@ from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
 from .derive_order import derive_order
 from .printers import text
-from .scaled import Scaled
+from .scaled import Picked, Scaled
 
 EXHAUSTIVE_UP_TO = 4
 NUMERIC_SAMPLES = 4000
@@ -480,7 +480,7 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     inner: list = []
     root = _split_nodes(forward, inner)
     # an output that is an affine map of the outermost extremum (scaled.Scaled: hardsigmoid)
-    scaled = root if isinstance(root, Scaled) else None
+    scaled = root if isinstance(root, (Scaled, Picked)) else None  # (Picked: threshold)
     root = scaled.node if scaled is not None else root
     # the outermost extremum becomes the output y
     y = sp.Symbol("y", real=True)
@@ -505,7 +505,12 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         checks.append(_differentiate_all(node, variables, display))
         checks.append(check_weights(op.ties, node.kind, len(node.pieces)))
     partials = _chain(nodes, inputs)
-    if scaled is not None:  # dy/dx = grad_scale * du/dx (the node's partials, the chain above)
+    if isinstance(scaled, Picked):  # dy/dx = sum_i w_i dq_i/dx: the pieces' own values q
+        out = nodes[-1]
+        assert len(nodes) == 1 and len(scaled.values) == len(out.pieces), scaled
+        stand = Node(out.symbol, out.kind, tuple(scaled.values), out.weights, out.count)
+        partials = {s: _regular_part(stand, s) / (out.count or 1) for s in inputs}
+    elif scaled is not None:  # dy/dx = grad_scale * du/dx (the node's partials, the chain above)
         partials = {s: scaled.grad_scale * p for s, p in partials.items()}
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks,
                       output_map=scaled)

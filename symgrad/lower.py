@@ -27,6 +27,7 @@ from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
+from .scaled import Picked
 
 
 class _SortsAsWritten:
@@ -434,7 +435,12 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         grads.append(Assign(f"grad_{s}", g))
     grads = tuple(grads)
     output = forward_code(d.output.forward, op.zeros, loses)
-    if d.output_map is not None:  # (u + shift) / divisor of the outermost node (scaled.Scaled)
+    if isinstance(d.output_map, Picked):  # W times the pieces' values (threshold): selects
+        w = d.output
+        picked = sp.Add(*[q * e for q, e in zip(d.output_map.values, w.weights)])
+        form = "nested" if w.count is None else "sum"
+        output = lower_partial(picked / (w.count or 1), op.nan, roles, form).xreplace({GRAD_OUTPUT: 1})
+    elif d.output_map is not None:  # (u + shift) / divisor of the outermost node (scaled.Scaled)
         output = d.output_map.code(output, Quotient)
     return ElementwiseKernel(
         inputs=tuple(str(s) for s in d.inputs),

@@ -746,3 +746,24 @@ def _hard_specs() -> list[OpSpec]:
 
 
 OPS.update({s.name: s for s in _hard_specs()})
+
+
+def _threshold(params, xs):
+    # x where x beats the threshold, else value: W of max(threshold, x) times (value, x); the
+    # threshold first ('first': value at x = threshold, as F.threshold's x <= threshold)
+    from .scaled import Picked
+    (x,) = xs
+    return Picked(MaxOf(_num(params["threshold"]), x), _num(params["value"]), x)
+
+
+THRESHOLD_POLICY_WHY = ("the output jumps from value to x where x passes the threshold: at the tie "
+                        "it is value (first) or x (last); 'split' and 'all' would output their mean "
+                        "or their sum, a value the function takes on neither side")
+OPS.update({s.name: s for s in [
+    OpSpec("threshold", "elementwise", "x where x > threshold, else value (W of max(threshold, x) "
+           "times (value, x))",
+           params=(Param("threshold", "float", None, "the value x must exceed", required=True),
+                   Param("value", "float", None, "the output where x does not exceed it", required=True)),
+           forward=_threshold, torch_name="F.threshold", policies=("first", "last"),
+           policies_why=THRESHOLD_POLICY_WHY),
+]})

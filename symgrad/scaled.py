@@ -47,3 +47,27 @@ class Scaled(sp.Function):
     def _sympystr(self, printer):
         _, shift, divisor, _, _ = self.args
         return f"({printer._print(self.node + shift)})/{printer._print(divisor)}"
+
+
+class Picked(sp.Function):
+    """Picked(u, q0, q1, ...): W times (q0, q1, ...), W the policy's weights of the max/min u's
+    pieces: each piece stands for a value of its own (threshold: max(threshold, x) with the
+    threshold piece standing for value).  The output jumps where the winner changes; its a.e.
+    derivative is sum_i w_i dq_i/dx (a jump carries no gradient, as in the frameworks)."""
+
+    is_real = True
+
+    @property
+    def node(self) -> sp.Expr:
+        return self.args[0]
+
+    @property
+    def values(self) -> tuple:
+        return self.args[1:]
+
+    def _latex(self, printer):
+        qs = r" \\ ".join(printer._print(q) for q in self.values)
+        return r"W \begin{pmatrix} %s \end{pmatrix}" % qs
+
+    def _sympystr(self, printer):
+        return f"W({printer._print(self.node)})*({', '.join(printer._print(q) for q in self.values)})"

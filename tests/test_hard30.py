@@ -30,6 +30,9 @@ from test_activations30 import _jax, _node, _ours, _same, _torch  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 GRADS = [-1.0, 0.5, -0.0, 0.0, 3.0, 0.1, 2.0, 1e-3]
+# float32 and bfloat16 in the default run, float64 and float16 (every value) with -m slow
+DTYPES = [pytest.param(np.float64, marks=pytest.mark.slow), np.float32,
+          pytest.param(np.float16, marks=pytest.mark.slow), BF16]
 
 
 def _inputs(dtype):
@@ -53,7 +56,7 @@ def _jax_bf16(x, sixth):
     return (u * np.float32(sixth)).astype(BF16)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, BF16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("convention", ["torch", "jax"])
 def test_presets_equal_the_frameworks_bit_for_bit(convention, dtype):
     module = symgrad.load("hardsigmoid", convention=convention)
@@ -169,6 +172,7 @@ def test_cpu_backend_equals_the_numpy_module(settings):
             assert _same(a, b).all(), f"cpu {settings} {np.dtype(dtype).name} {what}"
 
 
+@pytest.mark.slow
 def test_conventions_table_rows_are_the_frameworks_gradients():
     """The rows of `symgrad conventions` for hardsigmoid: the torch and jax cells are PyTorch's
     autograd and jax.vjp at those points; docs/conventions.md holds them as measured."""
@@ -176,15 +180,120 @@ def test_conventions_table_rows_are_the_frameworks_gradients():
 
     from symgrad import table
     doc = (Path(__file__).resolve().parent.parent / "docs" / "conventions.md").read_text()
-    rows = [s for s in table.SITUATIONS if s[0] == "hardsigmoid"]
-    assert rows
+    fns = {"hardsigmoid": (F.hardsigmoid, jax.nn.hard_sigmoid),
+           "threshold": (lambda t: F.threshold(t, 1.0, 5.0), lambda v: jnp.where(v > 1.0, v, 5.0))}
+    rows = [s for s in table.SITUATIONS if s[0] in fns]
+    assert len(rows) == 4
     for op, params, situation, (x,) in rows:
         t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-        (tg,) = torch.autograd.grad(F.hardsigmoid(t).sum(), t)
-        y, pullback = jax.vjp(jax.nn.hard_sigmoid, jnp.asarray(x, jnp.float64))
+        (tg,) = torch.autograd.grad(fns[op][0](t).sum(), t)
+        y, pullback = jax.vjp(fns[op][1], jnp.asarray(x, jnp.float64))
         (jg,) = pullback(jnp.ones_like(y))
         cells = [table.measure(c, op, params, (x,)) for c in table.COLUMNS]
         assert cells[table.COLUMNS.index("torch")] == table._cell([tg.numpy()]), situation
         assert cells[table.COLUMNS.index("jax")] == table._cell([np.asarray(jg)]), situation
         flag = "DIFFER" if table._cell([tg.numpy()]) != table._cell([np.asarray(jg)]) else "same"
-        assert f"| `{op}` | {situation} | " + " | ".join(cells) + f" | {flag} |" in doc
+        label = op + (f"({', '.join(f'{k}={v}' for k, v in params.items())})" if params else "")
+        assert f"| `{label}` | {situation} | " + " | ".join(cells) + f" | {flag} |" in doc
+
+
+# ----------------------------------------------------------------------------- threshold
+#
+# F.threshold(x, threshold, value): x where x > threshold, else value: W of max(threshold, x)
+# times (value, x).  JAX has none: its preset is the where() one writes.
+
+THRESHOLDS = [(1.0, 5.0), pytest.param(0.3, -2.5, marks=pytest.mark.slow),
+              pytest.param(-3.0, 0.0, marks=pytest.mark.slow)]
+
+
+def _threshold_inputs(dtype, th):
+    x, g = _inputs(dtype)
+    if dtype not in (np.float16, BF16):  # the threshold as the dtype holds it, and its neighbours
+        t = np.array(th).astype(dtype)
+        x = np.concatenate([x, [t, np.nextafter(t, dtype(-np.inf)), np.nextafter(t, dtype(np.inf))]])
+        g = np.resize(np.array(GRADS), x.shape).astype(dtype)
+    return x, g
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("convention", ["torch", "jax"])
+@pytest.mark.parametrize("th,value", THRESHOLDS)
+def test_threshold_presets_equal_the_frameworks_bit_for_bit(th, value, convention, dtype):
+    module = symgrad.load("threshold", convention=convention, threshold=th, value=value)
+    x, g = _threshold_inputs(dtype, th)
+    got = _ours(module, x, g)
+    want = (_torch(lambda t: F.threshold(t, th, value), x, g) if convention == "torch"
+            else _jax(lambda v: jnp.where(v > th, v, value), x, g))
+    for what, a, b in zip(("forward", "grad"), got, want):
+        ok = _same(a, b)
+        assert ok.all(), (f"{convention} {np.dtype(dtype).name} {what}: at x={x[~ok][:8].tolist()}: "
+                          f"got {a[~ok][:8].tolist()}, want {b[~ok][:8].tolist()}")
+
+
+@pytest.mark.parametrize("ties", ["first", "last"])
+def test_threshold_every_policy_follows_the_definition(ties):
+    """W of max(1, x) (the README's policies, _node) times (5, x), and its a.e. derivative."""
+    module = symgrad.load("threshold", ties=ties, threshold=1, value=5)
+    x = np.array([-np.inf, -4.0, 0.0, 1.0, 2.5, np.inf, np.nan])
+    y, gx = _ours(module, x, np.ones_like(x))
+    for i, v in enumerate(map(float, x)):
+        _, w = _node("max", 1.0, v, 0.0, 1.0, ties)  # x's weight
+        want = v if w else 5.0
+        assert _same(y[i], want) and gx[i] == w, (ties, v, y[i], gx[i])
+
+
+def test_threshold_refuses_split_all_and_bad_parameters():
+    for ties in ("split", "all"):
+        with pytest.raises(ValueError, match=r"^threshold: ties must be 'first' or 'last' \(the output"):
+            symgrad.load("threshold", ties=ties, threshold=1, value=5)
+    with pytest.raises(TypeError, match=r"^threshold: missing required parameter 'value'$"):
+        symgrad.load("threshold", threshold=1)
+
+
+@pytest.mark.parametrize("ties", ["first", "last"])
+def test_threshold_check_passes_and_catches_a_wrong_value(ties):
+    module = symgrad.load("threshold", ties=ties, threshold=1, value=5)
+    x = np.array([1.0, 0.5, 2.0])
+    assert symgrad.check(module, x, modes="both").ok
+    other = symgrad.load("threshold", ties="last" if ties != "last" else "first", threshold=1, value=5)
+
+    def vjp(g, v):
+        return other.backward(g, other.forward(v)[1])
+
+    report = symgrad.check((lambda v: module.forward(v)[0], vjp), x, ties=ties, op="threshold",
+                           params={"threshold": 1, "value": 5})
+    assert not report.ok and any(f.index == (0,) for f in report.failures), str(report)
+
+
+def test_threshold_finite_differences_and_double_backward():
+    x0 = np.random.default_rng(5).normal(0, 3, 60)
+    x0 = x0[np.abs(x0 - 1) > 1e-3]
+    h = 1e-6
+    f = lambda v: F.threshold(torch.tensor(v), 1.0, 5.0).numpy()  # noqa: E731
+    module = symgrad.load("threshold", threshold=1, value=5)
+    (gx,) = module.backward(np.ones_like(x0), module.forward(x0)[1])
+    np.testing.assert_allclose(gx, (f(x0 + h) - f(x0 - h)) / (2 * h), atol=1e-6)
+    st = pytest.importorskip("symgrad.torch")
+    x1 = np.array([-np.inf, -4.0, 0.0, 1.0, 2.5, np.inf])
+    g0, v0 = np.arange(6.0) - 2, np.arange(6.0)[::-1].copy()
+    results = []
+    for fn in (st.op("threshold", convention="torch", threshold=1, value=5),
+               lambda t: F.threshold(t, 1.0, 5.0)):
+        x, go = torch.tensor(x1, requires_grad=True), torch.tensor(g0, requires_grad=True)
+        (gx,) = torch.autograd.grad(fn(x), x, go, create_graph=True)
+        second = torch.autograd.grad((gx * torch.tensor(v0)).sum(), (go, x), allow_unused=True)
+        results.append([gx.detach().numpy()] + [np.zeros(x1.shape) if s is None else s.detach().numpy()
+                                                 for s in second])
+    for a, b in zip(*results):
+        assert _same(a, b).all(), (a.tolist(), b.tolist())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler")
+def test_threshold_cpu_backend_equals_the_numpy_module():
+    kw = dict(convention="torch", threshold=0.3, value=-2.5)
+    cpu, ref = symgrad.load("threshold", backend="cpu", **kw), symgrad.load("threshold", **kw)
+    for dtype in (np.float64, np.float32, np.float16):
+        x, g = _threshold_inputs(dtype, 0.3)
+        for what, a, b in zip(("forward", "grad"), _ours(cpu, x, g), _ours(ref, x, g)):
+            assert _same(a, b).all(), f"cpu threshold {np.dtype(dtype).name} {what}"
