@@ -108,6 +108,14 @@ CASES = [
      dict(kernel_size=3, output_size=(20, 20)), (8, 64, 48, 48), None, ("float32",), "pool"),
     ("max_unpool2d 8x64x56x56 k2", "max_unpool2d", POOL_A, (8, 64, 56, 56), None, ("float32",), "pool"),
 ]
+# issue 30: the elementwise activations the cpu backend builds (target 1.0x)
+CASES += [
+    ("rrelu", "rrelu", {}, (ELEMENTS,), lambda x: F.rrelu(x, training=False), ("float32",), "other"),
+    ("softshrink", "softshrink", {}, (ELEMENTS,), lambda x: F.softshrink(x, 0.5), ("float32",), "other"),
+    ("hardsigmoid", "hardsigmoid", {}, (ELEMENTS,), F.hardsigmoid, ("float32",), "other"),
+    ("threshold(1, 5)", "threshold", dict(threshold=1.0, value=5.0), (ELEMENTS,),
+     lambda x: F.threshold(x, 1.0, 5.0), ("float32",), "other"),
+]
 
 
 def to_torch(a: np.ndarray):

@@ -49,7 +49,14 @@ class Derivation:
     partials: dict  # input symbol -> dy/dinput (may use inner node symbols)
     steps: list[Step]
     checks: list[str]
+    # elementwise: the output as an affine map of the outermost node (scaled.Scaled; None: the node)
+    output_map: sp.Basic | None = None
 
     @property
     def output(self) -> Node:
         return self.nodes[-1]
+
+    @property
+    def output_symbol(self) -> sp.Symbol:
+        """The output's name: the last node's, or y where an output map follows it."""
+        return self.output.symbol if self.output_map is None else sp.Symbol("y", real=True)

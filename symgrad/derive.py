@@ -41,6 +41,7 @@ from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
 from .derive_order import derive_order
 from .printers import text
+from .scaled import Picked, Scaled
 
 EXHAUSTIVE_UP_TO = 4
 NUMERIC_SAMPLES = 4000
@@ -470,17 +471,22 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
     if spec.strategy.elementwise:
         framework = op.convention is not None and spec.framework_forward is not None
         forward = (spec.framework_forward if framework else spec.forward)(op.params, inputs)
+        if isinstance(forward, dict):  # a forward per framework (hardsigmoid)
+            forward = forward[op.convention]
         if op.order == "reversed":
             forward = _reversed(forward)
     else:
         forward = (MaxOf if spec.extremum == "max" else MinOf)(*inputs)
     inner: list = []
     root = _split_nodes(forward, inner)
+    # an output that is an affine map of the outermost extremum (scaled.Scaled: hardsigmoid)
+    scaled = root if isinstance(root, (Scaled, Picked)) else None  # (Picked: threshold)
+    root = scaled.node if scaled is not None else root
     # the outermost extremum becomes the output y
     y = sp.Symbol("y", real=True)
     last_sym, last_ext = inner.pop()
     assert last_sym == root
-    inner.append((y, last_ext))
+    inner.append((last_sym if scaled is not None else y, last_ext))  # (a map: y is the map's)
     if not spec.strategy.elementwise:
         try:
             node, checks = _window(len(inputs), op.ties, spec.extremum)
@@ -499,7 +505,15 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         checks.append(_differentiate_all(node, variables, display))
         checks.append(check_weights(op.ties, node.kind, len(node.pieces)))
     partials = _chain(nodes, inputs)
-    return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks)
+    if isinstance(scaled, Picked):  # dy/dx = sum_i w_i dq_i/dx: the pieces' own values q
+        out = nodes[-1]
+        assert len(nodes) == 1 and len(scaled.values) == len(out.pieces), scaled
+        stand = Node(out.symbol, out.kind, tuple(scaled.values), out.weights, out.count)
+        partials = {s: _regular_part(stand, s) / (out.count or 1) for s in inputs}
+    elif scaled is not None:  # dy/dx = grad_scale * du/dx (the node's partials, the chain above)
+        partials = {s: scaled.grad_scale * p for s, p in partials.items()}
+    return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks,
+                      output_map=scaled)
 
 
 def _derive_large_window(op: Op) -> Derivation:

@@ -614,6 +614,8 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
                                   f"and checked: {'; '.join(d.checks)}."]))
     for node in nodes:
         s.blocks.append(Display(latex(node.symbol), [latex(node.forward)]))
+    if getattr(d, "output_map", None) is not None:
+        s.blocks.append(Display("y", [latex(d.output_map)]))
     out.append(s)
 
     # 2. W-form
@@ -718,13 +720,13 @@ def _symbolic_sections(op: Op, d: Derivation, ex: Example | None) -> list[Sectio
                                   *_join_math([latex(nd.symbol) + " = " + latex(nd.forward)
                                                for nd in d.nodes[:-1]]), ":"]))
         for x in d.inputs:
-            s.blocks.append(Display(_d(d.output.symbol, x), _lines(d.partials[x])))
+            s.blocks.append(Display(_d(d.output_symbol, x), _lines(d.partials[x])))
             rows = (_piecewise_one(d, x) if len(d.inputs) == 1 else _piecewise_two(d, x)
                     if set(d.output.pieces) <= set(d.inputs) else _piecewise_pieces(d, x))
-            s.blocks.append(Display(_d(d.output.symbol, x), [_cases(rows)]))
+            s.blocks.append(Display(_d(d.output_symbol, x), [_cases(rows)]))
         g = sp.Symbol("g")
         for x in d.inputs:
-            s.blocks.append(Display(r"\text{grad}_{%s}" % latex(x), [latex(g) + r" \cdot " + _d(d.output.symbol, x)]))
+            s.blocks.append(Display(r"\text{grad}_{%s}" % latex(x), [latex(g) + r" \cdot " + _d(d.output_symbol, x)]))
         s.blocks.append(Para(["elementwise, with ", M("g"), " the incoming gradient (grad_output)",
                               " and the sums taken back to each input's shape under broadcasting."
                               if len(d.inputs) > 1 else "."]))

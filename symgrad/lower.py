@@ -27,6 +27,7 @@ from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
+from .scaled import Picked
 
 
 class _SortsAsWritten:
@@ -470,13 +471,22 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
             g = lower_partial(d.partials[s], op.nan, roles, op.gradient)
         if _policy.nan_rule(op.nan).whole_gradient_at_nan:  # a NaN among the pieces: all of g
             any_nan = sp.Or(*[_policy.isnan_of(p) for p in d.output.pieces])
-            g = Select(any_nan, GRAD_OUTPUT * sp.diff(sum(d.output.pieces), s), g)
+            scale = d.output_map.grad_scale if d.output_map is not None else 1
+            g = Select(any_nan, GRAD_OUTPUT * scale * sp.diff(sum(d.output.pieces), s), g)
         grads.append(Assign(f"grad_{s}", g))
     grads = tuple(grads)
+    output = forward_code(d.output.forward, op.zeros, loses)
+    if isinstance(d.output_map, Picked):  # W times the pieces' values (threshold): selects
+        w = d.output
+        picked = sp.Add(*[q * e for q, e in zip(d.output_map.values, w.weights)])
+        form = "nested" if w.count is None else "sum"
+        output = lower_partial(picked / (w.count or 1), op.nan, roles, form).xreplace({GRAD_OUTPUT: 1})
+    elif d.output_map is not None:  # (u + shift) / divisor of the outermost node (scaled.Scaled)
+        output = d.output_map.code(output, Quotient)
     return ElementwiseKernel(
         inputs=tuple(str(s) for s in d.inputs),
         intermediates=inter,
-        output=forward_code(d.output.forward, op.zeros, loses),
+        output=output,
         grads=grads,
         saved=tuple(str(s) for s in d.inputs),
         broadcast=len(d.inputs) > 1,

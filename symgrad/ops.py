@@ -789,3 +789,55 @@ OPS.update({s.name: s for s in (
     OpSpec("nanmin", "reduction", "min over dim(s) ignoring NaN (np.nanmin: NaN only where a slice "
            "holds nothing else)", params=_RED, extremum="min", torch_name="", nan_rules=("skip", "fill"),
            nan_why=NANRED_NAN_WHY))})
+
+# ----------------------------------------------------------------------------- issue 30: hard activations
+
+def _float32(v: float) -> float:
+    """v rounded to float32 (PyTorch's kernels hold some constants as floats, in every dtype)."""
+    import struct
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def _hardsigmoid(params, xs, convention=None):
+    # (min(max(x, -3), 3) + 3) / 6: as F.hardsigmoid's min(max(x + 3, 0), 6) / 6 for every float
+    # (x + 3 is the same rounding where -3 <= x <= 3, and the clamp takes over outside), compared
+    # through x as PyTorch's backward does (-3 < x < 3), the bounds first ('first': 0 at both)
+    from .scaled import Scaled
+    (x,) = xs
+    if convention == "jax":  # relu6(x + 3) / 6: compared through x + 3, XLA's / 6 is * (1/6)
+        return Scaled(MinOf(6, MaxOf(0, x + 3)), 0, 6, sp.Rational(1, 6), False)
+    # PyTorch's backward multiplies by 1/6 held as a float (in float64 too)
+    scale = Literal("one_sixth", _float32(1 / 6)) if convention == "torch" else sp.Rational(1, 6)
+    return Scaled(MinOf(3, MaxOf(-3, x)), 3, 6, scale, True)
+
+
+def _hard_specs() -> list[OpSpec]:
+    return [
+        OpSpec("hardsigmoid", "elementwise", "(min(max(x, -3), 3) + 3) / 6: 0 below -3, 1 above 3",
+               forward=_hardsigmoid, torch_name="F.hardsigmoid",
+               framework_forward=lambda p, xs: {c: _hardsigmoid(p, xs, c) for c in ("torch", "jax")}),
+    ]
+
+
+OPS.update({s.name: s for s in _hard_specs()})
+
+
+def _threshold(params, xs):
+    # x where x beats the threshold, else value: W of max(threshold, x) times (value, x); the
+    # threshold first ('first': value at x = threshold, as F.threshold's x <= threshold)
+    from .scaled import Picked
+    (x,) = xs
+    return Picked(MaxOf(_num(params["threshold"]), x), _num(params["value"]), x)
+
+
+THRESHOLD_POLICY_WHY = ("the output jumps from value to x where x passes the threshold: at the tie "
+                        "it is value (first) or x (last); 'split' and 'all' would output their mean "
+                        "or their sum, a value the function takes on neither side")
+OPS.update({s.name: s for s in [
+    OpSpec("threshold", "elementwise", "x where x > threshold, else value (W of max(threshold, x) "
+           "times (value, x))",
+           params=(Param("threshold", "float", None, "the value x must exceed", required=True),
+                   Param("value", "float", None, "the output where x does not exceed it", required=True)),
+           forward=_threshold, torch_name="F.threshold", policies=("first", "last"),
+           policies_why=THRESHOLD_POLICY_WHY),
+]})

@@ -55,7 +55,7 @@ def _in_inputs(d: Derivation) -> dict:
 def _at(d: Derivation, point: dict) -> list[str]:
     """dy/dx = value for each input at point, a few to a line."""
     env = _in_inputs(d)
-    values = [f"d{d.output.symbol}/d{s} = {_value(literal_values(p).xreplace(env).xreplace(point))}"
+    values = [f"d{d.output_symbol}/d{s} = {_value(literal_values(p).xreplace(env).xreplace(point))}"
               for s, p in d.partials.items()]
     return [", ".join(values[i:i + 6]) for i in range(0, len(values), 6)]
 
@@ -103,10 +103,10 @@ def _is_w_row(d: Derivation) -> bool:
 def _backward(op: Op, d: Derivation, last) -> list[str]:
     """The partials of the output (W's row for a window), else the last step (unpooling, logsumexp)."""
     if _is_w_row(d) and len(d.inputs) > 2:
-        return [f"d{d.output.symbol}/dx_k = w_k: W's row is the gradient of the output"]
+        return [f"d{d.output_symbol}/dx_k = w_k: W's row is the gradient of the output"]
     if op.spec.strategy.special or not d.partials:
         return _items(last.items)
-    out = d.output.symbol if _max_min_nodes(d) else "out"
+    out = d.output_symbol if _max_min_nodes(d) else "out"
     return _items([(f"d{out}/d{x}", p) for x, p in d.partials.items()])
 
 

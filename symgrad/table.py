@@ -95,6 +95,9 @@ def _cell(grads) -> str:
 
 def measure(column: str, op: str, params: dict, inputs) -> str:
     from .api import load
+    from .ops import OPS
+    if column not in CONVENTIONS and OPS[op].policies and column not in OPS[op].policies:
+        return "refused"  # a policy the op does not define (threshold's 'all')
     kw = {"convention": column} if column in CONVENTIONS else {"ties": column}
     module = load(op, **kw, **params)
     arrays = [np.array(x, dtype=np.float64) for x in inputs]
@@ -138,4 +141,14 @@ SITUATIONS += [
     ("nanmax", {}, "[NaN, NaN]", ([NAN, NAN],)),
     ("nanmax", {}, "[-inf, NaN, -inf]", ([-INF, NAN, -INF],)),
     ("nanmin", {}, "[NaN, 1, 1]", ([NAN, 1.0, 1.0],)),
+]
+
+# issue 30: hard activations
+SITUATIONS += [
+    ("hardsigmoid", {}, "x = -3, 3", ([-3.0, 3.0],)),
+    ("hardsigmoid", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]
+SITUATIONS += [
+    ("threshold", {"threshold": 1, "value": 5}, "x = 1 (the threshold)", ([1.0],)),
+    ("threshold", {"threshold": 1, "value": 5}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
 ]

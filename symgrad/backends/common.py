@@ -170,12 +170,14 @@ def docstring(op: Op, d: Derivation, kernel=None) -> list[str]:
         lines += ["Forward, as max/min of its pieces in the order used:"]
         for n in d.nodes:
             lines += wrap(f"{n.symbol} = {text(n.forward)}", indent="        ")
+        if d.output_map is not None:
+            lines += wrap(f"y = {text(d.output_map)}", indent="        ")
         lines += ["", "W-form (the tie policy decides which comparisons are strict):"]
         for n in d.nodes:
             lines += wrap(f"{n.symbol} = {text(n.w_form)}", indent="        ")
         lines += ["", "Gradient (after the DiracDelta terms cancel):"]
         for s, e in d.partials.items():
-            lines += wrap(f"d{d.output.symbol}/d{s} = {text(e)}", indent="        ")
+            lines += wrap(f"d{d.output_symbol}/d{s} = {text(e)}", indent="        ")
         if kernel is not None:
             lines += ["", "As computed, each comparison under the NaN rule (#{...}: how many hold):"]
             for g in kernel.grads:
