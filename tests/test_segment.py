@@ -95,6 +95,27 @@ def test_every_policy_is_the_definition(ties, ext, include_self):
         assert np.isclose(lhs, np.sum(t_i * grad_input) + np.sum(t_s * grad_src))
 
 
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_nan_rule_each_gives_every_element_of_a_nan_segment_the_whole_gradient(backend):
+    """NaN rule 'each' (README): a window holding NaN gives every element the whole gradient;
+    other segments follow the policy (split). The NumPy module's backward raised NameError."""
+    rng = np.random.default_rng(11)
+    mod = symgrad.load("scatter_max", backend=backend, ties="split", nan="each")
+    for _ in range(10):
+        inp, src = _tie_heavy(rng, 4, np.float64), _tie_heavy(rng, 9, np.float64)
+        index, g = rng.integers(0, 4, 9), rng.choice([1.0, -2.0, 0.5], 4)
+        y, saved = mod.forward(inp, index, src)
+        want, gi, gs = _brute_scatter(inp, index, src, "split", "max", True, g)
+        for j in range(4):  # the NaN segments: every member gets g[j]
+            members = [e for e in range(9) if index[e] == j]
+            if np.isnan(inp[j]) or np.isnan(src[members]).any():
+                gi[j], gs[members] = g[j], g[j]
+        np.testing.assert_array_equal(y, want)
+        grad_input, _, grad_src = mod.backward(g, saved)
+        np.testing.assert_array_equal(grad_input, gi)
+        np.testing.assert_array_equal(grad_src, gs)
+
+
 @pytest.mark.parametrize("ties", ["first", "split"])
 def test_segment_max_rows_and_empty_segments(ties):
     """2-d data (rows segmented along dim 0); an empty segment is -inf with no gradient."""

@@ -290,8 +290,9 @@ def _hit(v, extremum):
     return np.isnan(v) | (v == extremum)
 
 
-def _weight(grad_output, hit, count):
-    """The gradient an element receives from its segment (linear in grad_output)."""
+def _weight(grad_output, hit, count, extremum):
+    """The gradient an element receives from its segment, whose output is extremum (linear in
+    grad_output)."""
     return grad_output
 
 

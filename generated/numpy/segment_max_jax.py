@@ -278,8 +278,9 @@ def _hit(v, extremum):
     return v == extremum
 
 
-def _weight(grad_output, hit, count):
-    """The gradient an element receives from its segment (linear in grad_output)."""
+def _weight(grad_output, hit, count, extremum):
+    """The gradient an element receives from its segment, whose output is extremum (linear in
+    grad_output)."""
     return grad_output*_select(hit, (1) / (count))
 
 
@@ -338,8 +339,8 @@ def _weights(g, saved: Saved) -> tuple:
     count = saved.count.astype(saved.dtype)
     # NaN, silently: 0 / 0 where a segment has no hit (a NaN under an IEEE rule), inf * 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        grad_src = _weight(g[key], _hit(saved.src, m[key]), count[key])
-        grad_initial = _select(saved.taking[:, None], _weight(g, _hit(saved.initial, m), count))
+        grad_src = _weight(g[key], _hit(saved.src, m[key]), count[key], m[key])
+        grad_initial = _select(saved.taking[:, None], _weight(g, _hit(saved.initial, m), count, m))
     return grad_src, grad_initial
 
 
@@ -365,8 +366,8 @@ def jvp(tangent_data, tangent_segment_ids, saved: Saved) -> np.ndarray:
     t_src, t_initial = t_src.reshape(saved.src.shape), (np.zeros(saved.output_shape, dtype=saved.dtype)).reshape(m.shape)
     count = saved.count.astype(saved.dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
-        w_src = _weight(t_src, _hit(saved.src, m[key]), count[key])
-        w_initial = _select(saved.taking[:, None], _weight(t_initial, _hit(saved.initial, m), count))
+        w_src = _weight(t_src, _hit(saved.src, m[key]), count[key], m[key])
+        w_initial = _select(saved.taking[:, None], _weight(t_initial, _hit(saved.initial, m), count, m))
     out = w_initial.astype(np.promote_types(saved.dtype, np.float32))
     np.add.at(out, key, w_src)  # in element order: each segment's terms in index order
     return _placed(np.asarray(out, dtype=saved.dtype), saved.output_shape, d)
