@@ -108,3 +108,36 @@ def test_adaptive_module_compiles_fullgraph():
     y_eager, gx_eager = step(x, g)
     _same(y, y_eager.numpy(), "forward")
     _same(gx, gx_eager.numpy(), "backward")
+
+
+@pytest.mark.parametrize("kw", [{"ties": "split"}, {"convention": "jax"}])
+def test_symgrad_torch_takes_the_adaptive_module_natively(kw):
+    """symgrad.torch's adaptive pooling holds the torch module; its autograd.Function (eager form):
+    forward, backward through autograd, double backward (the jvp) and forward-mode AD against the
+    NumPy module bit for bit; on the meta device (as an accelerator's tensors reach it) the shapes."""
+    import torch.autograd.forward_ad as fwAD
+
+    import symgrad.torch as st
+    fn = st.op("adaptive_max_pool2d", output_size=(3, 2), **kw)
+    assert fn.torch_module is not None and fn.torch_module.OP == "adaptive_max_pool2d"
+    mod = symgrad.load("adaptive_max_pool2d", output_size=(3, 2), **kw)
+    a = np.random.default_rng(0).choice([-np.inf, -1.0, 0.0, -0.0, 1.0, 2.0], size=(2, 3, 7, 5)).astype(np.float32)
+    x = torch.tensor(a, requires_grad=True)
+    y = fn._native[0].apply(x)
+    y_np, saved = mod.forward(a)
+    _same(y, y_np, "forward")
+    g = np.linspace(-1, 1, y_np.size).astype(np.float32).reshape(y_np.shape)
+    gt = torch.tensor(g, requires_grad=True)
+    (gx,) = torch.autograd.grad(y, x, gt, create_graph=True)
+    _same(gx, mod.backward(g, saved)[0], "backward")
+    (ggt,) = torch.autograd.grad(gx, gt, torch.ones_like(gx))  # d<backward(g), 1>/dg = jvp(1)
+    _same(ggt, mod.jvp(np.ones_like(a), saved), "double backward")
+    t = np.float32(0.5) * a.clip(-3, 3)
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(fn._native[0].apply(fwAD.make_dual(torch.tensor(a), torch.tensor(t)))).tangent
+    _same(tangent, mod.jvp(t, saved), "forward-mode")
+    m = torch.empty(2, 3, 7, 5, device="meta", requires_grad=True)
+    y = st.AdaptiveMaxPool2d((3, 2), **kw)(m)
+    assert y.device.type == "meta" and tuple(y.shape) == (2, 3, 3, 2)
+    (gm,) = torch.autograd.grad(y.sum(), m)
+    assert gm.device.type == "meta" and gm.shape == m.shape
