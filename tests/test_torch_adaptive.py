@@ -110,6 +110,7 @@ def test_adaptive_module_compiles_fullgraph():
     _same(gx, gx_eager.numpy(), "backward")
 
 
+@pytest.mark.slow  # (symgrad.torch's import: about 6 s)
 @pytest.mark.parametrize("kw", [{"ties": "split"}, {"convention": "jax"}])
 def test_symgrad_torch_takes_the_adaptive_module_natively(kw):
     """symgrad.torch's adaptive pooling holds the torch module; its autograd.Function (eager form):
