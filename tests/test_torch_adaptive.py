@@ -142,3 +142,19 @@ def test_symgrad_torch_takes_the_adaptive_module_natively(kw):
     assert y.device.type == "meta" and tuple(y.shape) == (2, 3, 3, 2)
     (gm,) = torch.autograd.grad(y.sum(), m)
     assert gm.device.type == "meta" and gm.shape == m.shape
+
+
+def test_a_box_of_more_than_256_elements_saves_uint16():
+    """Output size 1 over a 20x15 plane: a box of 300 elements, its index in uint16 (as the NumPy
+    module's), forward, backward and jvp as the NumPy module's."""
+    a = np.random.default_rng(0).choice([0.0, 1.0, 2.0, -0.0], size=(2, 2, 20, 15)).astype(np.float32)
+    np_mod = symgrad.load("adaptive_max_pool2d", output_size=1, ties="last")
+    th_mod = symgrad.load("adaptive_max_pool2d", backend="torch", output_size=1, ties="last")
+    y_np, s_np = np_mod.forward(a)
+    y, s = th_mod.forward(torch.from_numpy(a))
+    assert s.index.dtype == torch.uint16 and s_np.index.dtype == np.uint16
+    assert np.array_equal(s.index.to(torch.int64).numpy(), s_np.index.astype(np.int64))
+    _same(y, y_np, "forward")
+    g = np.linspace(-1, 1, y_np.size).astype(np.float32).reshape(y_np.shape)
+    _same(th_mod.backward(torch.from_numpy(g), s)[0], np_mod.backward(g, s_np)[0], "backward")
+    _same(th_mod.jvp(torch.from_numpy(a), s), np_mod.jvp(a, s_np), "jvp")
