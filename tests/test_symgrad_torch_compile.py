@@ -16,8 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 # every nn.Module symgrad.torch offers, in one model, compiled with fullgraph=True static and
-# dynamic=True in a fresh process before any eager call; pooling (and the activations) run the
-# torch backend's modules inside the traced autograd.Function, adaptive pooling and unpooling the
+# dynamic=True in a fresh process before any eager call; pooling, adaptive pooling (and the
+# activations) run the torch backend's modules inside the traced autograd.Function, unpooling the
 # registered operators; the outputs and x's gradient equal eager's bit for bit (float32; no
 # convolution: Inductor's convolution input gradient differs from eager's in the last bit).
 # tests/test_symgrad_torch.py compiles each module alone (aot_eager) in the default run

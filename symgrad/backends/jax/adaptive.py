@@ -13,6 +13,7 @@ constant +0.0, which is not the identity at -0.0."""
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 import sympy as sp
@@ -152,6 +153,11 @@ def _mask(op, kernel: WindowKernel, rounding: list[str]) -> dict:
     }
 
 
+def _doc(text: str) -> list[str]:
+    """A docstring's lines (its quotes included), wrapped as the module's text."""
+    return textwrap.wrap(f'"""{text}"""', 94)
+
+
 _SLICES_START = ["inside = _all([(a.holders == a.out) & (a.out > 0) for a in plan.axes])",
                  "start = np.where(True if inside is None else inside, -0.0, 0.0)",
                  "return lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(start, dtype), plan.planes))"]
@@ -168,6 +174,12 @@ def adaptive_context(art: Artifacts) -> dict:
     rounding = ["weight = weight.astype(work)  # a window's gradient: an array of the dtype"] if reversed_order else []
     bfloat16_adds = kernel.bfloat16_adds == "bfloat16"
     form = _scan(op, kernel) if kernel.selection.form == "scan" else _mask(op, kernel, rounding)
+    order = ("reversed output order, each window's weight rounded to the dtype first" if reversed_order
+             else "output (row-major) order")
+    form["backward_doc"] = _doc(
+        f"Return (grad_x,): each input element adds {form['backward_doc']} of every window holding it, "
+        f"in gather form (one pass per holding window over all elements at once), visiting its windows "
+        f"in {order}, as the NumPy module adds them.")
     return {
         **preamble_context(header(op, "jax"), NOTE, ()),
         **adaptive_window_code(),
@@ -177,11 +189,10 @@ def adaptive_context(art: Artifacts) -> dict:
         "piecewise_linear": art.piecewise_linear,
         "spatial": op.spec.spatial,
         "x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}",
-        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "grad_start_doc": _doc("Every input element's gradient before its windows' terms are added: "
+                               f"{grad_start_comment(kernel.grad_start)}."),
         "grad_start_lines": _SLICES_START if kernel.grad_start == "slices" else ["return _zeros(plan.planes, dtype)"],
         "holders_in_order": "reversed(_holders(plan))" if reversed_order else "_holders(plan)",
-        "order_words": "reversed output order, each window's weight rounded to the dtype first"
-        if reversed_order else "output (row-major) order",
         "backward_work": "saved.dtype  # bfloat16 adds each rounded to bfloat16 (the preset's)"
         if bfloat16_adds else "_work(saved.dtype)",
         **form,

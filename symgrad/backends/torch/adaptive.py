@@ -78,7 +78,7 @@ def adaptive_context(op, kernel: WindowKernel) -> dict:
             if bfloat16_adds else
             "bfloat16 is computed in float32 and rounded once, as the NumPy module computes it", 94),
         "slices_start": kernel.grad_start == "slices",
-        "grad_start_comment": grad_start_comment(kernel.grad_start),
+        "grad_start_doc": textwrap.wrap(f'"""The gradient\'s start: {grad_start_comment(kernel.grad_start)}."""', 94),
         "grad_order": kernel.grad_order,
         "holders_in_order": "holders[::-1]" if reversed_order else "holders",
         "order_words": "reversed output order, each window's weight rounded to the dtype first"
