@@ -5,15 +5,16 @@
 arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
-  abs; every expression; max pooling, max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min;
+  abs; every expression; max pooling, max_pool1d/2d/3d, and adaptive max pooling,
+  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min;
   under every policy, NaN rule and preset but those named below): the jax backend's generated
   module (``symgrad.load(..., backend="jax")``), plain jax.numpy and lax code, traced into the
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
-* **callback** (where the jax backend builds no module: adaptive and fractional pooling,
+* **callback** (where the jax backend builds no module: fractional pooling,
   unpooling, logsumexp; amax/amin under the torch preset, whose jvp adds in PyTorch's at::sum
-  order; max pooling's return_indices, refused): the generated NumPy module (or, for
+  order; pooling's return_indices, refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
   meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.

@@ -29,10 +29,10 @@ module (``backend="cpu"``: compiled C, the same bits) where a C compiler is foun
 module; read when an op first runs on CPU tensors under each setting);
 CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
 
-The elementwise ops, expressions, pooling (max_pool1d/2d/3d, MaxPool1d/2d/3d) and maxout (the
-kernels the torch backend builds) take another path under torch.compile and for tensors on any
-device but the CPU (CUDA, MPS, XPU, ...): the torch
-backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
+The elementwise ops, expressions, pooling (max_pool1d/2d/3d, MaxPool1d/2d/3d, and adaptive:
+adaptive_max_pool1d/2d/3d, AdaptiveMaxPool1d/2d/3d) and maxout (the kernels the torch backend
+builds) take another path under torch.compile and for tensors on any device but the CPU (CUDA,
+MPS, XPU, ...): the torch backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
 module's bits on the CPU) inside an ``autograd.Function`` that Dynamo traces into, so Inductor
 fuses it with its neighbours; no CuPy, no host round trip.  Its backward is torch code, so
 autograd differentiates it again (double backward); eagerly off the CPU it has the module's jvp
@@ -45,8 +45,8 @@ called eagerly 31.4 / 33.6 / 71.2 / 42.8 ms (it makes one full-size temporary pe
 Pooling and maxout eagerly on the CPU keep that path too (the compiled C kernels where a C
 compiler is found; not measured against the torch module here).  Pooling with
 return_indices=True takes its indices from the torch backend's module (torch code on the inputs'
-device, traced by torch.compile).  Adaptive and fractional pooling, reductions (amax, max, ...),
-unpooling and logsumexp keep the registered operators under torch.compile too, and need the NumPy
+device, traced by torch.compile).  Fractional pooling, unpooling, logsumexp and the torch
+preset of amax/amin keep the registered operators under torch.compile too, and need the NumPy
 (CPU) or CUDA module.
 
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)

@@ -309,7 +309,8 @@ def test_cli_generates_derives_and_refuses(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == ["adaptive_max_pool2d_outnonex3_first.c", "adaptive_max_pool2d_outnonex3_first.cu",
                      "adaptive_max_pool2d_outnonex3_first.py", "adaptive_max_pool2d_outnonex3_first_cpu.py",
-                     "adaptive_max_pool2d_outnonex3_first_cuda.py"]
+                     "adaptive_max_pool2d_outnonex3_first_cuda.py",
+                     "adaptive_max_pool2d_outnonex3_first_jax.py", "adaptive_max_pool2d_outnonex3_first_torch.py"]
     header = (tmp_path / names[2]).read_text().splitlines()[1]
     assert "--output-size None 3" in header  # the header's command regenerates it
     r = _cli("derive", "adaptive_max_pool1d", "--output-size", "3", "--ties", "split")

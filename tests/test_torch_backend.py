@@ -347,6 +347,9 @@ def _check_window(name, kw, shape, dtypes=tuple(DTYPES), seed=0) -> None:
         a, rng = _window_arrays(shape, DTYPES[dtype][1], seed)
         y_np, s_np = np_mod.forward(a)
         y_th, s_th = th_mod.forward(_tensor(a, dtype))
+        if kw.get("return_indices"):  # (output, PyTorch's indices)
+            (y_np, i_np), (y_th, i_th) = y_np, y_th
+            assert i_th.dtype == torch.int64 and np.array_equal(i_th.numpy(), i_np), f"{what} indices"
         _same(y_th, y_np, f"{what} forward")
         if "index" in s_np._fields:  # the same Saved: one uint8 window-local index per output
             assert s_th.index.dtype == torch.uint8 and np.array_equal(s_th.index.numpy(), s_np.index), what

@@ -18,6 +18,7 @@ from ..printing import bfloat16_value, float_value
 from ..printing import bare as _bare
 from ..printing import python_integer_code as numpy_integer_code  # noqa: F401 (the backend's name)
 from ..printing import operand as _operand
+from . import winners
 
 
 _EXACT = 2 ** 53  # integers up to this size are doubles exactly
@@ -139,95 +140,26 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
         return _float_literal(float_value(expr))
 
 
-_ARG = {("max", "first"): "np.argmax({a}, axis=-1)",
-        ("min", "first"): "np.argmin({a}, axis=-1)",
-        ("max", "last"): "{a}.shape[-1] - 1 - np.argmax({a}[..., ::-1], axis=-1)",
-        ("min", "last"): "{a}.shape[-1] - 1 - np.argmin({a}[..., ::-1], axis=-1)"}
-
-
 def numpy_arg_extremum(extremum: str, order: str, array: str) -> str:
     """The NumPy call giving the scan winner along the last axis.
 
     np.argmax/argmin return the first occurrence of the extremum and treat NaN as winning, which
     is exactly a strict scan under the NaN rule; 'last' runs it on the reversed axis.
     """
-    return _ARG[extremum, order].format(a=array)
-
-
-def _first_true(h: str) -> str:
-    return f"np.argmax({h}, axis=-1)"
-
-
-def _last_true(h: str) -> str:
-    return f"{h}.shape[-1] - 1 - np.argmax({h}[..., ::-1], axis=-1)"
+    return winners.NUMPY.arg_extremum(extremum, order, array)
 
 
 def numpy_scan_winner(extremum: str, order: str, nan, name: str = "_winner") -> str:
     """A function `name(rows)`: the index, along the last axis, that the running scan of the
-    lowered `take` ends on, computed in closed form with a few whole-row calls.
-
-    With no NaN the scan ends on the first (order first) or last (order last) element attaining
-    the extremum.  NaN, by the scan's NaN rule (``policy.NanRule``; None: a window of one element):
-    where a NaN takes over from a number only and is never taken over (dominate),
-    np.argmax/np.argmin already treat NaN as the extremum (first NaN; reversed: last NaN); where it
-    always takes over and is never taken over (last_nan), the last NaN; where it never takes over
-    (keep), a NaN first element keeps it and other NaNs are passed over; where it takes over and is
-    taken over (replace), the scan restarts after the last NaN (which wins if it is the last element).
-    """
-    m = "max" if extremum == "max" else "min"
-    pick = _first_true if order == "first" else _last_true
-    doc = f'    """The element the running scan of each row (last axis) ends on."""'
-    takes, taken = ("number", False) if nan is None else (nan.nan_takes_over, nan.nan_is_taken_over)
-    if nan is not None and nan.nan_loses:  # skip (nanmax/nanmin): NaNs passed over, none: the first
-        body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
-                f"    return np.where(hit.any(axis=-1), {pick('hit')}, 0)  # only NaN: the first"]
-    elif takes == "number" and not taken:
-        body = [f"    return {numpy_arg_extremum(extremum, order, 'rows')}"]
-    elif takes == "always" and not taken:
-        body = [f"    winner = {numpy_arg_extremum(extremum, order, 'rows')}",
-                "    nan = np.isnan(rows)",
-                "    if nan.any():  # rows holding NaN: their last NaN",
-                f"        winner = np.where(nan.any(axis=-1), {_last_true('nan')}, winner)",
-                "    return winner"]
-    elif takes == "never" and not taken:
-        body = [f"    hit = rows == np.f{m}.reduce(rows, axis=-1, keepdims=True)  # NaNs passed over",
-                f"    return np.where(np.isnan(rows[..., 0]), 0, {pick('hit')})"]
-    elif takes == "always" and taken:
-        body = ["    nan = np.isnan(rows)",
-                f"    last_nan = np.where(nan.any(axis=-1), {_last_true('nan')}, -1)",
-                "    after = np.arange(rows.shape[-1]) > last_nan[..., None]",
-                f"    rest = np.where(after, rows, {'-' if m == 'max' else ''}np.inf)",
-                f"    hit = after & (rows == np.{m}(rest, axis=-1, keepdims=True))",
-                f"    restart = {pick('hit')}",
-                "    return np.where(after[..., -1], restart, rows.shape[-1] - 1)"]
-    else:
-        raise ValueError(f"no closed form for a scan where NaN takes over {takes!r} and "
-                         f"is taken over {taken!r}")
-    return "\n".join([f"def {name}(rows):", doc] + body)
+    lowered `take` ends on (winners.scan_winner in NumPy)."""
+    return winners.function(name, winners.SCAN_DOC, winners.scan_winner(winners.NUMPY, extremum, order, nan))
 
 
 def numpy_fold_winner(extremum: str, name: str = "_fold_winner", zeros: str | None = None) -> str:
     """A function `name(rows)`: the index, along the last axis, of the element that folding the
-    row with ``numpy_extremum_step`` returns (a when a is NaN or beats b strictly, else b): the
-    first NaN, else the last element equal to the extremum (+0 and -0 included).  Under the zeros
-    rule 'ordered' (-0 below +0) a +0 (max) or -0 (min) among the hits comes first."""
+    row with ``numpy_extremum_step`` returns (winners.fold_winner in NumPy)."""
     m = "max" if extremum == "max" else "min"
-    ordered = []
-    if zeros == "ordered":
-        sign = "~np.signbit(rows)" if m == "max" else "np.signbit(rows)"
-        ordered = [f"    preferred = hit & {sign}  # -0 is below +0",
-                   "    hit = np.where(preferred.any(axis=-1, keepdims=True), preferred, hit)"]
-    elif zeros not in (None, "second", "first"):
-        raise ValueError(f"no fold winner for the zeros rule {zeros!r}")
-    which, pick = ("first", _first_true) if zeros == "first" else ("last", _last_true)
-    return "\n".join([
-        f"def {name}(rows):",
-        f'    """The element the running {m} of each row (last axis) returns."""',
-        "    nan = np.isnan(rows)",
-        f"    hit = rows == np.{m}(rows, axis=-1, keepdims=True)",
-        *ordered,
-        f"    {which}_hit = {pick('hit')}",
-        f"    return np.where(nan.any(axis=-1), {_first_true('nan')}, {which}_hit)"])
+    return winners.function(name, winners.fold_doc(m), winners.fold_winner(winners.NUMPY, m, zeros))
 
 
 def numpy_extremum_fold(extremum: str, a: str, b: str) -> str:
@@ -260,7 +192,7 @@ def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None,
         return f"np.{m}({array}, axis=-1)"
     if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero: a fold
         # keeping the first (second) of equals
-        at = _first_true(f"({array} == 0)") if zeros == "first" else _last_true(f"({array} == 0)")
+        at = (winners.NUMPY.first_true if zeros == "first" else winners.NUMPY.last_true)(f"({array} == 0)")
         zero = f"np.take_along_axis({array}, ({at})[..., None], axis=-1)[..., 0]"
         return f"np.where((extremum := np.{m}({array}, axis=-1)) == 0, {zero}, extremum)"
     if zeros != "ordered":

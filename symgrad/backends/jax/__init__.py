@@ -11,7 +11,9 @@ blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
 per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
-num_segments given only); for the others ``render`` raises a ValueError naming the numpy backend."""
+num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
+box passes as gathers, backward in gather form over each element's holding windows); for the
+others ``render`` raises a ValueError naming the numpy backend."""
 
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
-_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja"}
+_WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja",
+                     "spans": "jax/adaptive.py.jinja"}  # (spans: adaptive.py)
 _WINDOW_TEMPLATES["segments"] = "jax/segment.py.jinja"  # windows given by an index (segment.py)
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
@@ -102,10 +105,14 @@ def render(art: Artifacts) -> dict[str, str]:
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling, maxout, reductions and segments only, not a {_form(art.kernel)}"
+                         f"expressions), max pooling (strided and adaptive), maxout, reductions and segments only, not a {_form(art.kernel)}"
                          f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
-    ctx = window_context(art) if isinstance(art.kernel, WindowKernel) else context(art)
+    if isinstance(art.kernel, WindowKernel):
+        from .adaptive import adaptive_context
+        ctx = adaptive_context(art) if art.kernel.windows == "spans" else window_context(art)
+    else:
+        ctx = context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sympy as sp
 from sympy.printing.numpy import JaxPrinter
 
+from ..host import winners
+from ..host.winners import Dialect
 from ..printing import ConditionPrinter, float_value, fold_calls
 from ..printing import bare as _bare
 from ..printing import operand as _operand
@@ -110,74 +112,26 @@ def jax_code(expr: sp.Basic) -> str:
 
 
 # ----------------------------------------------------------------------------- whole rows (reductions)
-# The NumPy module's closed forms of a row's winner (host.printer.numpy_scan_winner,
-# numpy_fold_winner, numpy_extremum_reduce) in jax.numpy: the same indices and values, with no
+# The closed forms of a row's winner (host.winners, in the jax.numpy dialect) and its extremum
+# (as host.printer.numpy_extremum_reduce): the same indices and values as the NumPy module's, with no
 # Python branch on array values (jnp.argmax/argmin, like NumPy's, return the first NaN).
 
-def _first_true(h: str) -> str:
-    return f"jnp.argmax({h}, axis=-1)"
-
-
-def _last_true(h: str) -> str:
-    return f"{h}.shape[-1] - 1 - jnp.argmax({h}[..., ::-1], axis=-1)"
-
-
-def jax_arg_extremum(extremum: str, order: str, array: str) -> str:
-    """The index of a row's first (order first) or last extremum, NaN winning."""
-    arg = "jnp.argmax" if extremum == "max" else "jnp.argmin"
-    if order == "first":
-        return f"{arg}({array}, axis=-1)"
-    return f"{array}.shape[-1] - 1 - {arg}({array}[..., ::-1], axis=-1)"
+JAX = Dialect(module="jnp", axis="axis=-1", keep="keepdims=True", reduce={"max": "max", "min": "min"},
+              flip="{a}[..., ::-1]", count="{h}", inf="jnp.inf", arange="jnp.arange({n})",
+              numbers_hit=("hit = rows == jnp.nan{m}(rows, axis=-1, keepdims=True)  # NaNs passed over",))
 
 
 def jax_scan_winner(extremum: str, order: str, nan, name: str = "_winner") -> str:
     """A function `name(rows)`: the index, along the last axis, that the running scan of the
-    lowered `take` ends on (as host.printer.numpy_scan_winner: NaN by the scan's NaN rule)."""
-    m = "max" if extremum == "max" else "min"
-    pick = _first_true if order == "first" else _last_true
-    takes, taken = ("number", False) if nan is None else (nan.nan_takes_over, nan.nan_is_taken_over)
-    if takes == "number" and not taken:
-        body = [f"    return {jax_arg_extremum(extremum, order, 'rows')}"]
-    elif takes == "always" and not taken:
-        body = ["    nan = jnp.isnan(rows)  # rows holding NaN: their last NaN",
-                f"    return jnp.where(nan.any(axis=-1), {_last_true('nan')}, "
-                f"{jax_arg_extremum(extremum, order, 'rows')})"]
-    elif takes == "never" and not taken:
-        body = [f"    hit = rows == jnp.nan{m}(rows, axis=-1, keepdims=True)  # NaNs passed over",
-                f"    return jnp.where(jnp.isnan(rows[..., 0]), 0, {pick('hit')})"]
-    elif takes == "always" and taken:
-        body = ["    nan = jnp.isnan(rows)",
-                f"    last_nan = jnp.where(nan.any(axis=-1), {_last_true('nan')}, -1)",
-                "    after = jnp.arange(rows.shape[-1]) > last_nan[..., None]",
-                f"    rest = jnp.where(after, rows, {'-' if m == 'max' else ''}jnp.inf)",
-                f"    hit = after & (rows == jnp.{m}(rest, axis=-1, keepdims=True))",
-                f"    return jnp.where(after[..., -1], {pick('hit')}, rows.shape[-1] - 1)"]
-    else:
-        raise ValueError(f"no closed form for a scan where NaN takes over {takes!r} and "
-                         f"is taken over {taken!r}")
-    return "\n".join([f"def {name}(rows):", '    """The element the running scan of each row (last axis) ends on."""']
-                     + body)
+    lowered `take` ends on (winners.scan_winner in jax.numpy)."""
+    return winners.function(name, winners.SCAN_DOC, winners.scan_winner(JAX, extremum, order, nan))
 
 
 def jax_fold_winner(extremum: str, zeros: str | None = None, name: str = "_fold_winner") -> str:
     """A function `name(rows)`: the index of the element that folding the row with the extremum
-    step returns (as host.printer.numpy_fold_winner): the first NaN, else the last element equal
-    to the extremum; under the zeros rule 'ordered' a +0 (max) or -0 (min) among them first."""
+    step returns (winners.fold_winner in jax.numpy)."""
     m = "max" if extremum == "max" else "min"
-    ordered = []
-    if zeros == "ordered":
-        sign = "~jnp.signbit(rows)" if m == "max" else "jnp.signbit(rows)"
-        ordered = [f"    preferred = hit & {sign}  # -0 is below +0",
-                   "    hit = jnp.where(preferred.any(axis=-1, keepdims=True), preferred, hit)"]
-    elif zeros not in (None, "second"):
-        raise ValueError(f"no fold winner for the zeros rule {zeros!r}")
-    return "\n".join([
-        f"def {name}(rows):",
-        f'    """The element the running {m} of each row (last axis) returns."""',
-        "    nan = jnp.isnan(rows)",
-        f"    hit = rows == jnp.{m}(rows, axis=-1, keepdims=True)",
-        *ordered,
-        f"    return jnp.where(nan.any(axis=-1), {_first_true('nan')}, {_last_true('hit')})"])
+    return winners.function(name, winners.fold_doc(m), winners.fold_winner(JAX, m, zeros))
 
 
 def jax_extremum_reduce(extremum: str, array: str, zeros: str | None = None) -> str:
