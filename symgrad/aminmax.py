@@ -11,7 +11,8 @@ NaN rule they take) and returns an ``AminMax`` whose
   AminmaxBackward0 (derivatives.yaml: scale_grad_by_count of each output's equality mask, summed),
   which the torch preset of amin/amax reproduces, and JAX's gradient of (jnp.min(x), jnp.max(x))
   of the same x (JAX has no aminmax; its cotangents of x add up), which the jax preset reproduces.
-  An element that is both the min and the max (a constant slice) receives both terms;
+  An element that is both the min and the max (a constant slice) receives both terms.  None for
+  one of the gradients leaves its term out (PyTorch's undefined gradient of an unused output);
 * jvp(tangent, saved) returns (tangent_min, tangent_max).
 
 dim is one int or None (every dim), as torch.aminmax takes it.  The composition is not a single
@@ -60,11 +61,16 @@ class AminMax:
         return saved
 
     def backward(self, grad_min, grad_max, saved):
-        """(grad_input,) = amin's backward of grad_min + amax's backward of grad_max."""
+        """(grad_input,) = amin's backward of grad_min + amax's backward of grad_max.  One of them
+        may be None (that output unused): its term is left out, as PyTorch leaves out an undefined
+        gradient (adding zeros instead would turn a -0 into +0)."""
         saved_min, saved_max = self._split(saved)
-        (from_min,) = self.amin.backward(grad_min, saved_min)
-        (from_max,) = self.amax.backward(grad_max, saved_max)
-        return (from_min + from_max,)
+        if grad_min is None and grad_max is None:
+            raise TypeError("aminmax: backward needs grad_min or grad_max (got None for both)")
+        terms = [module.backward(g, part)[0] for module, g, part in
+                 ((self.amin, grad_min, saved_min), (self.amax, grad_max, saved_max))
+                 if g is not None]
+        return (terms[0] + terms[1] if len(terms) == 2 else terms[0],)
 
     def jvp(self, tangent, saved):
         """(tangent_min, tangent_max): the tangents of both outputs."""

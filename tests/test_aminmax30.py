@@ -226,3 +226,20 @@ def test_bad_saved_is_a_one_line_error():
     m = symgrad.load("aminmax", dim=0)
     with pytest.raises(TypeError, match="saved must be the .saved_min, saved_max. pair"):
         m.backward(np.ones(3), np.ones(3), None)
+
+
+def test_an_unused_output_is_left_out_as_pytorch_leaves_it_out():
+    """None for grad_min or grad_max: torch.autograd.grad of one output alone, bit for bit (a -0
+    gradient stays -0: adding a zero term would make it +0)."""
+    rng = np.random.default_rng(32)
+    x, g_min, g_max, _ = _inputs(np.float32, rng, -1, False)
+    g_min[0, 0], g_max[0, 1] = -0.0, -0.0
+    m = symgrad.load("aminmax", convention="torch", dim=-1)
+    _, saved = m.forward(x)
+    for grads, index in (((g_min, None), 0), ((None, g_max), 1)):
+        xt = _to_torch(x).requires_grad_(True)
+        output = torch.aminmax(xt, dim=-1)[index]
+        (want,) = torch.autograd.grad(output, xt, _to_torch(grads[index]))
+        _assert_same(m.backward(*grads, saved)[0], want.numpy(), f"output {index} alone")
+    with pytest.raises(TypeError, match="needs grad_min or grad_max"):
+        m.backward(None, None, saved)
