@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 PARAMS = ("dim", "keepdim")
+NOT_A_MODULE = ("aminmax is amin and amax composed, loaded only: symgrad.load('aminmax', ...); "
+                "derive, generate or check 'amin' and 'amax'")
 
 
 def check_dim(dim: object) -> None:

@@ -49,6 +49,8 @@ def check_names(op: object, params: dict, settings=SETTINGS) -> None:
     parameters and the caller's settings, and all of them).  resolve() checks everything else."""
     if not isinstance(op, str):
         return
+    if op == "aminmax":
+        raise ValueError(_aminmax.NOT_A_MODULE)
     if op not in OPS:
         close = closest(op, OPS)
         if close:

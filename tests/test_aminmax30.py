@@ -243,3 +243,16 @@ def test_an_unused_output_is_left_out_as_pytorch_leaves_it_out():
         _assert_same(m.backward(*grads, saved)[0], want.numpy(), f"output {index} alone")
     with pytest.raises(TypeError, match="needs grad_min or grad_max"):
         m.backward(None, None, saved)
+
+
+def test_derive_and_generate_say_aminmax_is_composed(tmp_path, capsys):
+    """aminmax has no module of its own: derive/generate (API and CLI) say to load it, or to
+    derive amin and amax, in one line (not 'unknown op ... did you mean nanmax')."""
+    for call in (lambda: symgrad.derive("aminmax"), lambda: symgrad.generate("aminmax", tmp_path)):
+        with pytest.raises(ValueError, match=r"^aminmax is amin and amax composed, loaded only") as info:
+            call()
+        assert "\n" not in str(info.value)
+    from symgrad.cli import main
+    assert main(["generate", "aminmax", "--out", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("symgrad: error: aminmax is amin and amax composed") and error.count("\n") == 1
