@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import expr as _expr
+from . import aminmax as _aminmax
 from . import losses as _losses
 from . import naming
 from .derivations import derive as _derive
@@ -48,6 +49,8 @@ def check_names(op: object, params: dict, settings=SETTINGS) -> None:
     parameters and the caller's settings, and all of them).  resolve() checks everything else."""
     if not isinstance(op, str):
         return
+    if op == "aminmax":
+        raise ValueError(_aminmax.NOT_A_MODULE)
     if op not in OPS:
         close = closest(op, OPS)
         if close:
@@ -117,6 +120,12 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     """Import the generated module of an op: from the committed catalog when it holds exactly this
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
+    if op == "aminmax":  # amin and amax composed (aminmax.py)
+        wrong = set(params) - set(_aminmax.PARAMS)
+        if wrong:
+            raise unexpected(op, "parameter", wrong, list(_aminmax.PARAMS + SETTINGS))
+        settings = dict(backend=backend, ties=ties, convention=convention, nan=nan, order=order)
+        return _aminmax.load(load, settings, params)
     loss = op in _losses.LOSSES
     reduction = params.pop("reduction", "none") if loss else None  # (losses.py)
     check_names(op, params, ("backend",) + SETTINGS)

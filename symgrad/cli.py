@@ -22,6 +22,7 @@ from .ops import OPS, ORDERS, Param, resolve
 from .pipeline import render
 from .printers import text
 from .suggest import closest as _closest
+from .aminmax import NOT_A_MODULE
 
 MAX_ITEMS = 12  # per derivation step, unless --full
 WIDTH = 100  # `symgrad derive` text lines are wrapped to this width where they can be
@@ -95,6 +96,8 @@ def _add_param(parser: argparse.ArgumentParser, p: Param) -> None:
 def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
     """Parse an op's own parameters (spelled as in PyTorch, with dashes); flags: the command's
     own flags, for the suggestion when an argument is not recognized."""
+    if op == "aminmax":
+        raise ValueError(NOT_A_MODULE)
     if op not in OPS:
         close = _closest(op, OPS)
         hint = f"; did you mean {close!r}?" if close else ""
