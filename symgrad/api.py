@@ -120,13 +120,14 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
     """Import the generated module of an op: from the committed catalog when it holds exactly this
     op, parameters and policy, otherwise generated into the per-user cache (keyed by a hash of
     everything that affects the code) and imported from there."""
-    if op == "aminmax":  # amin and amax composed (aminmax.py)
+    named = isinstance(op, str)  # (anything else: resolve() raises the TypeError)
+    if named and op == "aminmax":  # amin and amax composed (aminmax.py)
         wrong = set(params) - set(_aminmax.PARAMS)
         if wrong:
             raise unexpected(op, "parameter", wrong, list(_aminmax.PARAMS + SETTINGS))
         settings = dict(backend=backend, ties=ties, convention=convention, nan=nan, order=order)
         return _aminmax.load(load, settings, params)
-    loss = op in _losses.LOSSES
+    loss = named and op in _losses.LOSSES
     reduction = params.pop("reduction", "none") if loss else None  # (losses.py)
     check_names(op, params, ("backend",) + SETTINGS)
     backend = _check_backend(backend)

@@ -327,3 +327,12 @@ def test_an_output_larger_than_memory_is_a_value_error(load, backend):
         assert "\n" not in msg and "memory" in msg and f"{size} bytes" in msg, (op, msg)
     y, _ = load("relu", backend=backend).forward(np.broadcast_to(np.full(1, -2.0), (1000, 1000)))
     np.testing.assert_array_equal(y, np.zeros((1000, 1000)))
+
+
+@pytest.mark.parametrize("op", [np.array([2, 2]), np.array(["relu", "amax"]), 3, None])
+def test_an_op_that_is_not_a_name_is_one_type_error(op):
+    """load's aminmax and loss hooks compared op with a name first: an array raised NumPy's
+    'truth value of an array ... is ambiguous' ValueError (test_fuzz found it)."""
+    with pytest.raises(TypeError, match=r"^op must be an op name \(a string\)") as info:
+        symgrad.load(op)
+    assert "\n" not in str(info.value)
