@@ -310,3 +310,50 @@ def test_the_plain_hinge_expression_as_documented():
     _, pullback = jax.vjp(lambda v: jnp.maximum(0.0, 1.0 - v), jnp.asarray([1.0]))
     assert (clamp.item(), relu.item(), float(pullback(jnp.ones(1))[0][0])) == (-1.0, 0.0, -0.5)
     assert got["first"][0] == relu.item() and got["last"][0] == clamp.item()
+
+
+def _softshrink_torch_paths(x, g, lambd):
+    """F.softshrink's (output, grad) on x through a contiguous tensor (len(x) a multiple of every
+    lane count: all in PyTorch's SIMD lanes) and through a strided view of the same values (its
+    scalar path), as arrays of x's dtype."""
+    def tensor(a):
+        if a.dtype == BF16:
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def array(t):
+        t = t.detach().contiguous()
+        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    paths = []
+    for t in (tensor(x).clone(), torch.stack([tensor(x)] * 2, 1)[:, 0]):
+        t.requires_grad_()
+        y = F.softshrink(t, lambd)
+        y.backward(tensor(g))
+        paths.append((array(y), array(t.grad)))
+    return paths
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_softshrink_torch_preset_follows_simd_forward_and_scalar_backward(dtype):
+    """PyTorch's softshrink contradicts itself (conventions.py, the preset's note), checked exactly:
+    on every float16 and bfloat16 value (a tie-heavy sample in float32/64) the preset equals its
+    SIMD lanes' forward (+0 in the zero band) and its scalar path's backward (g at NaN); its scalar
+    path's forward is x * 0, -0 exactly where -lambd <= x <= -0, and its lanes' gradient at NaN 0."""
+    lambd = 0.5
+    if dtype in (np.float16, BF16):
+        x = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    else:
+        x = np.resize(np.concatenate([SPECIALS, np.random.default_rng(3).uniform(-2, 2, 499)]), 1024)
+        x = x.astype(dtype)
+    g = np.full(x.shape, 0.75, x.dtype)
+    with np.errstate(invalid="ignore"):  # (signaling NaN bit patterns)
+        ours = _ours(symgrad.load("softshrink", convention="torch", lambd=lambd), x, g)
+        xf = x.astype(np.float64)
+    (lane_y, lane_g), (scalar_y, scalar_g) = _softshrink_torch_paths(x, g, lambd)
+    nan, band = np.isnan(xf), (xf >= -lambd) & np.signbit(xf)
+    assert _same(ours[0], lane_y).all() and _same(ours[1], scalar_g).all()
+    differs = ~_same(ours[0], scalar_y)
+    assert band.any() and (differs == (band & ~nan)).all()
+    assert (np.signbit(scalar_y[band].astype(np.float64)) & (scalar_y[band] == 0)).all()
+    assert (~_same(ours[1], lane_g) == nan).all() and (lane_g[nan] == 0).all()
