@@ -519,3 +519,14 @@ JAX.update({
         "JAX has no threshold; this is where(x > threshold, x, value) (as one writes it in JAX): "
         "value and 0 at the threshold and at NaN")),
 })
+
+
+# ----------------------------------------------------------------------------- issue 30: hardshrink
+TORCH["hardshrink"] = Preset("first", "dominate", gradient="nested", half="float", zeros="first", note=(
+    "F.hardshrink: (x >= -lambd && x <= lambd) ? 0 : x; backward (x >= -lambd && x <= lambd) ? 0 : "
+    "g: 0 at both kinks, x (NaN) and g at NaN (its SIMD lanes give 0 there, the scalar path g: the "
+    "preset follows the scalar path). In float16 and bfloat16 it compares with lambd rounded to "
+    "the dtype, the preset in float32 (0 where |x| is that rounding of a lambd it does not hold)"))
+JAX["hardshrink"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
+    "JAX has no hardshrink; this is where(abs(x) > lambd, x, 0) (as one writes it in JAX): 0 at "
+    "both kinks, 0 and 0 at NaN"))
