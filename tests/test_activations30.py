@@ -262,6 +262,7 @@ def test_cpu_backend_equals_the_numpy_module(name, settings):
 FRAMEWORK_FNS = {  # the functions the new conventions-table rows stand for, per framework
     "fmax": (torch.fmax, jnp.fmax), "fmin": (torch.fmin, jnp.fmin),
     "rrelu": CASES[0][2:], "softshrink": CASES[4][2:],
+    "hardshrink": (F.hardshrink, lambda x: jnp.where(jnp.abs(x) > 0.5, x, 0.0)),
 }
 
 
