@@ -856,8 +856,8 @@ def _hardshrink(params, xs):
 OPS.update({s.name: s for s in [
     OpSpec("hardshrink", "elementwise", "x where |x| > lambd, else 0 (W of max(lambd, x, -x) "
            "times (0, x, x))", params=(Param("lambd", "float", 0.5, "the half width of the zero "
-                                             "band (>= 0)"),),
-           forward=_hardshrink, check=_check_lambd("hardshrink"), torch_name="F.hardshrink",
+                                             "band (< 0: none, as F.hardshrink)"),),
+           forward=_hardshrink, torch_name="F.hardshrink",
            policies=("first", "last"), policies_why=THRESHOLD_POLICY_WHY.replace(
                "from value to x where x passes the threshold", "from 0 to x where |x| passes lambd").replace(
                "it is value (first)", "it is 0 (first)")),
