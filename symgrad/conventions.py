@@ -336,8 +336,10 @@ TORCH.update({
         "&& x <= lambd) ? 0 : g: 0 at both kinks, g at NaN; written min(max(0, x - lambd), "
         "x + lambd), first, a NaN taking over. PyTorch's CPU kernel contradicts itself: on NaN its "
         "SIMD lanes give 0 and the scalar tail g (this preset follows the scalar code path, as "
-        "torch._decomp's softshrink_backward does), and in float16 and bfloat16 its zero band is "
-        "x * 0 (-0 for x < 0; the preset gives +0, as float32/64 do), and while its forward "
+        "torch._decomp's softshrink_backward does), and its scalar path's zero band is x * 0 in "
+        "every dtype (-0 where -lambd <= x <= -0: one-element and strided tensors, the last "
+        "n mod L elements of a contiguous one) where its SIMD lanes give +0, as the preset does "
+        "(its max/min form has no piece x * 0), and while its forward "
         "compares with lambd in float32 (the preset too), its backward compares with lambd "
         "rounded to the dtype (0 where |x| is that rounding of a lambd it does not hold)")),
 })
@@ -517,3 +519,14 @@ JAX.update({
         "JAX has no threshold; this is where(x > threshold, x, value) (as one writes it in JAX): "
         "value and 0 at the threshold and at NaN")),
 })
+
+
+# ----------------------------------------------------------------------------- issue 30: hardshrink
+TORCH["hardshrink"] = Preset("first", "dominate", gradient="nested", half="float", zeros="first", note=(
+    "F.hardshrink: (x >= -lambd && x <= lambd) ? 0 : x; backward (x >= -lambd && x <= lambd) ? 0 : "
+    "g: 0 at both kinks, x (NaN) and g at NaN (its SIMD lanes give 0 there, the scalar path g: the "
+    "preset follows the scalar path). In float16 and bfloat16 it compares with lambd rounded to "
+    "the dtype, the preset in float32 (0 where |x| is that rounding of a lambd it does not hold)"))
+JAX["hardshrink"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
+    "JAX has no hardshrink; this is where(abs(x) > lambd, x, 0) (as one writes it in JAX): 0 at "
+    "both kinks, 0 and 0 at NaN"))

@@ -841,3 +841,24 @@ OPS.update({s.name: s for s in [
            forward=_threshold, torch_name="F.threshold", policies=("first", "last"),
            policies_why=THRESHOLD_POLICY_WHY),
 ]})
+
+# ----------------------------------------------------------------------------- issue 30: hardshrink
+
+def _hardshrink(params, xs):
+    # x where |x| > lambd, else 0: W of max(lambd, x, -x) times (0, x, x) (threshold's Picked, |x| as
+    # the two pieces x and -x); lambd first ('first': 0 at both kinks, as F.hardshrink's band
+    # -lambd <= x <= lambd), and a NaN in x and -x picks x itself
+    from .scaled import Picked
+    (x,) = xs
+    return Picked(MaxOf(_num(params["lambd"]), x, -x), sp.S.Zero, x, x)
+
+
+OPS.update({s.name: s for s in [
+    OpSpec("hardshrink", "elementwise", "x where |x| > lambd, else 0 (W of max(lambd, x, -x) "
+           "times (0, x, x))", params=(Param("lambd", "float", 0.5, "the half width of the zero "
+                                             "band (< 0: none, as F.hardshrink)"),),
+           forward=_hardshrink, torch_name="F.hardshrink",
+           policies=("first", "last"), policies_why=THRESHOLD_POLICY_WHY.replace(
+               "from value to x where x passes the threshold", "from 0 to x where |x| passes lambd").replace(
+               "it is value (first)", "it is 0 (first)")),
+]})

@@ -152,3 +152,7 @@ SITUATIONS += [
     ("threshold", {"threshold": 1, "value": 5}, "x = 1 (the threshold)", ([1.0],)),
     ("threshold", {"threshold": 1, "value": 5}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
 ]
+SITUATIONS += [  # issue 30: hardshrink
+    ("hardshrink", {}, "x = -0.5, 0.5", ([-0.5, 0.5],)),
+    ("hardshrink", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]

@@ -262,6 +262,7 @@ def test_cpu_backend_equals_the_numpy_module(name, settings):
 FRAMEWORK_FNS = {  # the functions the new conventions-table rows stand for, per framework
     "fmax": (torch.fmax, jnp.fmax), "fmin": (torch.fmin, jnp.fmin),
     "rrelu": CASES[0][2:], "softshrink": CASES[4][2:],
+    "hardshrink": (F.hardshrink, lambda x: jnp.where(jnp.abs(x) > 0.5, x, 0.0)),
 }
 
 
@@ -310,3 +311,146 @@ def test_the_plain_hinge_expression_as_documented():
     _, pullback = jax.vjp(lambda v: jnp.maximum(0.0, 1.0 - v), jnp.asarray([1.0]))
     assert (clamp.item(), relu.item(), float(pullback(jnp.ones(1))[0][0])) == (-1.0, 0.0, -0.5)
     assert got["first"][0] == relu.item() and got["last"][0] == clamp.item()
+
+
+def _shrink_torch_paths(fn, x, g, lambd):
+    """fn's (F.softshrink, F.hardshrink) (output, grad) on x through a contiguous tensor (len(x) a multiple of every
+    lane count: all in PyTorch's SIMD lanes) and through a strided view of the same values (its
+    scalar path), as arrays of x's dtype."""
+    def tensor(a):
+        if a.dtype == BF16:
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def array(t):
+        t = t.detach().contiguous()
+        return t.view(torch.int16).numpy().view(BF16) if t.dtype == torch.bfloat16 else t.numpy()
+
+    paths = []
+    for t in (tensor(x).clone(), torch.stack([tensor(x)] * 2, 1)[:, 0]):
+        t.requires_grad_()
+        y = fn(t, lambd)
+        y.backward(tensor(g))
+        paths.append((array(y), array(t.grad)))
+    return paths
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_softshrink_torch_preset_follows_simd_forward_and_scalar_backward(dtype):
+    """PyTorch's softshrink contradicts itself (conventions.py, the preset's note), checked exactly:
+    on every float16 and bfloat16 value (a tie-heavy sample in float32/64) the preset equals its
+    SIMD lanes' forward (+0 in the zero band) and its scalar path's backward (g at NaN); its scalar
+    path's forward is x * 0, -0 exactly where -lambd <= x <= -0, and its lanes' gradient at NaN 0."""
+    lambd = 0.5
+    if dtype in (np.float16, BF16):
+        x = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    else:
+        x = np.resize(np.concatenate([SPECIALS, np.random.default_rng(3).uniform(-2, 2, 499)]), 1024)
+        x = x.astype(dtype)
+    g = np.full(x.shape, 0.75, x.dtype)
+    with np.errstate(invalid="ignore"):  # (signaling NaN bit patterns)
+        ours = _ours(symgrad.load("softshrink", convention="torch", lambd=lambd), x, g)
+        xf = x.astype(np.float64)
+    (lane_y, lane_g), (scalar_y, scalar_g) = _shrink_torch_paths(F.softshrink, x, g, lambd)
+    nan, band = np.isnan(xf), (xf >= -lambd) & np.signbit(xf)
+    assert _same(ours[0], lane_y).all() and _same(ours[1], scalar_g).all()
+    differs = ~_same(ours[0], scalar_y)
+    assert band.any() and (differs == (band & ~nan)).all()
+    assert (np.signbit(scalar_y[band].astype(np.float64)) & (scalar_y[band] == 0)).all()
+    assert (~_same(ours[1], lane_g) == nan).all() and (lane_g[nan] == 0).all()
+
+
+# ----------------------------------------------------------------------------- hardshrink
+
+HARDSHRINK = [{}, {"lambd": 0.3}, {"lambd": 0}]
+
+
+def _hardshrink_exception(params, dtype, x, want):
+    """Where PyTorch's hardshrink (scalar path) may differ from the torch preset: its float16 and
+    bfloat16 kernel compares x with lambd rounded to the dtype (the preset, like its float16
+    forward, in float32), so at |x| == that rounding of a lambd it does not hold it gives 0."""
+    lam = params.get("lambd", 0.5)
+    if dtype not in (np.float16, BF16):
+        return np.zeros(x.shape, bool)
+    rounded = float(np.array(lam).astype(dtype).astype(np.float64))
+    return (np.abs(x.astype(np.float64)) == rounded) & (rounded != lam) & (want[0] == 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("params", HARDSHRINK, ids=lambda p: f"lambd{p.get('lambd', 0.5)}")
+def test_hardshrink_presets_equal_the_frameworks_bit_for_bit(params, dtype):
+    """torch: F.hardshrink on its scalar path (a strided view); its SIMD lanes (a contiguous
+    tensor) differ exactly in the gradient at NaN (0 there, g on the scalar path and in the
+    preset). jax: where(abs(x) > lambd, x, 0), as one writes it in JAX."""
+    lam = params.get("lambd", 0.5)
+    x, g = _inputs(dtype)
+    x, g = np.resize(x, 128).astype(dtype), np.resize(g, 128).astype(dtype)  # 128: whole lanes
+    ours = _ours(symgrad.load("hardshrink", convention="torch", **params), x, g)
+    with np.errstate(invalid="ignore"):
+        (lane_y, lane_g), (scalar_y, scalar_g) = _shrink_torch_paths(F.hardshrink, x, g, lam)
+    exempt = _hardshrink_exception(params, dtype, x, (scalar_y, scalar_g))
+    for what, a, b in (("forward", ours[0], scalar_y), ("grad", ours[1], scalar_g)):
+        ok = _same(a, b) | exempt
+        assert ok.all(), f"torch {params} {what} at x={x[~ok].tolist()}: {a[~ok].tolist()} {b[~ok].tolist()}"
+    nan = np.isnan(x.astype(np.float64))
+    assert _same(lane_y, scalar_y).all() and (~_same(lane_g, scalar_g) <= nan).all()
+    assert (lane_g[nan] == 0).all() and (scalar_g[nan] == g[nan]).all()
+    ours = _ours(symgrad.load("hardshrink", convention="jax", **params), x, g)
+    want = _jax(lambda v: jnp.where(jnp.abs(v) > lam, v, 0.0), x, g)
+    for what, a, b in zip(("forward", "grad"), ours, want):
+        assert _same(a, b).all(), f"jax {params} {what}: {a.tolist()} {b.tolist()}"
+
+
+def _hardshrink_reference(lam, ties, x):
+    """The README's definition one element at a time: max(lambd, x, -x) scanned in order (a NaN
+    beats every number, NaNs tie: 'dominate'), the winner's value (0, x, x) and its derivative."""
+    y, d = np.empty(x.shape), np.empty(x.shape)
+    for i, v in enumerate(map(float, x)):
+        pieces, values, slopes = (lam, v, -v), (0.0, v, v), (0.0, 1.0, 1.0)
+        best = 0
+        for j in (1, 2):
+            p, b = pieces[j], pieces[best]
+            if np.isnan(b) and not np.isnan(p):
+                continue
+            if (np.isnan(p) and not np.isnan(b)) or p > b or (p == b or np.isnan(p)) and ties == "last":
+                best = j
+        y[i], d[i] = values[best], slopes[best]
+    return y, d
+
+
+@pytest.mark.parametrize("ties", ["first", "last"])
+@pytest.mark.parametrize("params", HARDSHRINK, ids=lambda p: f"lambd{p.get('lambd', 0.5)}")
+def test_hardshrink_every_policy_follows_the_definition(params, ties):
+    x = np.array(SPECIALS)
+    y, gx = _ours(symgrad.load("hardshrink", ties=ties, **params), x, np.ones_like(x))
+    want_y, want_g = _hardshrink_reference(params.get("lambd", 0.5), ties, x)
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(gx, want_g, err_msg=f"{params} {ties}")
+
+
+def test_hardshrink_check_finite_differences_and_errors():
+    x = np.array([-1.0, -0.5, 0.0, 0.5, 1.0, 0.25])
+    for ties in ("first", "last"):
+        assert symgrad.check(symgrad.load("hardshrink", ties=ties), x, modes="both").ok
+    wrong = symgrad.load("hardshrink", ties="last")  # 'last''s gradient at the kinks, claimed 'first'
+    pair = (lambda v: wrong.forward(v)[0], lambda g, v: wrong.backward(g, wrong.forward(v)[1]))
+    report = symgrad.check(pair, np.array([0.5, 2.0]), ties="first", op="hardshrink")
+    assert not report.ok and any(f.index == (0,) for f in report.failures), str(report)
+    v = np.random.default_rng(5).standard_normal(60)
+    (gx,) = _ours(symgrad.load("hardshrink"), v, np.ones_like(v))[1:]
+    h = 1e-6
+    fd = (F.hardshrink(torch.tensor(v + h)) - F.hardshrink(torch.tensor(v - h))).numpy() / (2 * h)
+    np.testing.assert_allclose(gx, fd, atol=1e-6)
+    v = np.array([-1.0, -0.5, -0.0, 0.0, 0.25, np.nan])  # lambd < 0: no band (F.hardshrink: x)
+    np.testing.assert_array_equal(symgrad.load("hardshrink", lambd=-0.5).forward(v)[0], v)
+    with pytest.raises(ValueError, match=r"hardshrink.*split"):
+        symgrad.load("hardshrink", ties="split")
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler")
+def test_hardshrink_cpu_backend_equals_the_numpy_module():
+    cpu, ref = (symgrad.load("hardshrink", backend=b, convention="torch") for b in ("cpu", "numpy"))
+    for dtype in (np.float64, np.float32, np.float16):
+        x, g = _inputs(dtype)
+        for what, a, b in zip(("forward", "grad"), _ours(cpu, x, g), _ours(ref, x, g)):
+            assert _same(a, b).all(), f"cpu hardshrink {np.dtype(dtype).name} {what}"

@@ -300,6 +300,7 @@ def ADAPTERS():
         "nn.functional.leaky_relu": _unary("leaky_relu", lambda t, **p: F.leaky_relu(t, **p),
                                            _jax_act("leaky_relu")),
         "nn.functional.softshrink": _unary("softshrink", lambda t, **p: F.softshrink(t, **p)),
+        "nn.functional.hardshrink": _unary("hardshrink", lambda t, **p: F.hardshrink(t, **p)),
         "nn.functional.rrelu": _unary("rrelu", _rrelu),
         "abs": _unary("abs", lambda t: torch.abs(t), _jax_act("abs")),
         "maximum": _binary("maximum", torch.maximum, "maximum"),

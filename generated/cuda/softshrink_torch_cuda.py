@@ -36,11 +36,12 @@ Convention 'torch': F.softshrink: x > lambd ? x - lambd : (x < -lambd ? x + lamb
     backward (x >= -lambd && x <= lambd) ? 0 : g: 0 at both kinks, g at NaN; written
     min(max(0, x - lambd), x + lambd), first, a NaN taking over. PyTorch's CPU kernel
     contradicts itself: on NaN its SIMD lanes give 0 and the scalar tail g (this preset
-    follows the scalar code path, as torch._decomp's softshrink_backward does), and in
-    float16 and bfloat16 its zero band is x * 0 (-0 for x < 0; the preset gives +0, as
-    float32/64 do), and while its forward compares with lambd in float32 (the preset too),
-    its backward compares with lambd rounded to the dtype (0 where |x| is that rounding of a
-    lambd it does not hold).
+    follows the scalar code path, as torch._decomp's softshrink_backward does), and its
+    scalar path's zero band is x * 0 in every dtype (-0 where -lambd <= x <= -0: one-element
+    and strided tensors, the last n mod L elements of a contiguous one) where its SIMD lanes
+    give +0, as the preset does (its max/min form has no piece x * 0), and while its forward
+    compares with lambd in float32 (the preset too), its backward compares with lambd
+    rounded to the dtype (0 where |x| is that rounding of a lambd it does not hold).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of softshrink_torch.cu, compiled by CuPy
