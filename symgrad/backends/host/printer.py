@@ -172,7 +172,7 @@ def numpy_extremum_step(extremum: str, a: str, b: str) -> str:
     strictly, else b (NaN propagates; of two equal values, +0 and -0 included, the second).  As
     the CUDA fold (``CudaPrinter._fold``); np.maximum itself returns the first at +0/-0 for
     float16 and the second for float32/float64."""
-    return f"np.where(np.isnan({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
+    return winners.NUMPY.extremum_step(extremum, a, b)
 
 
 def numpy_extremum_reduce(extremum: str, array: str, zeros: str | None = None,

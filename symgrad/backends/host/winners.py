@@ -54,6 +54,13 @@ class Dialect:
             return self.call(arg, a, self.axis)
         return f"{a}.shape[-1] - 1 - {self.call(arg, self.flip.format(a=a), self.axis)}"
 
+    def extremum_step(self, extremum: str, a: str, b: str) -> str:
+        """One step of a max/min fold with the rule stated for every dtype: a where a is NaN or
+        beats b strictly, else b (NaN propagates; of two equal values, +0 and -0 included, the
+        second), as the CUDA fold."""
+        where, isnan = f"{self.module}.where", f"{self.module}.isnan"
+        return f"{where}({isnan}({a}) | ({a} {'>' if extremum == 'max' else '<'} {b}), {a}, {b})"
+
     def neg_inf(self, extremum: str) -> str:
         """The identity of the extremum: -inf for max, inf for min."""
         return f"-{self.inf}" if extremum == "max" else self.inf

@@ -21,7 +21,7 @@ import sympy as sp
 from ...lower import BEST
 from ..common import docstring, grad_start_comment, header
 from ..host import adaptive_window_code, preamble_context
-from .printer import jax_code
+from .printer import JAX, jax_code
 
 if TYPE_CHECKING:
     from ...lower import Artifacts, WindowKernel
@@ -40,7 +40,7 @@ def _step(op, sel, a: str) -> str:
     the same for every dtype), or the zeros rule's lowered fold (op.zeros)."""
     if op.zeros is not None:
         return jax_code(sel.combine.xreplace({BEST: sp.Symbol(a, real=True)}))
-    return f"jnp.where(jnp.isnan({a}) | ({a} {'>' if sel.extremum == 'max' else '<'} v), {a}, v)"
+    return JAX.extremum_step(sel.extremum, a, "v")
 
 
 def _indices(return_indices: bool) -> list[str]:

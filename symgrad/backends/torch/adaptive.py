@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..common import grad_start_comment
 from ..host import adaptive_window_code
+from .rows import TORCH
 from .window import _code, _fold
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ def _step(op, sel, a: str) -> str:
     lowered fold (op.zeros)."""
     if op.zeros is not None:
         return _fold(sel, a)
-    return f"torch.where(torch.isnan({a}) | ({a} {'>' if sel.extremum == 'max' else '<'} v), {a}, v)"
+    return TORCH.extremum_step(sel.extremum, a, "v")
 
 
 def _scan(op, kernel: WindowKernel) -> dict:
