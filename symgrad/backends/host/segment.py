@@ -2,6 +2,20 @@
 input tensor as its initial element (scatter) and a fill (segment_max): the NumPy module's and the
 cpu loader's (their layout partials host/_segment_scatter and host/_segment_fill)."""
 
+import sympy as sp
+
+from ...lower import EXTREMUM, V
+
+# the names the printed hit and weight expressions give the element and its segment's extremum
+SYMBOLS = {V: sp.Symbol("v", real=True), EXTREMUM: sp.Symbol("extremum", real=True)}
+
+
+def sized_by_values(op) -> bool:
+    """segment_max without num_segments: the output's size would be read from the ids' values
+    (which the framework backends do not do: jax.ops.segment_max needs it under jit too)."""
+    return op.params.get("num_segments", 0) is None
+
+
 # the strings that differ between an input tensor as the initial element (scatter) and a fill
 SEGMENT_INITIAL = {
     "input": {"layout_partial": "host/_segment_scatter.py.jinja", "dim": "_dim(len(saved.output_shape))",

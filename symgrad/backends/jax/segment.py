@@ -11,10 +11,10 @@ index's range is checked where its values are known)."""
 
 from __future__ import annotations
 
-import sympy as sp
 
-from ...lower import EXTREMUM, V, WindowKernel
-from ..host.segment import framework_names, framework_pick
+from ...lower import WindowKernel
+from ..host.segment import SYMBOLS, framework_names, framework_pick
+from ..host.segment import sized_by_values as refuses  # noqa: F401 (segment.refuses: jax/__init__)
 from .printer import jax_code
 
 _LAYOUTS = {"input": "jax/_segment_scatter.py.jinja", "fill": "jax/_segment_fill.py.jinja"}
@@ -36,16 +36,10 @@ SEGMENT_NOTE = [
     "a split/all jvp adds with a scatter-add (atomic on a GPU)."]
 
 
-def refuses(op) -> bool:
-    """segment_max without num_segments: the output's size would be read from the ids' values
-    (as jax.ops.segment_max, which needs it under jit)."""
-    return op.params.get("num_segments", 0) is None
-
 
 def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
     """segment.py.jinja's finished strings (weight_lines: the mask's weight's first lines)."""
     sel, rule = kernel.selection, kernel.segment
-    names = {V: sp.Symbol("v", real=True), EXTREMUM: sp.Symbol("extremum", real=True)}
     mask = sel.form == "mask"
     fields = (["src: jax.Array  # the src elements",
                "initial: jax.Array  # the initial elements",
@@ -58,7 +52,7 @@ def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
         "selection_partial": f"jax/_segment_{sel.form}.py.jinja",
         "extremum": sel.extremum,
         "reduce": sel.extremum,
-        "hit": jax_code(rule.hit.xreplace(names)),
+        "hit": jax_code(rule.hit.xreplace(SYMBOLS)),
         "weight": jax_code(sel.weight) if mask else "grad_output",
         "weight_lines": weight_lines if mask else [],
         **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "jnp"),

@@ -5,11 +5,10 @@ each segment's winner saved; ``_segment_mask``: its output and count of hits sav
 
 from __future__ import annotations
 
-import sympy as sp
 
-from ...lower import EXTREMUM, V, WindowKernel
+from ...lower import WindowKernel
 from ..host.printer import numpy_code
-from ..host.segment import SEGMENT_INITIAL
+from ..host.segment import SEGMENT_INITIAL, SYMBOLS
 
 # which hit the output (and a scan's winner) is: its sorted position per segment
 _PICKS = {
@@ -31,7 +30,6 @@ def _ordered(extremum: str) -> list[str]:
 def segment_context(op, kernel: WindowKernel) -> dict:
     """segment.py.jinja's finished strings."""
     sel, rule = kernel.selection, kernel.segment
-    names = {V: sp.Symbol("v", real=True), EXTREMUM: sp.Symbol("extremum", real=True)}
     pick = (sel.order if sel.form == "scan" else rule.zeros)
     pick = {"last": "second"}.get(pick, pick)
     inputs = op.spec.inputs
@@ -49,7 +47,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "extremum": sel.extremum,
         "reduce": "maximum" if sel.extremum == "max" else "minimum",
         "fill": f"np.{rule.fill}".replace("np.-inf", "-np.inf"),
-        "hit": numpy_code(rule.hit.xreplace(names)),
+        "hit": numpy_code(rule.hit.xreplace(SYMBOLS)),
         "weight": numpy_code(sel.weight, select=True) if mask else "grad_output",
         "pick_lines": _PICKS.get(pick) or _ordered(sel.extremum),
         "pick_doc": _PICK_DOCS[pick],

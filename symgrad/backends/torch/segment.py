@@ -11,10 +11,10 @@ torch.compile traces (the index's range is checked eagerly only)."""
 
 from __future__ import annotations
 
-import sympy as sp
 
-from ...lower import EXTREMUM, V, WindowKernel
-from ..host.segment import framework_names, framework_pick
+from ...lower import WindowKernel
+from ..host.segment import SYMBOLS, framework_names, framework_pick
+from ..host.segment import sized_by_values as refuses
 from .window import GEOMETRY, _code
 
 # the layout partial of each initial element (lower.SegmentRule.initial); GEOMETRY names one for
@@ -40,10 +40,6 @@ SEGMENT_NOTE = [
     "GPU)."]
 
 
-def refuses(op) -> bool:
-    """segment_max without num_segments: the output's size would be read from the ids' values."""
-    return op.params.get("num_segments", 0) is None
-
 
 def segment_context(op, kernel: WindowKernel) -> dict:
     """segment.py.jinja's finished strings."""
@@ -52,7 +48,6 @@ def segment_context(op, kernel: WindowKernel) -> dict:
                          f"(the output's size is not read from the ids' values); pass num_segments, "
                          f"or use backend='numpy'")
     sel, rule = kernel.selection, kernel.segment
-    names = {V: sp.Symbol("v", real=True), EXTREMUM: sp.Symbol("extremum", real=True)}
     mask = sel.form == "mask"
     fields = (["src: torch.Tensor  # the src elements",
                "initial: torch.Tensor  # the initial elements",
@@ -65,7 +60,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "selection_partial": f"torch/_segment_{sel.form}.py.jinja",
         "extremum": sel.extremum,
         "reduce": "amax" if sel.extremum == "max" else "amin",
-        "hit": _code(rule.hit.xreplace(names)),
+        "hit": _code(rule.hit.xreplace(SYMBOLS)),
         "weight": _code(sel.weight) if mask else "grad_output",
         **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "torch"),
         "saved_doc": ("the src and initial elements, the output and each segment's count" if mask
