@@ -103,6 +103,24 @@ __all__ = ["ELEMENTWISE", "WINDOWED", "POLICIES", "case_id", "sympy_value", "tie
 _FIRST = ("test_cuda.py", "test_cpu_kinds.py", "test_cpu.py", "test_cli.py")
 
 
+def same_values(got, want, zeros=True) -> bool:
+    """Same dtype, shape and values, NaN where NaN and (with zeros) the same signs of zero."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    nan = np.isnan(got)
+    ok = (nan == np.isnan(want)) & (nan | (got == want))
+    if zeros:
+        ok &= nan | (np.signbit(got) == np.signbit(want))
+    return bool(ok.all())
+
+
+def assert_same_values(got, want, what, zeros=True):
+    assert same_values(got, want, zeros), \
+        f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
+
+
 def pytest_configure(config):
     # `-m slow` also sets SYMGRAD_SLOW=1, so that module-level sizes (hypothesis example counts)
     # can read it before any fixture runs (xdist workers inherit it)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import symgrad
+from conftest import assert_same_values, same_values
 from symgrad.policy import POLICIES
 
 from oracle import policy_weights, window_winners
@@ -31,23 +32,6 @@ DTYPES = [np.float64, np.float32, np.float16, BF16]
 SPECIALS = [-np.inf, -1.0, -0.0, 0.0, 1.0, np.inf, np.nan]
 GRADS = [-1.0, 0.5, -0.0, 0.0, 3.0, 0.1, np.inf]  # 0.1 / 3 rounds; inf * 0 is NaN
 LAYOUTS = [(-1, False), (0, True), (None, False), (None, True)]
-
-
-def _same(got, want, zeros=True) -> bool:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    nan = np.isnan(got)
-    ok = (nan == np.isnan(want)) & (nan | (got == want))
-    if zeros:
-        ok &= nan | (np.signbit(got) == np.signbit(want))
-    return bool(ok.all())
-
-
-def _assert_same(got, want, what, zeros=True):
-    assert _same(got, want, zeros), \
-        f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
 
 
 def _inputs(dtype, rng, dim, keepdim, shape=(3, 4, 5)):
@@ -173,9 +157,9 @@ def _check_preset(framework, convention, dtype, dim, keepdim, backend="numpy"):
     what = f"{convention} {np.dtype(dtype).name} dim={dim} keepdim={keepdim}"
     # the sign of a zero min/max is amin/amax's (np.min/np.max: not PyTorch's, whose full
     # aminmax even differs from its own amin/amax there); gradient and jvp are bit for bit
-    _assert_same(low, want_values[0], f"min {what}", zeros=False)
-    _assert_same(high, want_values[1], f"max {what}", zeros=False)
-    _assert_same(grad, want_grad, f"grad {what}")
+    assert_same_values(low, want_values[0], f"min {what}", zeros=False)
+    assert_same_values(high, want_values[1], f"max {what}", zeros=False)
+    assert_same_values(grad, want_grad, f"grad {what}")
     # jvp: amin/amax's own jvp under the presets adds a 3-way tie's tangents in another order than
     # both frameworks (and can give +0 for -0): a last-bit difference of those ops, not of the
     # composition (torch.aminmax's jvp equals torch.amin/amax's), so close here, not bit for bit
@@ -240,7 +224,7 @@ def test_an_unused_output_is_left_out_as_pytorch_leaves_it_out():
         xt = _to_torch(x).requires_grad_(True)
         output = torch.aminmax(xt, dim=-1)[index]
         (want,) = torch.autograd.grad(output, xt, _to_torch(grads[index]))
-        _assert_same(m.backward(*grads, saved)[0], want.numpy(), f"output {index} alone")
+        assert_same_values(m.backward(*grads, saved)[0], want.numpy(), f"output {index} alone")
     with pytest.raises(TypeError, match="needs grad_min or grad_max"):
         m.backward(None, None, saved)
 

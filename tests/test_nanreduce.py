@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import symgrad
+from conftest import assert_same_values, same_values
 from symgrad.policy import POLICIES
 
 torch = pytest.importorskip("torch")
@@ -33,23 +34,6 @@ OPS = ("nanmax", "nanmin")
 # (dim, keepdim) of a (3, 4, 5) input: one dim, two dims, every dim, keepdim
 LAYOUTS = [(-1, False), (0, True), ((0, 2), False), (None, False)]
 RULES = [("first", "skip"), ("last", "skip"), ("split", "skip"), ("all", "skip"), ("split", "fill")]
-
-
-def _same(got, want, zeros=True) -> bool:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    nan = np.isnan(got)
-    ok = (nan == np.isnan(want)) & (nan | (got == want))
-    if zeros:
-        ok &= nan | (np.signbit(got) == np.signbit(want))
-    return bool(ok.all())
-
-
-def _assert_same(got, want, what, zeros=True):
-    assert _same(got, want, zeros), \
-        f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
 
 
 def _dims(dim, ndim):
@@ -136,10 +120,10 @@ def test_presets_equal_the_frameworks_bit_for_bit(name, convention, dtype, layou
         # the documented exception (conventions.py): PyTorch's amax returns the first of +0 and -0
         # along the innermost dim (the preset's fold) and the last across outer rows (vectorized)
         inner = x.ndim - 1 in _dims(dim, x.ndim)
-        _assert_same(got[0], want[0], f"forward {what}", zeros=convention == "jax" or inner)
-        _assert_same(got[1], want[1], f"backward {what}")
+        assert_same_values(got[0], want[0], f"forward {what}", zeros=convention == "jax" or inner)
+        assert_same_values(got[1], want[1], f"backward {what}")
         if convention == "torch" and dtype in (np.float64, np.float32) and dim != (0, 2):
-            _assert_same(got[2], want[2], f"jvp {what}")
+            assert_same_values(got[2], want[2], f"jvp {what}")
         else:
             # documented (conventions.py): jvp adds the slice's terms in another order (JAX's
             # reduce_sum, PyTorch's at::sum over dims that are not adjacent) or rounds the sum to
@@ -202,9 +186,9 @@ def test_every_policy_and_rule_follows_the_definition(name, ties, nan):
             y, saved = module.forward(x)
             (grad,) = module.backward(g, saved)
             want_y, want_g = _reference(name, ties, nan, x, g, dim, keepdim)
-            _assert_same(y, want_y.astype(dtype), f"{name} {ties} {nan} forward", zeros=False)
+            assert_same_values(y, want_y.astype(dtype), f"{name} {ties} {nan} forward", zeros=False)
             # the sign of a zero is the presets' (above); the values are the definition's
-            _assert_same(grad, want_g.astype(dtype), f"{name} {ties} {nan} {dim} backward at "
+            assert_same_values(grad, want_g.astype(dtype), f"{name} {ties} {nan} {dim} backward at "
                                                      f"x={x.tolist()}, g={g.tolist()}", zeros=False)
 
 
@@ -290,4 +274,4 @@ def test_cpu_backend_equals_the_numpy_module(name, settings):
             x, g, t = _inputs(dtype, rng, dim, keepdim)
             for what, got, want in zip(("forward", "backward", "jvp"), _ours(cpu, x, g, t),
                                        _ours(ref, x, g, t)):
-                _assert_same(got, want, f"cpu {name} {settings} {np.dtype(dtype).name} {what}")
+                assert_same_values(got, want, f"cpu {name} {settings} {np.dtype(dtype).name} {what}")

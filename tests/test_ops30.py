@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import symgrad
+from conftest import assert_same_values, same_values
 from symgrad.policy import POLICIES
 
 torch = pytest.importorskip("torch")
@@ -34,23 +35,6 @@ PAIRS = np.array(list(itertools.product(SPECIALS, SPECIALS))).T
 GRADS = [-1.0, 0.5, -0.0, 0.0, 3.0, 0.1]  # 0.1: a rounding gradient (broadcast sums)
 DTYPES = [np.float64, np.float32, np.float16, BF16]
 OPS = ("fmax", "fmin")
-
-
-def _same(got, want, zeros=True) -> bool:
-    got, want = np.asarray(got), np.asarray(want)
-    if got.dtype != want.dtype or got.shape != want.shape:
-        return False
-    got, want = got.astype(np.float64), want.astype(np.float64)
-    nan = np.isnan(got)
-    ok = (nan == np.isnan(want)) & (nan | (got == want))
-    if zeros:
-        ok &= nan | (np.signbit(got) == np.signbit(want))
-    return bool(ok.all())
-
-
-def _assert_same(got, want, what, zeros=True):
-    assert _same(got, want, zeros), \
-        f"{what}: got {np.asarray(got).tolist()}, want {np.asarray(want).tolist()}"
 
 
 def _inputs(dtype, rng, broadcast):
@@ -114,7 +98,7 @@ def test_presets_equal_the_frameworks_bit_for_bit(name, convention, dtype, broad
             assert np.array_equal(np.signbit(want[0].astype(np.float64)[zero_tie]), np.signbit(second))
             got = (np.where(zero_tie, want[0], got[0]).astype(BF16),) + got[1:]
         for what, x, w in zip(("forward", "grad a", "grad b"), got, want):
-            _assert_same(x, w, f"{name} {convention} {np.dtype(dtype).name} {what} at a={a.tolist()}, "
+            assert_same_values(x, w, f"{name} {convention} {np.dtype(dtype).name} {what} at a={a.tolist()}, "
                                f"b={b.tolist()}")
 
 
@@ -157,11 +141,11 @@ def test_every_policy_follows_the_definition(name, ties):
             g = np.where(rounding, 2.0, g).astype(dtype)  # sums exact in every order
             y, ga, gb = _ours(module, a, b, g)
             want_y, want_a, want_b = _reference(name, ties, a, b, g)
-            _assert_same(y, want_y.astype(dtype), f"{name} {ties} forward")
+            assert_same_values(y, want_y.astype(dtype), f"{name} {ties} forward")
             # gradients are sums over the broadcast dims; the sign of a zero is the presets' (above)
-            _assert_same(ga, want_a.sum(axis=1, keepdims=True).astype(dtype) if broadcast else
+            assert_same_values(ga, want_a.sum(axis=1, keepdims=True).astype(dtype) if broadcast else
                          want_a.astype(dtype), f"{name} {ties} grad a", zeros=False)
-            _assert_same(gb, want_b.sum(axis=0).astype(dtype) if broadcast else want_b.astype(dtype),
+            assert_same_values(gb, want_b.sum(axis=0).astype(dtype) if broadcast else want_b.astype(dtype),
                          f"{name} {ties} grad b", zeros=False)
 
 
@@ -236,4 +220,4 @@ def test_cpu_backend_equals_the_numpy_module(name, settings):
             a, b, g = _inputs(dtype, rng, broadcast)
             for what, x, w in zip(("forward", "grad a", "grad b"), _ours(cpu, a, b, g),
                                   _ours(ref, a, b, g)):
-                _assert_same(x, w, f"cpu {name} {settings} {np.dtype(dtype).name} {what}")
+                assert_same_values(x, w, f"cpu {name} {settings} {np.dtype(dtype).name} {what}")
