@@ -14,7 +14,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import symgrad  # noqa: E402
-from test_jax_backend import _check_window_variant, _id, _window_settings  # noqa: E402
+from test_jax_backend import POOL_SHAPES, _check_window_variant, _id, _window_settings  # noqa: E402
+
+POOL_SHAPE = POOL_SHAPES[2]  # (2, 3, 7, 6)
 
 ADAPTIVES = [("adaptive_max_pool2d", {"output_size": (3, 4)}), ("adaptive_max_pool1d", {"output_size": 4}),
              ("adaptive_max_pool3d", {"output_size": (2, 3, None)}),  # (1, 2, 4, 5, 5): coordinates in every window
@@ -71,3 +73,22 @@ def test_symgrad_jax_runs_adaptive_pooling_natively():
     text = str(jax.make_jaxpr(jax.jit(jax.grad(f)))(xs[0]))
     assert "callback" not in text
     np.testing.assert_array_equal(jax.jit(jax.vmap(jax.grad(f)))(xs), np.stack([jax.grad(f)(x) for x in xs]))
+
+
+@pytest.mark.parametrize("settings", [{"convention": "torch"},
+                                      pytest.param({"ties": "split", "nan": "dominate"}, marks=pytest.mark.slow)],
+                         ids=["torch", "split"])
+def test_a_large_window_box_folds_in_a_loop_bit_for_bit(settings, monkeypatch):
+    """A global pooling (output size 1: a box of 42 elements, over the module's UNROLLED) folds
+    forward in lax.fori_loop (unrolled, XLA fused the fold into backward's gathers and recomputed
+    it for every input element: 12 s for a (64, 64, 32, 32) max_pool2d then adaptive_max_pool2d
+    jit(grad) under the torch preset), with the unrolled fold's results bit for bit: equal to the
+    NumPy module, float32 (the scan form with its NaN fold, and the mask form)."""
+    import test_jax_backend
+    variant = ("adaptive_max_pool2d", {"output_size": 1}, settings)
+    module = symgrad.load("adaptive_max_pool2d", backend="jax", output_size=1, **settings)
+    text = str(jax.make_jaxpr(lambda v: module.forward(v)[0])(jnp.zeros(POOL_SHAPE, jnp.float32)))
+    assert 7 * 6 > module.UNROLLED and ("while[" in text or "scan[" in text)
+    monkeypatch.setattr(test_jax_backend, "DTYPES", [np.float32])
+    with jax.enable_x64(True):
+        _check_window_variant(variant, np.random.default_rng(9))

@@ -35,6 +35,13 @@ NOTE = [
     "jax.grad, on every device JAX has, and equal the NumPy backend's module bit for bit on the CPU."]
 
 
+# the largest window box whose fold forward unrolls (a larger one runs in lax.fori_loop): an
+# unrolled fold of a global pooling (64 x 64 planes of 16 x 16, output size 1) under the torch
+# preset made jit(grad) of max_pool2d then adaptive_max_pool2d take 12 s, XLA recomputing the
+# 256 steps for every input element in backward; 50 ms in a loop
+UNROLLED = 16
+
+
 def _step(op, sel, a: str) -> str:
     """a folded with v by the NumPy module's rule for whole rows (host.printer.numpy_extremum_step,
     the same for every dtype), or the zeros rule's lowered fold (op.zeros)."""
@@ -72,6 +79,7 @@ def _scan(op, kernel: WindowKernel) -> dict:
         "body_helpers": [],
         "forward_doc": "a running scan over the window box's elements in row-major order, the\n"
                        "    winner replaced where a later element of the window takes over",
+        "carry": "best, index, out" if fold else "best, index",
         "forward_start": ["index_dtype = _index_dtype(len(elements))",
                           "index = jnp.zeros(best.shape, index_dtype)",
                           *(["out = best  # under this NaN rule the winner of a NaN window need not be the NaN"]
@@ -80,7 +88,7 @@ def _scan(op, kernel: WindowKernel) -> dict:
                          "if valid is not None:",
                          "    take = take & valid  # a window without this element",
                          "best = jnp.where(take, v, best)",
-                         "index = jnp.where(take, index_dtype.type(k), index)",
+                         "index = jnp.where(take, jnp.asarray(k, index_dtype), index)",
                          *([f"folded = {_step(op, sel, 'out')}",
                             "out = folded if valid is None else jnp.where(valid, folded, out)"] if fold else [])],
         "forward_end": [f"output = {result}.astype(dtype).reshape(plan.out_shape)",
@@ -103,10 +111,15 @@ def _scan(op, kernel: WindowKernel) -> dict:
 def _mask(op, kernel: WindowKernel, rounding: list[str]) -> dict:
     from . import _weight_lines
     sel = kernel.selection
-    count = (["count = jnp.zeros(extremum.shape, jnp.int32)",
-              "for k, where, valid in _elements(plan):",
-              "    hit = _hit(x[where], extremum)",
-              "    count = count + (hit if valid is None else hit & valid)",
+    count = (["elements = _elements(plan)",
+              "if len(elements) > UNROLLED:  # one integer sum over the stacked box (exact in any order)",
+              "    values, valid = _stacked(x, elements, plan)",
+              "    count = jnp.sum(_hit(values, extremum) & valid[:, None], axis=0, dtype=jnp.int32)",
+              "else:",
+              "    count = jnp.zeros(extremum.shape, jnp.int32)",
+              "    for k, where, valid in elements:",
+              "        hit = _hit(x[where], extremum)",
+              "        count = count + (hit if valid is None else hit & valid)",
               "return count.astype(jnp.promote_types(extremum.dtype, jnp.float32))"]
              if sel.counts else ["return None"])
     helpers = ["def _hit(v, extremum):",
@@ -128,6 +141,7 @@ def _mask(op, kernel: WindowKernel, rounding: list[str]) -> dict:
         "saved_doc": "the input and the output",
         "body_helpers": helpers,
         "forward_doc": "the window box's elements folded in row-major order",
+        "carry": "best,",
         "forward_start": [],
         "forward_step": [f"combined = {_step(op, sel, 'best')}",
                          "best = combined if valid is None else jnp.where(valid, combined, best)"],
@@ -188,6 +202,7 @@ def adaptive_context(art: Artifacts) -> dict:
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
         "piecewise_linear": art.piecewise_linear,
         "spatial": op.spec.spatial,
+        "unrolled": UNROLLED,
         "x_parameter": "x", "x_shape_shown": "{tuple(x.shape)}",
         "grad_start_doc": _doc("Every input element's gradient before its windows' terms are added: "
                                f"{grad_start_comment(kernel.grad_start)}."),
