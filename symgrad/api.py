@@ -53,7 +53,7 @@ def check_names(op: object, params: dict, settings=SETTINGS) -> None:
     if op == "aminmax":
         raise ValueError(_aminmax.NOT_A_MODULE)
     if op in _hinge.OPS:  # (hinge.py)
-        raise ValueError(_hinge.NOT_A_MODULE.format(op=op))
+        raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
         close = closest(op, OPS)
         if close:

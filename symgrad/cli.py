@@ -100,7 +100,7 @@ def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
     if op == "aminmax":
         raise ValueError(NOT_A_MODULE)
     if op in _hinge.OPS:  # composed at the host level (hinge.py)
-        raise ValueError(_hinge.NOT_A_MODULE.format(op=op))
+        raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
         close = _closest(op, OPS)
         hint = f"; did you mean {close!r}?" if close else ""

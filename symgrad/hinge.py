@@ -12,6 +12,12 @@ target gets no gradient) and the one kink is a hinge max(0, v) of the input:
   gradient bit for bit under each preset): its generated module, loaded with the caller's
   backend, policy, NaN rule and convention, computes the kink; the selection and the sum are
   NumPy.  backward(grad_output, saved) returns (grad_input, None): the target has no gradient.
+* ``multi_margin_loss(input, target, p=1, margin=1.0, weight=None)``: a row op, input (N, C) or
+  (C,), target the class index per row: per row (1/C) sum_{i != y} w[y] max(0, z_i), z_i =
+  (margin - x[y]) + x[i].  The kink max(0, z) is relu's generated module (a row kind does not
+  exist): its weight k(z) (its backward of ones) picks the hinges that are active, and the rest -
+  the row sums, the target column's gradient, the reduction - is NumPy in the framework's order
+  (multi_margin.py).
 """
 
 from __future__ import annotations
@@ -23,11 +29,17 @@ import numpy as np
 
 from . import losses as _losses
 
-OPS = ("hinge_embedding_loss",)
-PARAMS = {"hinge_embedding_loss": ("margin", "reduction")}
-NOT_A_MODULE = ("{op} is composed at the host level (symgrad/hinge.py) of margin_ranking_loss's "
-                "generated module, loaded only: symgrad.load({op!r}, ...); derive, generate or "
-                "check 'margin_ranking_loss'")
+OPS = ("hinge_embedding_loss", "multi_margin_loss")
+PARAMS = {"hinge_embedding_loss": ("margin", "reduction"),
+          "multi_margin_loss": ("p", "margin", "weight", "reduction")}
+KINKS = {"hinge_embedding_loss": "margin_ranking_loss", "multi_margin_loss": "relu"}
+NOT_A_MODULE = ("{op} is composed at the host level (symgrad/hinge.py) of {kink}'s generated "
+                "module, loaded only: symgrad.load({op!r}, ...); derive, generate or check {kink!r}")
+
+
+def not_a_module(op: str) -> str:
+    """The one line that derive/generate of a composed loss raise."""
+    return NOT_A_MODULE.format(op=op, kink=KINKS[op])
 
 
 def _check_margin(op: str, margin: object) -> float:
@@ -118,6 +130,9 @@ def load(load_op, op: str, settings: dict, params: dict):
         raise unexpected(op, "parameter", wrong, list(PARAMS[op] + SETTINGS))
     reduction = _losses.check_reduction(op, params.get("reduction", "none"))
     margin = _check_margin(op, params.get("margin", 1.0))
+    if op == "multi_margin_loss":
+        from .multi_margin import load as load_multi_margin
+        return load_multi_margin(load_op, settings, params, margin, reduction)
     module = HingeEmbedding(load_op("margin_ranking_loss", **settings, margin=margin))
     if reduction == "none":
         return module
