@@ -33,13 +33,14 @@ OPS = ("hinge_embedding_loss", "multi_margin_loss")
 PARAMS = {"hinge_embedding_loss": ("margin", "reduction"),
           "multi_margin_loss": ("p", "margin", "weight", "reduction")}
 KINKS = {"hinge_embedding_loss": "margin_ranking_loss", "multi_margin_loss": "relu"}
-NOT_A_MODULE = ("{op} is composed at the host level (symgrad/hinge.py) of {kink}'s generated "
+FILES = {"hinge_embedding_loss": "hinge.py", "multi_margin_loss": "multi_margin.py"}
+NOT_A_MODULE = ("{op} is composed at the host level (symgrad/{file}) of {kink}'s generated "
                 "module, loaded only: symgrad.load({op!r}, ...); derive, generate or check {kink!r}")
 
 
 def not_a_module(op: str) -> str:
     """The one line that derive/generate of a composed loss raise."""
-    return NOT_A_MODULE.format(op=op, kink=KINKS[op])
+    return NOT_A_MODULE.format(op=op, kink=KINKS[op], file=FILES[op])
 
 
 def _check_margin(op: str, margin: object) -> float:

@@ -67,6 +67,7 @@ class MultiMargin:
 
     OP = OP
     INPUTS = ("input", "target")
+    INDEX_INPUTS = ("target",)  # integer class indices (symgrad conventions' rows read this)
 
     def __init__(self, kink, margin: float, weight, reduction: str, framework: str):
         self.kink, self.margin, self.weight = kink, margin, weight

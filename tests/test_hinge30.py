@@ -219,3 +219,63 @@ def test_errors_are_one_line():
         module.forward(np.ones(3), np.ones(2))
     with pytest.raises(TypeError, match=r"^hinge_embedding_loss: saved must be the Saved value"):
         module.backward(np.ones(3), None)
+
+
+@SLOW  # (JAX compiles each row's function)
+def test_conventions_table_rows_are_the_frameworks_gradients():
+    """The hinge rows of docs/conventions.md (as committed): the torch and jax cells are PyTorch's
+    autograd and jax.vjp of the functions the presets stand for, every cell is what the module
+    gives, and DIFFER is flagged exactly where the two differ."""
+    from pathlib import Path
+
+    from symgrad import table
+    import test_multi_margin30 as mm
+    page = (Path(__file__).resolve().parent.parent / "docs" / "conventions.md").read_text().splitlines()
+    rows = [s for s in table.SITUATIONS if s[0] in ("hinge_embedding_loss", "multi_margin_loss")]
+    assert len(rows) == 4
+    for op, params, situation, (x, t) in rows:
+        row = next(ln for ln in page if ln.startswith(f"| `{op}` | {situation} |"))
+        cells = row.split(" | ")[2:-1]
+        assert cells == [table.measure(c, op, params, (x, t)) for c in table.COLUMNS], row
+        x = np.array(x)
+        g = np.ones(len(x))
+        if op == "hinge_embedding_loss":
+            want = _torch(x, np.array(t), g, 1.0)[1], _jax(x, np.array(t), g, 1.0)[1]
+        else:
+            want = (mm._torch(x, np.array(t), g, 1.0, None, "none")[1],
+                    mm._jax(x, np.array(t), g, 1.0, None, "none")[1])
+        assert cells[:2] == [table._cell([w]) for w in want], row
+        assert row.endswith(" | DIFFER |") == (cells[0] != cells[1]), row
+
+
+HINGE = "Max(0, 1 - x)"
+
+
+@SLOW  # (the conventions command runs PyTorch's and JAX's autodiff of the expression: 10-25 s)
+def test_the_plain_hinge_docs_commands_run_as_written(capsys, tmp_path, monkeypatch):
+    """docs/conventions.md's plain hinge: `symgrad conventions --expr` prints the table the page
+    shows, and `symgrad generate --expr` writes a module whose gradient at the kink x = 1 is the
+    policy's (first: 0; the one-sided derivatives -1 and 0 around it)."""
+    from pathlib import Path
+    import importlib.util
+    import shlex
+
+    from symgrad.cli import main
+    page = (Path(__file__).resolve().parent.parent / "docs" / "conventions.md").read_text()
+    commands = [shlex.split(ln.split("  #")[0]) for ln in page.splitlines()
+                if ln.startswith("symgrad ") and f'"{HINGE}"' in ln]
+    assert [c[:3] for c in commands] == [["symgrad", "conventions", "--expr"],
+                                         ["symgrad", "generate", "--expr"]]
+    capsys.readouterr()
+    assert main(commands[0][1:]) == 0
+    printed = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
+    assert printed and "\n".join(printed) in page
+    monkeypatch.chdir(tmp_path)
+    assert main(commands[1][1:]) == 0
+    spec = importlib.util.spec_from_file_location("hinge", tmp_path / "hinge" / "hinge_first.py")
+    hinge = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hinge)
+    x = np.array([1.0, 0.5, 2.0])
+    y, saved = hinge.forward(x)
+    np.testing.assert_array_equal(y, [0.0, 0.5, 0.0])
+    np.testing.assert_array_equal(hinge.backward(np.ones(3), saved)[0], [0.0, -1.0, 0.0])
