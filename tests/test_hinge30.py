@@ -204,7 +204,12 @@ def test_cpu_backend_equals_the_numpy_module():
                 assert_same_values(a, b, f"cpu {convention} {np.dtype(dtype).name}")
 
 
-def test_errors_are_one_line():
+def test_errors_are_one_line(capsys):
+    from symgrad.cli import main
+    for op in ("hinge_embedding_loss", "multi_margin_loss"):  # composed: loaded only
+        assert main(["generate", op, "--out", "unused"]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith(f"symgrad: error: {op} is composed at the host level"), err
     with pytest.raises(TypeError, match=r"^hinge_embedding_loss: unexpected parameter 'p'"):
         symgrad.load("hinge_embedding_loss", p=1)
     with pytest.raises(TypeError, match=r"^hinge_embedding_loss: margin must be a real number, got '1'$"):
