@@ -34,6 +34,7 @@ PARAMS = {"hinge_embedding_loss": ("margin", "reduction"),
           "multi_margin_loss": ("p", "margin", "weight", "reduction")}
 KINKS = {"hinge_embedding_loss": "margin_ranking_loss", "multi_margin_loss": "relu"}
 FILES = {"hinge_embedding_loss": "hinge.py", "multi_margin_loss": "multi_margin.py"}
+HOST_BACKENDS = ("numpy", "cpu")  # the backends whose modules take and return NumPy arrays
 NOT_A_MODULE = ("{op} is composed at the host level (symgrad/{file}) of {kink}'s generated "
                 "module, loaded only: symgrad.load({op!r}, ...); derive, generate or check {kink!r}")
 
@@ -129,6 +130,10 @@ def load(load_op, op: str, settings: dict, params: dict):
         from .api import SETTINGS
         from .suggest import unexpected
         raise unexpected(op, "parameter", wrong, list(PARAMS[op] + SETTINGS))
+    if settings.get("backend") not in HOST_BACKENDS:  # (the selection and sums are NumPy's)
+        raise ValueError(f"{op}: composed with NumPy on the host (symgrad/{FILES[op]}), it runs on "
+                         f"the backends {' and '.join(HOST_BACKENDS)}, got backend="
+                         f"{settings.get('backend')!r}")
     reduction = _losses.check_reduction(op, params.get("reduction", "none"))
     margin = _check_margin(op, params.get("margin", 1.0))
     if op == "multi_margin_loss":
