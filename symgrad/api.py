@@ -55,7 +55,7 @@ def check_names(op: object, params: dict, settings=SETTINGS) -> None:
     if op in _hinge.OPS:  # (hinge.py)
         raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
-        close = closest(op, OPS)
+        close = closest(op, [*OPS, *_hinge.OPS])  # (the composed losses too)
         if close:
             raise ValueError(f"unknown op {op!r}; did you mean {close!r}? (expected one of: {', '.join(OPS)})")
         return

@@ -102,7 +102,7 @@ def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
     if op in _hinge.OPS:  # composed at the host level (hinge.py)
         raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
-        close = _closest(op, OPS)
+        close = _closest(op, [*OPS, *_hinge.OPS])  # (the composed losses too)
         hint = f"; did you mean {close!r}?" if close else ""
         raise ValueError(f"unknown op {op!r}{hint} (expected one of: {', '.join(OPS)})")
     parser = _Parser(prog=f"symgrad ... {op}", add_help=False)

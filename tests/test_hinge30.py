@@ -212,6 +212,8 @@ def test_errors_are_one_line(capsys):
         assert len(err) == 1 and err[0].startswith(f"symgrad: error: {op} is composed at the host level"), err
     with pytest.raises(TypeError, match=r"^hinge_embedding_loss: unexpected parameter 'p'"):
         symgrad.load("hinge_embedding_loss", p=1)
+    with pytest.raises(ValueError, match=r"^unknown op 'multi_margin_los'; did you mean 'multi_margin_loss'\?"):
+        symgrad.load("multi_margin_los")
     for op, backend in (("hinge_embedding_loss", "torch"), ("multi_margin_loss", "jax")):
         with pytest.raises(ValueError, match=rf"^{op}: composed with NumPy on the host \(symgrad/"
                                              rf"[a-z_]+\.py\), it runs on the backends numpy and "
