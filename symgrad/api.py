@@ -12,6 +12,7 @@ from types import ModuleType
 from . import expr as _expr
 from . import aminmax as _aminmax
 from . import losses as _losses
+from . import hinge as _hinge
 from . import naming
 from .derivations import derive as _derive
 from .derive import Derivation
@@ -51,8 +52,10 @@ def check_names(op: object, params: dict, settings=SETTINGS) -> None:
         return
     if op == "aminmax":
         raise ValueError(_aminmax.NOT_A_MODULE)
+    if op in _hinge.OPS:  # (hinge.py)
+        raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
-        close = closest(op, OPS)
+        close = closest(op, [*OPS, *_hinge.OPS])  # (the composed losses too)
         if close:
             raise ValueError(f"unknown op {op!r}; did you mean {close!r}? (expected one of: {', '.join(OPS)})")
         return
@@ -127,6 +130,9 @@ def load(op: str, backend: str = "numpy", ties: str | None = None,
             raise unexpected(op, "parameter", wrong, list(_aminmax.PARAMS + SETTINGS))
         settings = dict(backend=backend, ties=ties, convention=convention, nan=nan, order=order)
         return _aminmax.load(load, settings, params)
+    if named and op in _hinge.OPS:  # composed of a generated module (hinge.py)
+        settings = dict(backend=backend, ties=ties, convention=convention, nan=nan, order=order)
+        return _hinge.load(load, op, settings, params)
     loss = named and op in _losses.LOSSES
     reduction = params.pop("reduction", "none") if loss else None  # (losses.py)
     check_names(op, params, ("backend",) + SETTINGS)

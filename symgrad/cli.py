@@ -23,6 +23,7 @@ from .pipeline import render
 from .printers import text
 from .suggest import closest as _closest
 from .aminmax import NOT_A_MODULE
+from . import hinge as _hinge
 
 MAX_ITEMS = 12  # per derivation step, unless --full
 WIDTH = 100  # `symgrad derive` text lines are wrapped to this width where they can be
@@ -98,8 +99,10 @@ def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
     own flags, for the suggestion when an argument is not recognized."""
     if op == "aminmax":
         raise ValueError(NOT_A_MODULE)
+    if op in _hinge.OPS:  # composed at the host level (hinge.py)
+        raise ValueError(_hinge.not_a_module(op))
     if op not in OPS:
-        close = _closest(op, OPS)
+        close = _closest(op, [*OPS, *_hinge.OPS])  # (the composed losses too)
         hint = f"; did you mean {close!r}?" if close else ""
         raise ValueError(f"unknown op {op!r}{hint} (expected one of: {', '.join(OPS)})")
     parser = _Parser(prog=f"symgrad ... {op}", add_help=False)

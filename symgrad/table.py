@@ -96,13 +96,15 @@ def _cell(grads) -> str:
 def measure(column: str, op: str, params: dict, inputs) -> str:
     from .api import load
     from .ops import OPS
-    if column not in CONVENTIONS and OPS[op].policies and column not in OPS[op].policies:
+    if column not in CONVENTIONS and op in OPS and OPS[op].policies and column not in OPS[op].policies:
         return "refused"  # a policy the op does not define (threshold's 'all')
     kw = {"convention": column} if column in CONVENTIONS else {"ties": column}
     module = load(op, **kw, **params)
-    arrays = [np.array(x, dtype=np.float64) for x in inputs]
+    index = getattr(module, "INDEX_INPUTS", ())  # (a composed loss's class indices: hinge.py)
+    arrays = [np.array(x, dtype=np.int64 if name in index else np.float64)
+              for name, x in zip(module.INPUTS, inputs)]
     y, saved = module.forward(*arrays)
-    return _cell(module.backward(np.ones_like(y), saved))
+    return _cell([g for g in module.backward(np.ones_like(y), saved) if g is not None])
 
 
 def markdown() -> str:
@@ -155,4 +157,13 @@ SITUATIONS += [
 SITUATIONS += [  # issue 30: hardshrink
     ("hardshrink", {}, "x = -0.5, 0.5", ([-0.5, 0.5],)),
     ("hardshrink", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]
+
+# issue 30: the hinge losses (symgrad/hinge.py, composed: the target selects and has no gradient,
+# so a cell holds the input's gradient only)
+SITUATIONS += [
+    ("hinge_embedding_loss", {}, "x = margin (1), t = -1", ([1.0], [-1.0])),
+    ("hinge_embedding_loss", {}, "x = NaN, t = -1, 0", ([NAN, NAN], [-1.0, 0.0])),
+    ("multi_margin_loss", {}, "x = [1, 0], y = 0 (z = 0)", ([[1.0, 0.0]], [0])),
+    ("multi_margin_loss", {}, "x = [1, NaN], y = 0", ([[1.0, NAN]], [0])),
 ]
