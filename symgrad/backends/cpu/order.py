@@ -1,0 +1,135 @@
+"""The cpu backend's order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian:
+lower.OrderKernel): order.c.jinja (the total-order key of each dtype, then the body the kernel
+picks: a row's ranks by a k-bounded insertion or a stable merge sort, a prefix's running winner,
+one rank of each row) and loader_order.py.jinja (the NumPy module's layout partials from host/,
+its Saved field for field, the checks of what backward reads).  One thread a row; backward in
+gather form from the saved ranks (each element written once: no atomics), tie blocks' gradients
+added in float64 in the NumPy module's order and rounded once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...lower import TOTAL, OrderKernel
+from .printer import c_code
+
+if TYPE_CHECKING:
+    from ...lower import Artifacts
+
+# (bits type, signed type, magnitude mask, +inf's bits, NumPy's NaN's bits) of each dtype's key
+_BITS = {"f16": ("uint16_t", "int16_t", "0x7fffu", "0x7c00u", "0x7e00u"),
+         "f32": ("uint32_t", "int32_t", "0x7fffffffu", "0x7f800000u", "0x7fc00000u"),
+         "f64": ("uint64_t", "int64_t", "0x7fffffffffffffffull", "0x7ff0000000000000ull", "0x7ff8000000000000ull")}
+# the body of each (select, ties): the .c partial and the loader's
+_BODIES = {("rank", "first"): "rank_one", ("rank", "last"): "rank_one", ("rank", "block"): "rank_block",
+           ("prefix", "first"): "prefix_one", ("prefix", "last"): "prefix_one",
+           ("prefix", "block"): "prefix_block", ("one", "first"): "one", ("one", "last"): "one",
+           ("one", "block"): "one"}
+# the element of step s of a row's scan: equal keys keep the scan's order (first: by index; last:
+# by index reversed)
+_POSITION = {"first": "s", "last": "n - 1 - s"}
+# a prefix's winner is replaced by an element whose key is greater (first) or not smaller (last)
+_REPLACES = {"first": ">", "last": ">="}
+# first/last's gradient at its element (OrderKernel.grad_form), in the compute type, and the other elements'
+_GRADIENT = {"written": "g", "added": "({A})0 + g", "negated": "-(({A})0 - g)"}
+_OTHERS = {"written": "({A})0", "added": "({A})0", "negated": "-({A})0"}
+_GRAD_DOCS = {"written": "written (a -0 stays -0)", "added": "added into +0 (a -0 becomes +0)",
+              "negated": "as -(0 - g) (the gradient of -top_k(-x): -0 elsewhere)"}
+# the selected rank(s) of a row of n elements, `numbers` of them not NaN (kinds/median.py)
+_RANKS = {"k": ("K - 1", "K - 1"),
+          "middle": ("numbers < n ? numbers : (n - 1) / 2", "numbers < n ? numbers : n / 2"),
+          "middle_of_numbers": ("(numbers > 0 ? numbers - 1 : 0) / 2", "numbers / 2")}
+_RANK_DOCS = {"k": "rank K - 1", "middle": "rank (n - 1) // 2 of the row's n elements, or its first NaN's",
+              "middle_of_numbers": "rank (m - 1) // 2 of the row's m numbers (NaNs rank last; none: rank 0)"}
+
+
+def refuses(kernel: OrderKernel) -> str | None:
+    """Why the kernels do not build this order statistic, in words (None: they do)."""
+    if kernel.tree:
+        return ("the cpu backend does not build a cumulative op in JAX's associative-scan tree (its "
+                "gradient's order form 'tree') yet; use backend='numpy' for it")
+    if kernel.ties == "block" or kernel.select == "one":
+        return ("the cpu backend builds sort, topk, cummax and cummin under ties 'first' and 'last' only "
+                "so far; use backend='numpy' for it")
+    return None
+
+
+def _rank_key(kernel: OrderKernel, dt: str) -> str:
+    """The key ranking first the element that comes first (the NumPy module's _rank_key) of v."""
+    key = f"sg_key_{dt}(v)"
+    if kernel.select == "prefix":  # the larger key wins a prefix (NaN every prefix holding one)
+        return key if kernel.descending else f"sg_isnan_bits_{dt}(v) ? INT64_MAX : -{key}"
+    return f"-{key}" if kernel.descending else key
+
+
+def _weight(kernel: OrderKernel) -> str:
+    return "" if kernel.weight is None else c_code(kernel.weight, "double")
+
+
+def order_context(art: Artifacts, base: dict) -> dict:
+    """The .c source's and loader's finished strings, over the backend's base context."""
+    kernel = art.kernel
+    assert isinstance(kernel, OrderKernel)
+    why = refuses(kernel)
+    if why:
+        raise ValueError(f"{art.op.name}: {why}")
+    body = _BODIES[(kernel.select, kernel.ties)]
+    ties = "last" if kernel.ties == "last" else "first"
+    dtypes = [dt | {"bits": _BITS[dt["name"]], "rank_key": _rank_key(kernel, dt["name"]),
+                    "gradient": _GRADIENT[kernel.grad_form].format(A=dt["acc"]),
+                    "others": _OTHERS[kernel.grad_form].format(A=dt["acc"]),
+                    "zero_lines": [] if kernel.zeros_ordered else
+                    [f"if ((bits & {_BITS[dt['name']][2]}) == 0) bits = 0;  // -0 as +0"]} for dt in base["dtypes"]]
+    ctx = base | {
+        "template": "cpu/order.c.jinja", "loader_template": "cpu/loader_order.py.jinja",
+        "body": f"cpu/_order_{body}.c.jinja", "loader_body": f"cpu/_loader_order_{body}.py.jinja",
+        "layout": "host/_order_along.py.jinja", "dtypes": dtypes,
+        "saved_fields": list(kernel.saved), "saved_doc": ", ".join(kernel.saved),
+        "key_doc": ("NaN above +inf (every NaN equal), -0 below +0" if kernel.zeros_ordered
+                    else "NaN above +inf (every NaN equal), +0 and -0 equal"),
+        "position": _POSITION[ties], "replaces": _REPLACES[ties],
+        "tie_doc": ("equal elements rank by index (a stable sort)" if ties == "first"
+                    else "equal elements rank by index reversed (the latest first)"),
+        "weight": _weight(kernel), "grad_doc": _GRAD_DOCS[kernel.grad_form],
+        "weight_doc": "" if kernel.weight is None else (
+            "the block's total over its size" if kernel.weight != TOTAL else "the block's total"),
+        "count": "v.shape[-1]" if kernel.k is None else "K",
+        "extremum": "max" if kernel.descending else "min",
+    }
+    if kernel.select == "prefix":
+        ctx |= _prefix_strings(kernel)
+    if kernel.select == "one":
+        ctx |= _one_strings(art.op, kernel)
+    return ctx
+
+
+def _prefix_strings(kernel: OrderKernel) -> dict:
+    """A cumulative op's NaN rule 'zero' (an output that is NaN sends nothing): the saved values
+    read by backward and jvp."""
+    nan_zero = kernel.nan_sends_nothing
+    return {"nan_zero": nan_zero,
+            "values_param": "const {T}* restrict values, " if nan_zero else "",
+            "values_arg": ", _c(saved.values)" if nan_zero else "",
+            "saved_args": "block_start, tied, values" if nan_zero else "block_start, tied"}
+
+
+def _one_strings(op, kernel: OrderKernel) -> dict:
+    """kthvalue, median, nanmedian: the rank(s) each row selects, the value (JAX's midpoint: the
+    two middle elements averaged), the gradient's partial and its NaN rule."""
+    whole = op.params["dim"] is None
+    low, high = _RANKS[kernel.rank]
+    pair = kernel.midpoint
+    form = "block" if kernel.ties == "block" else ("pair" if pair else "single")
+    return {
+        "layout": "host/_order_whole.py.jinja" if whole else "host/_order_one_along.py.jinja",
+        "low": low, "high": high if pair else low, "picks": "2" if pair else "1", "pair": pair,
+        "rank_doc_one": _RANK_DOCS[kernel.rank] + (" and rank n // 2 (m // 2): the two middle elements, "
+                                                   "averaged" if pair else ""),
+        "one_backward": f"cpu/_order_one_{form}.c.jinja",
+        "k_check": kernel.rank == "k",
+        "output": "values" if whole else "(values, _reduced(picked[..., 0], x.shape))",
+        "output_doc": "value" if whole else "(values, indices)",
+        "saved_args": ", ".join(("picked", "x")[:len(kernel.saved)]),
+        "keeps_x": len(kernel.saved) > 1,
+        "nan_sends_nothing": kernel.nan_sends_nothing, "nan": kernel.nan,
+    }
