@@ -48,7 +48,7 @@ def refuses(kernel: OrderKernel) -> str | None:
     if kernel.tree:
         return ("the cpu backend does not build a cumulative op in JAX's associative-scan tree (its "
                 "gradient's order form 'tree') yet; use backend='numpy' for it")
-    if kernel.ties == "block" or kernel.select == "one":
+    if kernel.select == "one":
         return ("the cpu backend builds sort, topk, cummax and cummin under ties 'first' and 'last' only "
                 "so far; use backend='numpy' for it")
     return None
@@ -97,20 +97,24 @@ def order_context(art: Artifacts, base: dict) -> dict:
         "extremum": "max" if kernel.descending else "min",
     }
     if kernel.select == "prefix":
-        ctx |= _prefix_strings(kernel)
+        ctx |= _prefix_strings(kernel, dtypes)
     if kernel.select == "one":
         ctx |= _one_strings(art.op, kernel)
     return ctx
 
 
-def _prefix_strings(kernel: OrderKernel) -> dict:
+def _prefix_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
     """A cumulative op's NaN rule 'zero' (an output that is NaN sends nothing): the saved values
-    read by backward and jvp."""
+    that backward and jvp read, and their lines."""
     nan_zero = kernel.nan_sends_nothing
-    return {"nan_zero": nan_zero,
-            "values_param": "const {T}* restrict values, " if nan_zero else "",
-            "values_arg": ", _c(saved.values)" if nan_zero else "",
-            "saved_args": "block_start, tied, values" if nan_zero else "block_start, tied"}
+    for dt in dtypes:
+        isnan = f"sg_isnan_bits_{dt['name']}(values[r * n + i])"
+        dt |= {"values_param": f"const {dt['ctype']}* restrict values, " if nan_zero else "",
+               "nan_lines": [f"if ({isnan}) g = 0.0;  // NaN rule 'zero': no gradient"] if nan_zero else [],
+               "nan_jvp_lines": [f"if ({isnan}) o = 0.0;  // NaN rule 'zero'"] if nan_zero else []}
+    return {"values_param_doc": "const T* values, " if nan_zero else "",
+            "values_read": ["_c(_saved_array(saved, \"values\", _row_shape(saved)))"] if nan_zero else [],
+            "values_kept": "values, " if nan_zero else ""}
 
 
 def _one_strings(op, kernel: OrderKernel) -> dict:
