@@ -1,4 +1,5 @@
-"""The cpu backend's order statistics (issue 29: sort, topk, cummax, cummin) against the NumPy
+"""The cpu backend's order statistics (issue 29: sort, topk, cummax, cummin, kthvalue, median,
+nanmedian) against the NumPy
 backend's module, itself checked against a brute-force W, PyTorch and JAX (tests/test_order.py,
 tests/test_median.py): forward's values, indices and every saved array, backward and jvp, bit for
 bit (signs of zero and NaN bits included) on tie-heavy inputs with NaN, +-inf and +-0, in
@@ -74,6 +75,18 @@ def _every_case():
         yield "cummin", {"ties": ties, "dim": 0}
     for ties in ("split", "all"):
         yield "cummax", {"ties": ties, "dim": 1, "nan": "zero"}
+    for ties in POLICIES:  # one rank of each row (kinds/median.py)
+        yield "kthvalue", {"ties": ties, "k": 2, "dim": 1}
+        yield "median", {"ties": ties, "dim": 0}
+        yield "median", {"ties": ties, "dim": None, "nan": "propagate"}
+        yield "nanmedian", {"ties": ties, "dim": 1, "keepdim": True}
+        yield "nanmedian", {"ties": ties, "dim": None, "nan": "omit_zero"}
+    yield "nanmedian", {"dim": 0, "ties": "split", "convention": "jax"}  # JAX's two middle ranks, blocks
+    for convention in ("torch", "jax"):
+        yield "kthvalue", {"k": 3, "dim": 1, "convention": convention}
+        for name in ("median", "nanmedian"):
+            yield name, {"dim": -1, "convention": convention}
+            yield name, {"dim": None, "convention": convention}
     yield "cummax", {"dim": -1, "convention": "torch"}  # the benchmark's
     for convention in ("torch", "jax"):
         for name, params in (("sort", {}), ("sort", {"descending": True}), ("topk", {"k": 2}),

@@ -48,9 +48,6 @@ def refuses(kernel: OrderKernel) -> str | None:
     if kernel.tree:
         return ("the cpu backend does not build a cumulative op in JAX's associative-scan tree (its "
                 "gradient's order form 'tree') yet; use backend='numpy' for it")
-    if kernel.select == "one":
-        return ("the cpu backend builds sort, topk, cummax and cummin under ties 'first' and 'last' only "
-                "so far; use backend='numpy' for it")
     return None
 
 
@@ -99,7 +96,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
     if kernel.select == "prefix":
         ctx |= _prefix_strings(kernel, dtypes)
     if kernel.select == "one":
-        ctx |= _one_strings(art.op, kernel)
+        ctx |= _one_strings(art.op, kernel, dtypes)
     return ctx
 
 
@@ -117,23 +114,56 @@ def _prefix_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
             "values_kept": "values, " if nan_zero else ""}
 
 
-def _one_strings(op, kernel: OrderKernel) -> dict:
+_ONE_DOCS = {  # (backward, jvp) of each form
+    "single": ("each row's gradient {grad} at the element holding the selected rank, +0 elsewhere",
+               "the tangent of the element holding the rank (a gather)"),
+    "pair": ("g * 0.5 added into +0 at each of the two middle elements (both halves, added, where one "
+             "element holds both ranks), +0 elsewhere", "(t_low + t_high) * 0.5 of the two middle elements' tangents"),
+    "block": ("each element of a selected rank's tie block gathering {weight} of the output's gradient "
+              "(computed in float64, rounded once; a -0 kept), +0 elsewhere",
+              "{weight} of each selected rank's block's tangents (float64, rounded once)")}
+
+
+def _one_strings(op, kernel: OrderKernel, dtypes: list[dict]) -> dict:
     """kthvalue, median, nanmedian: the rank(s) each row selects, the value (JAX's midpoint: the
     two middle elements averaged), the gradient's partial and its NaN rule."""
     whole = op.params["dim"] is None
     low, high = _RANKS[kernel.rank]
     pair = kernel.midpoint
     form = "block" if kernel.ties == "block" else ("pair" if pair else "single")
+    for dt in dtypes:
+        name, a = dt["name"], dt["acc"]
+        chosen = [f"row[ranked[{rank}].at]" for rank in ("low", "high")]
+        isnan = f"sg_isnan_bits_{name}(x[r * n + picked[r * PICKS]])"
+        dt |= {"value": (f"sg_store_{name}(sg_load_{name}(sg_store_{name}(sg_load_{name}({chosen[0]}) + "
+                         f"sg_load_{name}({chosen[1]}))) * ({a})0.5)") if pair else chosen[0],
+               "nan_lines": [f"if ({isnan}) g = 0;  // NaN rule '{kernel.nan}': a NaN output sends nothing"]
+               if kernel.nan_sends_nothing else [],
+               "nan_jvp_lines": [f"if ({isnan}) o = 0;  // NaN rule '{kernel.nan}'"] if kernel.nan_sends_nothing else []}
+    hit = "(k == key[{m}] ? w[{m}] : 0.0)"
+    backward_doc, jvp_doc = _ONE_DOCS[form]
+    weight_doc = "its share over the block's size" if kernel.weight != TOTAL else "its whole share"
     return {
+        "body": "cpu/_order_one.c.jinja", "loader_body": "cpu/_loader_order_one.py.jinja",
         "layout": "host/_order_whole.py.jinja" if whole else "host/_order_one_along.py.jinja",
-        "low": low, "high": high if pair else low, "picks": "2" if pair else "1", "pair": pair,
+        "low": low, "high": high if pair else low, "picks": "2" if pair else "1",
         "rank_doc_one": _RANK_DOCS[kernel.rank] + (" and rank n // 2 (m // 2): the two middle elements, "
                                                    "averaged" if pair else ""),
         "one_backward": f"cpu/_order_one_{form}.c.jinja",
-        "k_check": kernel.rank == "k",
+        "one_helpers": ["cpu/_order_one_block_helpers.c.jinja"] if form == "block" else [],
+        "shares": "{0.5, 0.5}" if pair else "{1.0}",
+        "added_ranks": " + ".join(hit.format(m=m) for m in range(1 + pair)),
+        "added_terms": " + ".join(f"terms[{m}]" for m in range(1 + pair)),
+        "weight_doc": weight_doc if form == "block" else "",
+        "backward_doc": backward_doc.format(grad=_GRAD_DOCS[kernel.grad_form], weight=weight_doc),
+        "jvp_doc": jvp_doc.format(weight=weight_doc),
+        "rank_checks": ["if not 1 <= K <= n:",
+                        '    raise ValueError(f"{OP}: k={K} is out of range for the {n} elements along dim {DIM}")']
+        if kernel.rank == "k" else [],
+        "k_arg": "K" if kernel.rank == "k" else "0",
         "output": "values" if whole else "(values, _reduced(picked[..., 0], x.shape))",
         "output_doc": "value" if whole else "(values, indices)",
         "saved_args": ", ".join(("picked", "x")[:len(kernel.saved)]),
-        "keeps_x": len(kernel.saved) > 1,
-        "nan_sends_nothing": kernel.nan_sends_nothing, "nan": kernel.nan,
+        "x_read": ('_c(_rows(_saved_array(saved, "x", saved.input_shape)))' if len(kernel.saved) > 1
+                   else "np.empty(0, dtype=saved.dtype)"),  # (x not read)
     }
