@@ -43,14 +43,6 @@ _RANK_DOCS = {"k": "rank K - 1", "middle": "rank (n - 1) // 2 of the row's n ele
               "middle_of_numbers": "rank (m - 1) // 2 of the row's m numbers (NaNs rank last; none: rank 0)"}
 
 
-def refuses(kernel: OrderKernel) -> str | None:
-    """Why the kernels do not build this order statistic, in words (None: they do)."""
-    if kernel.tree:
-        return ("the cpu backend does not build a cumulative op in JAX's associative-scan tree (its "
-                "gradient's order form 'tree') yet; use backend='numpy' for it")
-    return None
-
-
 def _rank_key(kernel: OrderKernel, dt: str) -> str:
     """The key ranking first the element that comes first (the NumPy module's _rank_key) of v."""
     key = f"sg_key_{dt}(v)"
@@ -67,10 +59,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
     """The .c source's and loader's finished strings, over the backend's base context."""
     kernel = art.kernel
     assert isinstance(kernel, OrderKernel)
-    why = refuses(kernel)
-    if why:
-        raise ValueError(f"{art.op.name}: {why}")
-    body = _BODIES[(kernel.select, kernel.ties)]
+    body = "prefix_tree" if kernel.tree else _BODIES[(kernel.select, kernel.ties)]
     ties = "last" if kernel.ties == "last" else "first"
     dtypes = [dt | {"bits": _BITS[dt["name"]], "rank_key": _rank_key(kernel, dt["name"]),
                     "gradient": _GRADIENT[kernel.grad_form].format(A=dt["acc"]),
@@ -93,7 +82,9 @@ def order_context(art: Artifacts, base: dict) -> dict:
         "count": "v.shape[-1]" if kernel.k is None else "K",
         "extremum": "max" if kernel.descending else "min",
     }
-    if kernel.select == "prefix":
+    if kernel.tree:
+        ctx |= _tree_strings(kernel, dtypes)
+    elif kernel.select == "prefix":
         ctx |= _prefix_strings(kernel, dtypes)
     if kernel.select == "one":
         ctx |= _one_strings(art.op, kernel, dtypes)
@@ -122,6 +113,20 @@ _ONE_DOCS = {  # (backward, jvp) of each form
     "block": ("each element of a selected rank's tie block gathering {weight} of the output's gradient "
               "(computed in float64, rounded once; a -0 kept), +0 elsewhere",
               "{weight} of each selected rank's block's tangents (float64, rounded once)")}
+
+
+def _tree_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
+    """JAX's tree of cummax/cummin: the binary extremum's winner, XLA's zeros (-0 below +0: the
+    output is +0 once a +0 is met (max), -0 once a -0 is met (min))."""
+    top, bottom = ("+0", "-0") if kernel.descending else ("-0", "+0")
+    for dt in dtypes:
+        zeros = {"+0": f"sg_store_{dt['name']}(({dt['acc']})0)", "-0": f"sg_store_{dt['name']}(-({dt['acc']})0)"}
+        dt |= {"kept_zero": zeros[top], "other_zero": zeros[bottom]}
+    return {"wins": ">=" if kernel.descending else "<=",
+            "accumulate": "maximum.accumulate" if kernel.descending else "minimum.accumulate",
+            "kept_sign": "!signbit(b)" if kernel.descending else "signbit(b)",
+            "kept_doc": f"a {top} met so far: a zero output is {top}, else {bottom}",
+            "zeros_doc": "-0 below +0" if kernel.descending else "-0 below +0: a min of zeros is -0 once one is met"}
 
 
 def _one_strings(op, kernel: OrderKernel, dtypes: list[dict]) -> dict:
