@@ -82,6 +82,8 @@ def order_context(art: Artifacts, base: dict) -> dict:
         "count": "v.shape[-1]" if kernel.k is None else "K",
         "extremum": "max" if kernel.descending else "min",
     }
+    if kernel.select == "prefix" and kernel.ties != "block":
+        ctx |= _takes(kernel, ties, dtypes)
     if kernel.tree:
         ctx |= _tree_strings(kernel, dtypes)
     elif kernel.select == "prefix":
@@ -113,6 +115,24 @@ _ONE_DOCS = {  # (backward, jvp) of each form
     "block": ("each element of a selected rank's tie block gathering {weight} of the output's gradient "
               "(computed in float64, rounded once; a -0 kept), +0 elsewhere",
               "{weight} of each selected rank's block's tangents (float64, rounded once)")}
+
+
+# x takes over from the winner b of a prefix, compared as floats where +0 and -0 are equal (the
+# total-order key's order: NaN above every number); by (ties, descending)
+_TAKES = {("first", True): "(sg_isnan(x) && !sg_isnan(b)) || x > b",
+          ("last", True): "sg_isnan(x) || (!sg_isnan(b) && x >= b)",
+          ("first", False): "(sg_isnan(x) && !sg_isnan(b)) || (!sg_isnan(b) && x < b)",
+          ("last", False): "sg_isnan(x) || (!sg_isnan(b) && x <= b)"}
+
+
+def _takes(kernel: OrderKernel, ties: str, dtypes: list[dict]) -> dict:
+    """Whether element x takes over as a prefix's winner from b: compared as floats (NaN the
+    largest, +0 equal to -0), or by the key where -0 ranks below +0."""
+    for dt in dtypes:
+        dt["takes"] = (f"sg_rank_{dt['name']}(row[i]) {_REPLACES[ties]} sg_rank_{dt['name']}(held)"
+                       if kernel.zeros_ordered else _TAKES[(ties, kernel.descending)])
+    return {"takes_doc": ("the keys compared" if kernel.zeros_ordered
+                          else "compared as floats, NaN above every number, +0 equal to -0")}
 
 
 def _tree_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
