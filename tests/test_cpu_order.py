@@ -134,3 +134,11 @@ def test_a_saved_index_that_forward_did_not_save_is_one_clear_error():
             m.jvp(np.ones((3, 4)), forged)
     with pytest.raises(ValueError, match="saved.indices must be forward's int64 array"):
         m.backward(np.ones_like(y), saved._replace(indices=saved.indices.astype(np.int32)))
+
+
+def test_check_decides_the_cpu_modules():
+    """symgrad.check (its probes read only forward) accepts the cpu modules' backward and jvp."""
+    x = np.array([[1.0, 0.5, 1.0, 0.0, 1.0, 0.5], [2.0, 2.0, 2.0, 2.0, -1.0, 0.0]])
+    for name, params in FAST:
+        report = symgrad.check(symgrad.load(name, backend="cpu", **params), x, modes="both")
+        assert report.ok and report.tied_windows > 0, str(report)
