@@ -107,16 +107,6 @@ def _prefix_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
             "values_kept": "values, " if nan_zero else ""}
 
 
-_ONE_DOCS = {  # (backward, jvp) of each form
-    "single": ("each row's gradient {grad} at the element holding the selected rank, +0 elsewhere",
-               "the tangent of the element holding the rank (a gather)"),
-    "pair": ("g * 0.5 added into +0 at each of the two middle elements (both halves, added, where one "
-             "element holds both ranks), +0 elsewhere", "(t_low + t_high) * 0.5 of the two middle elements' tangents"),
-    "block": ("each element of a selected rank's tie block gathering {weight} of the output's gradient "
-              "(computed in float64, rounded once; a -0 kept), +0 elsewhere",
-              "{weight} of each selected rank's block's tangents (float64, rounded once)")}
-
-
 # x takes over from the winner b of a prefix, compared as floats where +0 and -0 are equal (the
 # total-order key's order: NaN above every number); by (ties, descending)
 _TAKES = {("first", True): "(sg_isnan(x) && !sg_isnan(b)) || x > b",
@@ -149,6 +139,16 @@ def _tree_strings(kernel: OrderKernel, dtypes: list[dict]) -> dict:
             "zeros_doc": "-0 below +0" if kernel.descending else "-0 below +0: a min of zeros is -0 once one is met"}
 
 
+_ONE_DOCS = {  # (backward, jvp) of each form
+    "single": ("each row's gradient {grad} at the element holding the selected rank, +0 elsewhere",
+               "the tangent of the element holding the rank (a gather)"),
+    "pair": ("g * 0.5 added into +0 at each of the two middle elements (both halves, added, where one "
+             "element holds both ranks), +0 elsewhere", "(t_low + t_high) * 0.5 of the two middle elements' tangents"),
+    "block": ("each element of a selected rank's tie block gathering {weight} of the output's gradient "
+              "(computed in float64, rounded once; a -0 kept), +0 elsewhere",
+              "{weight} of each selected rank's block's tangents (float64, rounded once)")}
+
+
 def _one_strings(op, kernel: OrderKernel, dtypes: list[dict]) -> dict:
     """kthvalue, median, nanmedian: the rank(s) each row selects, the value (JAX's midpoint: the
     two middle elements averaged), the gradient's partial and its NaN rule."""
@@ -169,7 +169,6 @@ def _one_strings(op, kernel: OrderKernel, dtypes: list[dict]) -> dict:
     backward_doc, jvp_doc = _ONE_DOCS[form]
     weight_doc = "its share over the block's size" if kernel.weight != TOTAL else "its whole share"
     return {
-        "body": "cpu/_order_one.c.jinja", "loader_body": "cpu/_loader_order_one.py.jinja",
         "layout": "host/_order_whole.py.jinja" if whole else "host/_order_one_along.py.jinja",
         "low": low, "high": high if pair else low, "picks": "2" if pair else "1",
         "rank_doc_one": _RANK_DOCS[kernel.rank] + (" and rank n // 2 (m // 2): the two middle elements, "
