@@ -1,15 +1,17 @@
-"""symgrad's NumPy order statistics against PyTorch's CPU kernels, one thread each (issue 29).
+"""symgrad's order statistics (the cpu backend's C kernels and the NumPy module) against
+PyTorch's CPU kernels, one thread each (issue 29).
 
     python benchmarks/order.py [--runs 7]
 
-Times, on float32 inputs drawn with ties (integers 0..99), the generated NumPy module under the
-torch preset and PyTorch (torch.set_num_threads(1)): topk (k=8 of 4096 per row, 4096 rows) and
-cummax over (256, 4096) along the last dim, forward and backward apart.  The two are timed
-interleaved (one run of each in turn, so a load change on the machine hits both) and the median
-of --runs runs is printed with the ratio symgrad / PyTorch.  cummax's values, indices and gradient
-are checked against PyTorch bit for bit first; topk's values (its tied indices follow
-std::partial_sort, which the preset does not reproduce: see README).  The cpu (C) backend does not
-build these ops yet: the NumPy module is what there is to time.
+Times, on float32 inputs drawn with ties (integers 0..99), the generated modules under the torch
+preset (the cpu backend with threads=1) and PyTorch (torch.set_num_threads(1)): topk (k=8 of 4096
+per row, 4096 rows) and cummax over (256, 4096) along the last dim, forward and backward apart.
+They are timed interleaved (one run of each in turn, so a load change on the machine hits all)
+in process CPU time (time.process_time: the time this process ran, not the time it waited for
+a core on a loaded machine), and the median of --runs runs is printed with the ratio
+symgrad / PyTorch.  cummax's values, indices and gradient are checked against PyTorch bit for bit
+first; topk's values (its tied indices follow std::partial_sort, which the preset does not
+reproduce: see README).
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ def interleaved(fns: dict, runs: int) -> dict:
     samples = {name: [] for name in fns}
     for _ in range(runs):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            samples[name].append(time.perf_counter() - t0)
+            samples[name].append(time.process_time() - t0)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 
@@ -41,18 +43,23 @@ def torch_call(torch, name, params, t):
 
 
 def run(torch, np, symgrad, name, params, shape, runs) -> None:
-    module = symgrad.load(name, convention="torch", **params)
+    modules = {backend: symgrad.load(name, convention="torch", backend=backend, **params)
+               for backend in ("cpu", "numpy")}
+    modules["cpu"].THREADS = 1
     rng = np.random.default_rng(0)
     x = rng.integers(0, 100, size=shape).astype(np.float32)
-    (y, idx), saved = module.forward(x)
-    g = rng.standard_normal(y.shape).astype(np.float32)
     tx = torch.tensor(x, requires_grad=True)
     ty, ti = torch_call(torch, name, params, tx)
+    g = rng.standard_normal(ty.shape).astype(np.float32)
     ty.backward(torch.from_numpy(g))
-    assert np.array_equal(y, ty.detach().numpy()), "values differ from PyTorch"
-    if name == "cummax":
-        assert np.array_equal(idx, ti.numpy()), "indices differ from PyTorch"
-        assert np.array_equal(module.backward(g, saved)[0].view(np.uint32), tx.grad.numpy().view(np.uint32))
+    saves = {}
+    for backend, module in modules.items():
+        (y, idx), saves[backend] = module.forward(x)
+        assert np.array_equal(y, ty.detach().numpy()), f"{backend}: values differ from PyTorch"
+        if name == "cummax":
+            assert np.array_equal(idx, ti.numpy()), f"{backend}: indices differ from PyTorch"
+            grad = module.backward(g, saves[backend])[0]
+            assert np.array_equal(grad.view(np.uint32), tx.grad.numpy().view(np.uint32)), f"{backend}: gradient"
     tg = torch.from_numpy(g)
     with torch.no_grad():
         plain = torch.tensor(x)
@@ -67,19 +74,24 @@ def run(torch, np, symgrad, name, params, shape, runs) -> None:
         graph["y"].backward(tg)
 
     times = interleaved({
-        "symgrad forward": lambda: module.forward(x),
-        "symgrad backward": lambda: module.backward(g, saved),
+        "cpu forward": lambda: modules["cpu"].forward(x),
+        "cpu backward": lambda: modules["cpu"].backward(g, saves["cpu"]),
+        "numpy forward": lambda: modules["numpy"].forward(x),
+        "numpy backward": lambda: modules["numpy"].backward(g, saves["numpy"]),
         "torch forward": torch_forward,
         "torch forward+backward": torch_backward,
         "torch forward (no_grad)": lambda: torch_call(torch, name, params, plain),
     }, runs)
     torch_bwd = times["torch forward+backward"] - times["torch forward"]
-    print(f"{name}{params} on {shape} float32, median of {runs} interleaved runs:")
-    for label, ours, theirs in (("forward", times["symgrad forward"], times["torch forward"]),
-                                ("backward", times["symgrad backward"], torch_bwd)):
-        print(f"  {label:<9} symgrad numpy {ours * 1e3:9.2f} ms   PyTorch {theirs * 1e3:9.2f} ms   "
-              f"ratio {ours / theirs:6.2f}x")
-    print(f"  (PyTorch forward without autograd: {times['torch forward (no_grad)'] * 1e3:.2f} ms)")
+    print(f"{name}{params} on {shape} float32, median process CPU time of {runs} interleaved runs:")
+    for label, theirs in (("forward", times["torch forward"]), ("backward", torch_bwd)):
+        for backend in ("cpu", "numpy"):
+            ours = times[f"{backend} {label}"]
+            print(f"  {label:<9} symgrad {backend:<5} {ours * 1e3:9.2f} ms   PyTorch {theirs * 1e3:9.2f} ms   "
+                  f"ratio {ours / theirs:6.2f}x")
+    plain_forward = times["torch forward (no_grad)"]
+    print(f"  (PyTorch forward without autograd, on a tensor made beforehand: {plain_forward * 1e3:.2f} ms; "
+          f"symgrad cpu's forward over it: {times['cpu forward'] / plain_forward:.2f}x)")
 
 
 def main() -> None:

@@ -28,12 +28,12 @@ import sympy as sp
 from ... import geometry, naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
-from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, UnpoolKernel, WindowKernel,
+from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel,
                      backward_plan, form_of, kernel_form)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
-                      header, python_geometry, special_docstring, wrap)
+                      header, order_docstring, python_geometry, special_docstring, wrap)
 from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, adaptive_window_code, bfloat16_context,
                     bfloat16_kernels, computes_bfloat16, dtype_constants, fractional_window_code,
                     host_partials, preamble_context)
@@ -426,6 +426,8 @@ def _base_context(art: Artifacts) -> dict:
     op = art.op
     if op.spec.strategy.expression:
         lines, doc = expression_header(op, "cpu"), expression_docstring(op, art.derivation)
+    elif isinstance(art.kernel, OrderKernel):
+        lines, doc = header(op, "cpu"), order_docstring(op, art.derivation, art.kernel)
     elif op.spec.strategy.special:
         lines, doc = header(op, "cpu"), special_docstring(op, art.derivation, art.kernel)
     else:
@@ -1135,11 +1137,17 @@ def _segment_context(art: Artifacts) -> dict:
     return segment_context(art, base, _selection(art.kernel), base["dtypes"])
 
 
+def _order_context(art: Artifacts) -> dict:
+    """Order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian): cpu/order.py."""
+    from .order import order_context
+    return order_context(art, _base_context(art) | {"loader_note": _loader_note(art.op, "", "the rows")})
+
+
 # the context function of each kernel form this backend builds (lower.kernel_form)
 _CONTEXTS = {"ElementwiseKernel": _elementwise_context, "UnpoolKernel": _unpool_context,
              "LogSumExpKernel": _logsumexp_context, "strided": _pool_context, "rows": _reduction_context,
              "blocks": _maxout_context, "spans": _adaptive_context, "sampled": _fractional_context,
-             "segments": _segment_context}
+             "segments": _segment_context, "OrderKernel": _order_context}
 FORMS = tuple(_CONTEXTS)  # the kernel forms this backend builds (lower.kernel_form; the others follow)
 
 

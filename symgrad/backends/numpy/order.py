@@ -48,7 +48,7 @@ def context(op, kernel: OrderKernel) -> dict:
         return one_context(op, kernel, shared(op, kernel))
     prefix = kernel.select == "prefix"
     body = TREE if kernel.tree else BODIES[(kernel.select, kernel.ties)]
-    ctx = shared(op, kernel) | {"body": body, "layout": "numpy/_order_along.py.jinja"}
+    ctx = shared(op, kernel) | {"body": body, "layout": "host/_order_along.py.jinja"}
     ctx |= _rank_key(kernel, prefix)
     if kernel.ties in _TIE_DOCS:
         ctx |= {"tie_doc": _TIE_DOCS[kernel.ties], "ranked": _RANKED[kernel.ties], "taken": _TAKEN[kernel.ties],

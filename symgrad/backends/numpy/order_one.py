@@ -34,7 +34,7 @@ def context(op, kernel: OrderKernel, shared: dict) -> dict:
     ranks = f"np.concatenate([{low.split('  #')[0]}, {high}], axis=-1)" if pair else low
     form = "block" if kernel.ties == "block" else ("pair" if pair else "single")
     ctx = shared | {
-        "layout": "numpy/_order_whole.py.jinja" if whole else "numpy/_order_one_along.py.jinja",
+        "layout": "host/_order_whole.py.jinja" if whole else "host/_order_one_along.py.jinja",
         "body": "numpy/_order_one.py.jinja", "backward_body": _BACKWARDS[form],
         "rank_key": "_key(v)", "rank_doc": "the smaller key ranks first (the smallest first, NaN after +inf)",
         "rank_lines": lines + [f"return {ranks}"], "picks": "2" if pair else "1",
