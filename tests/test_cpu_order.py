@@ -142,3 +142,20 @@ def test_check_decides_the_cpu_modules():
     for name, params in FAST:
         report = symgrad.check(symgrad.load(name, backend="cpu", **params), x, modes="both")
         assert report.ok and report.tied_windows > 0, str(report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,params", [("median", {"dim": 1, "ties": "last"}), ("kthvalue", {"k": 40, "dim": 1}),
+                                         ("topk", {"k": 40, "dim": 1})], ids=lambda v: v if isinstance(v, str) else "")
+def test_long_rows_of_distinct_sorted_and_tied_values(name, params):
+    """The quickselect of one rank and the merge sort of topk on rows of 1000: distinct values,
+    rows sorted ascending and descending (the middle-of-three pivot's easy and hard orders), and
+    rows of one value."""
+    want_m = symgrad.load(name, backend="numpy", **params)
+    got_m = symgrad.load(name, backend="cpu", **params)
+    rng = np.random.default_rng(5)
+    normal = rng.standard_normal((4, 1000))
+    for x in (normal, np.sort(normal), -np.sort(normal), np.ones((4, 1000)), np.round(normal * 3)):
+        want, _ = want_m.forward(x.astype(np.float32))
+        got, _ = got_m.forward(x.astype(np.float32))
+        assert list(map(bits, got)) == list(map(bits, want))

@@ -73,7 +73,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
         "saved_fields": list(kernel.saved), "saved_doc": ", ".join(kernel.saved),
         "key_doc": ("NaN above +inf (every NaN equal), -0 below +0" if kernel.zeros_ordered
                     else "NaN above +inf (every NaN equal), +0 and -0 equal"),
-        "position": _POSITION[ties], "replaces": _REPLACES[ties],
+        "position": _POSITION[ties], "replaces": _REPLACES[ties], "tie_less": "<" if ties == "first" else ">",
         "tie_doc": ("equal elements rank by index (a stable sort)" if ties == "first"
                     else "equal elements rank by index reversed (the latest first)"),
         "weight": _weight(kernel), "grad_doc": _GRAD_DOCS[kernel.grad_form],
@@ -158,7 +158,7 @@ def _one_strings(op, kernel: OrderKernel, dtypes: list[dict]) -> dict:
     form = "block" if kernel.ties == "block" else ("pair" if pair else "single")
     for dt in dtypes:
         name, a = dt["name"], dt["acc"]
-        chosen = [f"row[ranked[{rank}].at]" for rank in ("low", "high")]
+        chosen = [f"row[ranked[{rank}].at]" for rank in ("low", "next")]
         isnan = f"sg_isnan_bits_{name}(x[r * n + picked[r * PICKS]])"
         dt |= {"value": (f"sg_store_{name}(sg_load_{name}(sg_store_{name}(sg_load_{name}({chosen[0]}) + "
                          f"sg_load_{name}({chosen[1]}))) * ({a})0.5)") if pair else chosen[0],
