@@ -298,6 +298,18 @@ TORCH.update({"scatter_max": _SCATTER_TORCH, "scatter_min": _SCATTER_TORCH,
               "segment_max": _SEGMENT_TORCH, "segment_min": _SEGMENT_TORCH})
 JAX.update({"segment_max": _SEGMENT_JAX, "segment_min": _SEGMENT_JAX,
             "scatter_max": _SCATTER_JAX, "scatter_min": _SCATTER_JAX})
+# CSR segments (torch_scatter's segment_max_csr): the rule of segment_max over the ids indptr gives
+_CSR_TORCH = dataclasses.replace(_SEGMENT_TORCH, note=(
+    "torch.full((len(indptr) - 1, ...), -inf).scatter_reduce(0, ids, src, 'amax'), ids the "
+    "segment of each src row, as segment_max. PyTorch's own CSR form, torch.segment_reduce(src, "
+    "'max', offsets=indptr), is not reproduced: its backward divides a tie's gradient by the "
+    "count only where the gradient is positive (g = 2 over a 3-way tie gives 2/3 to each, "
+    "g = -3 gives -3 to each), which is not linear in g"))
+_CSR_JAX = dataclasses.replace(_SEGMENT_JAX, note=(
+    "jax.ops.segment_max(src, ids, len(indptr) - 1), ids the segment of each src row: "
+    + _SEGMENT_JAX.note.split(": ", 1)[1]))
+TORCH.update({"segment_max_csr": _CSR_TORCH, "segment_min_csr": _CSR_TORCH})
+JAX.update({"segment_max_csr": _CSR_JAX, "segment_min_csr": _CSR_JAX})
 
 PRESETS = {"torch": TORCH, "jax": JAX}
 CONVENTIONS = tuple(PRESETS)

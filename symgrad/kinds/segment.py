@@ -73,14 +73,18 @@ def _example_index(segments: int) -> np.ndarray:
 
 class FixedIndex:
     """A segment module with its index fixed (_example_index): the worked example's inputs are its
-    float inputs (scatter: input, src; segment: data), the index shown beside them."""
+    float inputs (scatter: input, src; segment: data), the index shown beside them (ids: the
+    segment of each element; CSR: the index is indptr, ids sorted)."""
 
     def __init__(self, mod):
         self.mod = mod
         self.scatter = len(mod.INPUTS) == 3
         self.names = (mod.INPUTS[0], mod.INPUTS[2]) if self.scatter else mod.INPUTS[:1]
         self.segments = mod.PARAMS.get("num_segments") or EXAMPLE_SEGMENTS
-        self.index = _example_index(self.segments)
+        self.ids = self.index = _example_index(self.segments)
+        if "indptr" in mod.INPUTS:  # CSR offsets: the same segments, their elements in order
+            self.ids = np.sort(self.ids)
+            self.index = np.searchsorted(self.ids, np.arange(self.segments + 1))
 
     def constants(self, x) -> tuple:
         return ((self.mod.INPUTS[1], self.index),)
@@ -98,7 +102,7 @@ class FixedIndex:
 def _example(op: "Op", mod):
     """Segments of the fixed index over 1-d inputs (scatter: input[j] first where it takes part),
     each listed in segment order and padded with None to the longest; a row per input."""
-    m, index = mod.segments, mod.index
+    m, index = mod.segments, mod.ids
     src = 1 if mod.scatter else 0
     windows = []
     for j in range(m):

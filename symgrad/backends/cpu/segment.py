@@ -11,7 +11,7 @@ import sympy as sp
 
 from ...lower import EXTREMUM, V, Quotient, WindowKernel
 from ..host import host_partials
-from ..host.segment import SEGMENT_INITIAL
+from ..host.segment import SEGMENT_INITIAL, layout_of
 from .printer import c_code
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
     grads = {dt["name"]: _gradients(scan, dt, count_arg[dt["name"]]) for dt in dtypes}
     inputs = op.spec.inputs
     index_name = next(n for n in inputs if n in op.spec.constant_inputs)
-    return base | SEGMENT_INITIAL[rule.initial] | host_partials(kernel) | {
+    return base | SEGMENT_INITIAL[layout_of(op, rule)] | host_partials(kernel) | {
         "template": "cpu/segment.c.jinja", "loader_template": "cpu/loader_segment.py.jinja",
         "selection_doc": docs, "real_types": real_types, "scan": scan,
         "constants": [f"#define PREFERRED(v) ({sign})  // the preferred sign of a tied zero ('ordered' zeros rule)"],

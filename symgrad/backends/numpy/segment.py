@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...lower import WindowKernel
 from ..host.printer import numpy_code
-from ..host.segment import SEGMENT_INITIAL, SYMBOLS
+from ..host.segment import SEGMENT_INITIAL, SYMBOLS, layout_of
 
 # which hit the output (and a scan's winner) is: its sorted position per segment
 _PICKS = {
@@ -62,5 +62,5 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "jvp_params": ", ".join(f"tangent_{n}" for n in inputs),
         "index_name": next(n for n in inputs if n in op.spec.constant_inputs),
         "src_name": float_inputs[-1],
-        **SEGMENT_INITIAL[rule.initial],
+        **SEGMENT_INITIAL[layout_of(op, rule)],
     }
