@@ -47,8 +47,9 @@ def torch_scatter_scatter(src, index, dim_size, g, ext="max"):
     return out, _scattered(arg, g, src.shape)
 
 
-def torch_scatter_segment_csr(src, indptr, g, ext="max"):
-    """torch_scatter.segment_max_csr(src, indptr) on (E, K) src, and the gradient to src."""
+def torch_scatter_segment_csr(src, indptr, g, ext="max", beaten_only=False):
+    """torch_scatter.segment_max_csr(src, indptr) on (E, K) src, and the gradient to src (with
+    beaten_only: from the segments an element took over only, the others' stale args left out)."""
     e_count, k_count = src.shape
     n = len(indptr) - 1
     out = np.zeros((n, k_count), dtype=src.dtype)
@@ -61,6 +62,8 @@ def torch_scatter_segment_csr(src, indptr, g, ext="max"):
                 vals[k], args[k] = _update(vals[k], args[k], src[e, k], e, ext)
         if indptr[j + 1] > indptr[j]:  # write(): count > 0
             out[j], arg[j] = vals, args
+            if beaten_only:
+                arg[j] = np.where(np.array(vals) == _init(src.dtype.type, ext), e_count, args)
     return out, _scattered(arg, g, src.shape)
 
 
@@ -103,6 +106,63 @@ def test_torch_scatter_is_ties_first_on_nonempty_segments_without_nan_or_inf(dty
         y, saved = csr.forward(src[order], indptr)
         _same_bits(y, want)
         _same_bits(csr.backward(g, saved)[0], want_grad)
+
+
+def _pyg_inputs(rng, dtype, ext):
+    """Tie-heavy rows with NaN, +-inf, +-0 and the dtype's start value (lowest; min: largest)."""
+    start = _init(dtype, ext)
+    pool = [0.0, -0.0, 1.0, 1.0, 2.0, -1.0, np.inf, -np.inf, np.nan, start]
+    return np.array(rng.choice(pool, size=(12, 2)), dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("ext", ["max", "min"])
+def test_pyg_preset_is_torch_scatter_scatter_max(dtype, ext):
+    """convention='pyg': segment_max/min is torch_scatter.scatter_max/min(src, ids, 0,
+    dim_size=num_segments) bit for bit, empty segments and NaN/-inf/lowest-only ones included."""
+    rng = np.random.default_rng(22)
+    mod = symgrad.load(f"segment_{ext}", convention="pyg", num_segments=6)
+    for _ in range(20):
+        src, ids = _pyg_inputs(rng, dtype, ext), rng.integers(0, 6, 12)
+        g = np.array(rng.choice([1.0, -3.0, 0.5], (6, 2)), dtype=dtype)
+        want, want_grad = torch_scatter_scatter(src, ids, 6, g, ext)
+        y, saved = mod.forward(src, ids)
+        _same_bits(y, want)
+        _same_bits(mod.backward(g, saved)[0], want_grad)
+
+
+@pytest.mark.parametrize("ext", ["max", "min"])
+def test_pyg_preset_is_torch_scatter_segment_csr_but_its_stale_arg(ext):
+    """convention='pyg': segment_max_csr is torch_scatter.segment_max_csr's output bit for bit, and
+    its gradient where a segment has a winner; a non-empty segment no element beats sends none
+    (torch_scatter: to the previous segment's winner, test_where_torch_scatter_is_no_tie_policy)."""
+    rng = np.random.default_rng(23)
+    mod = symgrad.load(f"segment_{ext}_csr", convention="pyg")
+    for _ in range(20):
+        src, indptr = _pyg_inputs(rng, np.float32, ext), np.sort(rng.integers(0, 13, 7))
+        indptr[0], indptr[-1] = 0, 12
+        g = np.array(rng.choice([1.0, -3.0, 0.5], (6, 2)), dtype=np.float32)
+        want, _ = torch_scatter_segment_csr(src, indptr, g, ext)
+        y, saved = mod.forward(src, indptr)
+        _same_bits(y, want)
+        _, want_grad = torch_scatter_segment_csr(src, indptr, g, ext, beaten_only=True)
+        _same_bits(mod.backward(g, saved)[0], want_grad)
+
+
+def test_pyg_preset_refusals_are_one_line():
+    for kw, error, what in (({"backend": "cpu"}, ValueError, "backend='numpy'"),
+                            ({"backend": "torch"}, ValueError, "backend='numpy'"),
+                            ({"ties": "last"}, ValueError, "ties 'first'"),
+                            ({"nan": "dominate"}, ValueError, "nan 'keep'")):
+        with pytest.raises(error, match=what) as err:
+            symgrad.load("segment_max_csr", convention="pyg", **kw)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="covers segment_max"):
+        symgrad.load("scatter_max", convention="pyg")
+    with pytest.raises(ValueError, match="convention='pyg'"):
+        symgrad.load("segment_max", ties="first", nan="keep", num_segments=2)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        symgrad.load("segment_max_csr", convention="pyg").forward(np.zeros(2, np.float16), np.array([0, 2]))
 
 
 def test_where_torch_scatter_is_no_tie_policy():

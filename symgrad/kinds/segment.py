@@ -21,6 +21,11 @@ FRAMEWORK_RULES = {
     "torch": {"count_initial": True, "reciprocal": False},
     "jax": {"count_initial": True, "reciprocal": True},
 }
+# torch_scatter's CPU max (the pyg preset, NaN rule 'keep' from its start): each segment's scan
+# starts at the dtype's lowest finite value (max; min: its largest), which an element must beat
+# strictly (so NaN, -inf and lowest never win); a segment no element beats is 0 (segment_max_csr:
+# 0 where empty, else that start) and sends no gradient
+FRAMEWORK_RULES["pyg"] = {"beats_start": True}
 
 SEGMENT_WINDOWS = (
     "segment j holds the elements whose index is j, in index order (row-major along dim), after "
@@ -29,7 +34,7 @@ SEGMENT_WINDOWS = (
 
 
 def _settings(name: str, ties: str, nan: str) -> None:
-    if ties in ("first", "last") and nan != "dominate":
+    if ties in ("first", "last") and nan not in ("dominate", "keep"):  # keep: the pyg preset's
         raise ValueError(f"{name}: with ties={ties!r} a segment follows NaN rule 'dominate': nan "
                          f"must be 'dominate', not {nan!r}")
 

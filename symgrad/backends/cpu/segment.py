@@ -11,7 +11,7 @@ import sympy as sp
 
 from ...lower import EXTREMUM, V, Quotient, WindowKernel
 from ..host import host_partials
-from ..host.segment import SEGMENT_INITIAL, layout_of
+from ..host.segment import SEGMENT_INITIAL, layout_of, refuse_start
 from .printer import c_code
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
     printed selection (selection: _selection's docs and functions, to which the hit is added)."""
     op, kernel = art.op, art.kernel
     sel, rule = kernel.selection, kernel.segment
+    refuse_start(op, rule, "cpu")
     scan = sel.form == "scan"
     docs, real_types = selection
     if scan:  # the mask's selection has the hit; a scan's winner is a hit too

@@ -36,6 +36,14 @@ SEGMENT_INITIAL["csr"] = SEGMENT_INITIAL["fill"] | {
     "forward_doc": "each segment's extremum of src's rows indptr[j]:indptr[j + 1], FILL where empty"}
 
 
+def refuse_start(op, rule, backend: str) -> None:
+    """The pyg preset (lower.SegmentRule.beats_start: torch_scatter's scan start) is built by the
+    NumPy backend only: a ValueError elsewhere."""
+    if rule.beats_start:
+        raise ValueError(f"{op.name}: the {backend} backend does not build convention='pyg' "
+                         f"(torch_scatter's rule); use backend='numpy'")
+
+
 def layout_of(op, rule) -> str:
     """The key of the op's layout partial: "csr" where an indptr gives the segments, else the
     initial element's (lower.SegmentRule.initial: "input" or "fill")."""

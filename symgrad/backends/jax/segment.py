@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of
+from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
 from ..host.segment import sized_by_values as refuses  # noqa: F401 (segment.refuses: jax/__init__)
 from .printer import jax_code
 
@@ -41,6 +41,7 @@ SEGMENT_NOTE = [
 def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
     """segment.py.jinja's finished strings (weight_lines: the mask's weight's first lines)."""
     sel, rule = kernel.selection, kernel.segment
+    refuse_start(op, rule, "jax")
     mask = sel.form == "mask"
     fields = (["src: jax.Array  # the src elements",
                "initial: jax.Array  # the initial elements",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of
+from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
 from ..host.segment import sized_by_values as refuses
 from .window import GEOMETRY, _code
 
@@ -49,6 +49,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
                          f"(the output's size is not read from the ids' values); pass num_segments, "
                          f"or use backend='numpy'")
     sel, rule = kernel.selection, kernel.segment
+    refuse_start(op, rule, "torch")
     mask = sel.form == "mask"
     fields = (["src: torch.Tensor  # the src elements",
                "initial: torch.Tensor  # the initial elements",
