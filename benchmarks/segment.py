@@ -3,6 +3,7 @@ backward, on a graph-sized input, one CPU thread.
 
     python benchmarks/segment.py [--runs 7] [--edges 1000000] [--segments 50000] [--features 64]
                                  [--ties split first torch] [--backend numpy cpu torch jax]
+                                 [--clock wall|process]
 
 src (edges, features) float32 with ties (values rounded to 1/4), index ids[:, None] expanded
 along the features (graph pooling's form: the module's row path), input -inf (include_self).
@@ -14,7 +15,9 @@ ratios to PyTorch (> 1: slower than PyTorch).  --backend: the symgrad backends t
 numpy; cpu: the compiled kernels, one thread: forward is serial, backward threads=1; torch: the
 torch backend's module on torch tensors, one intra-op thread; jax: the jax backend's module, its
 forward and backward each jitted, timed to block_until_ready, XLA's CPU threads as configured);
-the figures depend on the machine's load (printed with them).
+the figures depend on the machine's load (printed with them).  --clock process times the
+process's CPU time (time.process_time: every thread's, not the other processes' on a loaded
+machine; leave jax out, whose XLA threads it adds up) instead of the wall clock.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=64)
     parser.add_argument("--ties", nargs="+", default=["split", "first", "torch"])
     parser.add_argument("--backend", nargs="+", default=["numpy"], choices=["numpy", "cpu", "torch", "jax"])
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall")
     args = parser.parse_args()
 
     import numpy as np
@@ -71,14 +75,16 @@ def main() -> None:
             variants[f"{name} forward"] = lambda f=forward, a=arrays, d=done: d(f(*a[:3]))
             variants[f"{name} backward"] = lambda b=backward, a=arrays, s=saved, d=done: d(b(a[3], s))
     times = {name: [] for name in variants}
+    clock = time.process_time if args.clock == "process" else time.perf_counter
     for _ in range(args.runs):
         for name, fn in variants.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"torch {torch.__version__}, numpy {np.__version__}, 1 thread, float32, {e} edges into {s} "
-          f"segments, {f} features; median of {args.runs} interleaved rounds; load average {load}")
+          f"segments, {f} features; median of {args.runs} interleaved rounds ({args.clock} clock); "
+          f"load average {load}")
     for name, ts_ in times.items():
         med = statistics.median(ts_)
         base = statistics.median(times["torch " + name.rsplit(" ", 1)[1]])

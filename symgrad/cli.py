@@ -16,7 +16,7 @@ from . import __version__, api, backends, catalog, derivations, naming
 from . import files as _files
 from . import policy as _policy
 from .backends.common import cli_arguments, settings_lines
-from .conventions import CONVENTIONS
+from .conventions import CONVENTIONS, PRESETS
 from .derive import ALL_VARIABLES_UP_TO
 from .ops import OPS, ORDERS, Param, resolve
 from .pipeline import render
@@ -130,7 +130,7 @@ def _op_params(op: str, argv: list[str], flags: list[str] = ()) -> dict:
 
 
 def _add_settings(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--convention", choices=CONVENTIONS, default=None,
+    p.add_argument("--convention", choices=tuple(PRESETS), default=None,
                    help="framework preset: tie policy, NaN rule and argument order per op")
     p.add_argument("--ties", choices=_policy.POLICIES, default=None, help="tie policy (overrides --convention)")
     p.add_argument("--nan", choices=tuple(_policy.ALL_NAN_RULES), default=None,

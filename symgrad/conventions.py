@@ -298,19 +298,61 @@ TORCH.update({"scatter_max": _SCATTER_TORCH, "scatter_min": _SCATTER_TORCH,
               "segment_max": _SEGMENT_TORCH, "segment_min": _SEGMENT_TORCH})
 JAX.update({"segment_max": _SEGMENT_JAX, "segment_min": _SEGMENT_JAX,
             "scatter_max": _SCATTER_JAX, "scatter_min": _SCATTER_JAX})
+# CSR segments (torch_scatter's segment_max_csr): the rule of segment_max over the ids indptr gives
+_CSR_TORCH = dataclasses.replace(_SEGMENT_TORCH, note=(
+    "torch.full((len(indptr) - 1, ...), -inf).scatter_reduce(0, ids, src, 'amax'), ids the "
+    "segment of each src row, as segment_max. PyTorch's own CSR form, torch.segment_reduce(src, "
+    "'max', offsets=indptr), is not reproduced: its backward divides a tie's gradient by the "
+    "count only where the gradient is positive (g = 2 over a 3-way tie gives 2/3 to each, "
+    "g = -3 gives -3 to each), which is not linear in g"))
+_CSR_JAX = dataclasses.replace(_SEGMENT_JAX, note=(
+    "jax.ops.segment_max(src, ids, len(indptr) - 1), ids the segment of each src row: "
+    + _SEGMENT_JAX.note.split(": ", 1)[1]))
+TORCH.update({"segment_max_csr": _CSR_TORCH, "segment_min_csr": _CSR_TORCH})
+JAX.update({"segment_max_csr": _CSR_JAX, "segment_min_csr": _CSR_JAX})
 
 PRESETS = {"torch": TORCH, "jax": JAX}
 CONVENTIONS = tuple(PRESETS)
+
+# presets of some ops only (not among CONVENTIONS, which cover every op): torch_scatter's CPU max
+# (PyTorch Geometric's; kinds/segment.py's FRAMEWORK_RULES["pyg"] says how its segments start)
+_PYG_NOTE = (
+    "torch_scatter's CPU {form}: the running {ext} starts at the dtype's {start} and an element "
+    "takes over only where it is strictly {cmp} (reducer.h): the first of tied elements wins, a NaN "
+    "never does, nor {never}; {unbeaten}; backward scatters grad_out to the winner")
+_PYG_FORMS = {
+    "segment": ("scatter_max(src, segment_ids, 0, dim_size=num_segments)",
+                "a segment no element takes over (empty, or only NaN and {never}) is 0 with no gradient"),
+    "csr": ("segment_max_csr(src, indptr)",
+            "an empty segment is 0 with no gradient, a non-empty one no element takes over keeps the "
+            "{start} (not reproduced: torch_scatter sends its gradient to the previous segment's winner, "
+            "its args not reset per segment; symgrad sends none); float32 and float64 (float16's start "
+            "is float's lowest there)")}
+
+
+def _pyg(op: str) -> Preset:
+    ext = "min" if "_min" in op else "max"
+    words = {"ext": ext, "start": "lowest finite value" if ext == "max" else "largest finite value",
+             "cmp": "greater" if ext == "max" else "less",
+             "never": "-inf or the lowest value" if ext == "max" else "+inf or the largest value"}
+    form, unbeaten = _PYG_FORMS["csr" if op.endswith("_csr") else "segment"]
+    words["unbeaten"] = unbeaten.format(**words)
+    return Preset("first", "keep", zeros="first", note=_PYG_NOTE.format(form=form.replace("max", ext), **words))
+
+
+PYG = {op: _pyg(op) for op in ("segment_max", "segment_min", "segment_max_csr", "segment_min_csr")}
+PRESETS["pyg"] = PYG
+
 
 def check_convention(convention: object) -> str | None:
     if convention is None:
         return None
     if not isinstance(convention, str):
-        raise TypeError(f"convention must be one of {', '.join(CONVENTIONS)} (a string) or None, "
+        raise TypeError(f"convention must be one of {', '.join(PRESETS)} (a string) or None, "
                         f"got {convention!r}")
     if convention not in PRESETS:
         raise ValueError(f"unknown convention {convention!r}; expected one of: "
-                         f"{', '.join(CONVENTIONS)}")
+                         f"{', '.join(PRESETS)}")
     return convention
 
 
@@ -320,6 +362,9 @@ def preset_for(convention: object, op: str, params: dict | None = None) -> Prese
     convention = check_convention(convention)
     if convention is None:
         return None
+    if op not in PRESETS[convention]:
+        raise ValueError(f"convention {convention!r} covers {', '.join(PRESETS[convention])} only, "
+                         f"not {op}")
     preset = PRESETS[convention][op]
     if preset.whole is not None and (params or {}).get("dim") is None:
         return dataclasses.replace(preset.whole, note=preset.note, order_form=preset.order_form)

@@ -1110,6 +1110,9 @@ class SegmentRule:
     last hit; the mask's hits share the gradient).
     zeros: which of the hits the output is (its sign of zero): "first", "second" (the last) or
     "ordered" (+0 above -0).
+    beats_start: the scan starts at the dtype's lowest finite value (max), which an element must
+    beat strictly; a segment none beats is 0 (torch_scatter's CPU max: the pyg preset, NaN rule
+    'keep' from that start).
     """
 
     initial: str
@@ -1118,6 +1121,7 @@ class SegmentRule:
     fill: str
     hit: sp.Basic
     zeros: str
+    beats_start: bool = False
 
 
 def _lower_segment(d: Derivation) -> WindowKernel:
@@ -1131,18 +1135,33 @@ def _lower_segment(d: Derivation) -> WindowKernel:
     if framework.get("reciprocal") and sel.form == "mask" and sel.counts:
         sel = replace(sel, weight=GRAD_OUTPUT * Select(HIT, Quotient(sp.S.One, COUNT), sp.S.Zero))
     scatter = "include_self" in op.params
+    beats_start = bool(framework.get("beats_start"))
+    if op.nan == "keep" and not beats_start:
+        raise ValueError(f"{op.name}: NaN rule 'keep' is built from the start of torch_scatter's scan "
+                         f"only: pass convention='pyg' (or another NaN rule)")
+    if beats_start and (op.ties != "first" or op.nan != "keep"):
+        raise ValueError(f"{op.name}: convention='pyg' is torch_scatter's rule: ties 'first' and nan "
+                         f"'keep', not ties={op.ties!r}, nan={op.nan!r}")
     rule = SegmentRule(
         initial="input" if scatter else "fill",
         include_initial=bool(op.params.get("include_self", False)),
         count_initial=bool(framework.get("count_initial")) and sel.counts,
         fill="-inf" if sel.extremum == "max" else "inf",
         hit=sel.hit if sel.form == "mask" else _policy.nan_rule("dominate").hit(V, EXTREMUM),
-        zeros=op.zeros or ("first" if sel.order != "last" else "second"))
+        zeros=op.zeros or ("first" if sel.order != "last" else "second"), beats_start=beats_start)
     return replace(kernel, selection=sel, segment=rule, saved=("x", "output") if sel.form == "mask"
                    else ("index",))
 
 
 LOWERINGS["segment"] = _lower_segment
+
+
+def beats_start(op) -> bool:
+    """Whether a segment op's preset starts each scan at the dtype's lowest value (the pyg preset,
+    SegmentRule.beats_start), which only the NumPy backend builds (--backend all leaves the others
+    out)."""
+    from .kinds.segment import FRAMEWORK_RULES
+    return bool(FRAMEWORK_RULES.get(op.convention or "", {}).get("beats_start"))  # (segment ops only)
 KERNEL_TYPES["segment"] = WindowKernel
 
 

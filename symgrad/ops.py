@@ -678,6 +678,16 @@ def _segment_specs() -> list[OpSpec]:
 
 OPS.update({s.name: s for s in _segment_specs()})
 
+# CSR segments (issue 33): torch_scatter's segment_max_csr/segment_min_csr(src, indptr): output j
+# (along dim 0) is the max/min of src[indptr[j]:indptr[j + 1]] (the lowering is segment_max's).
+OPS.update({f"segment_{ext}_csr": OpSpec(
+    f"segment_{ext}_csr", "segment",
+    f"torch_scatter.segment_{ext}_csr(src, indptr): output j (along dim 0) is the {ext} of the src "
+    f"rows indptr[j] to indptr[j + 1] - 1 (indptr ascending from 0 to src.shape[0]); an empty "
+    f"segment is {'-inf' if ext == 'max' else '+inf'} (torch_scatter: 0, its pyg preset)",
+    inputs=("src", "indptr"), constant_inputs=("indptr",), extremum=ext, torch_name="")
+    for ext in ("max", "min")})
+
 # ----------------------------------------------------------------------------- order statistics
 
 ORDER_NAN_WHY = ("NaN ranks as the largest value, as PyTorch and JAX sort and select (NaNs tie with "

@@ -42,6 +42,8 @@ def _inputs(entry, rng):
     if kind == "segment":  # scatter: (input, index, src); segment: (data, segment_ids)
         if len(entry.spec.inputs) == 3:
             return [_ints(rng, (4,)), rng.integers(0, 4, 7), _ints(rng, (7,))]
+        if "indptr" in entry.spec.inputs:  # CSR offsets, an empty segment among them
+            return [_ints(rng, (7, 2)), np.array([0, 3, 3, 7])]
         return [_ints(rng, (7, 2)), rng.integers(0, 3, 7)]
     shapes = _extra_shapes(entry)
     if kind in ("pool", "adaptive"):  # small planes: every window is probed

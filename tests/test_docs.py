@@ -213,7 +213,7 @@ def _w_matrix(md: str) -> np.ndarray | None:
 def _given(ex, name):
     """An input of the example as forward takes it: integer indices (unpooling's, the segments')
     as int64."""
-    return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids") else ex[name]
+    return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids", "indptr") else ex[name]
 
 
 @pytest.mark.parametrize("op,stem", list(zip(ENTRIES, STEMS)), ids=STEMS)

@@ -185,6 +185,8 @@ def _catalog_inputs(entry, rng):
         if "include_self" in entry.params:  # index along dim 0 into 4 slots (slot 3 left empty)
             return [torch.tensor(rng.integers(0, 3, size=(4, 3)).astype(np.float64)),
                     torch.tensor(rng.integers(0, 3, size=(6, 3))), torch.tensor(ties)]
+        if "indptr" in entry.spec.inputs:  # CSR offsets: segments of 2, 0 and 4 rows
+            return [torch.tensor(ties), torch.tensor([0, 2, 2, 6])]
         return [torch.tensor(ties), torch.tensor(np.sort(rng.integers(0, 3, size=6)))]
     # fractional pooling's samples (no gradient) lie in [0, 1)
     return [torch.tensor(rng.random(s) if name in entry.spec.constant_inputs else

@@ -21,6 +21,11 @@ FRAMEWORK_RULES = {
     "torch": {"count_initial": True, "reciprocal": False},
     "jax": {"count_initial": True, "reciprocal": True},
 }
+# torch_scatter's CPU max (the pyg preset, NaN rule 'keep' from its start): each segment's scan
+# starts at the dtype's lowest finite value (max; min: its largest), which an element must beat
+# strictly (so NaN, -inf and lowest never win); a segment no element beats is 0 (segment_max_csr:
+# 0 where empty, else that start) and sends no gradient
+FRAMEWORK_RULES["pyg"] = {"beats_start": True}
 
 SEGMENT_WINDOWS = (
     "segment j holds the elements whose index is j, in index order (row-major along dim), after "
@@ -29,7 +34,7 @@ SEGMENT_WINDOWS = (
 
 
 def _settings(name: str, ties: str, nan: str) -> None:
-    if ties in ("first", "last") and nan != "dominate":
+    if ties in ("first", "last") and nan not in ("dominate", "keep"):  # keep: the pyg preset's
         raise ValueError(f"{name}: with ties={ties!r} a segment follows NaN rule 'dominate': nan "
                          f"must be 'dominate', not {nan!r}")
 
@@ -73,14 +78,18 @@ def _example_index(segments: int) -> np.ndarray:
 
 class FixedIndex:
     """A segment module with its index fixed (_example_index): the worked example's inputs are its
-    float inputs (scatter: input, src; segment: data), the index shown beside them."""
+    float inputs (scatter: input, src; segment: data), the index shown beside them (ids: the
+    segment of each element; CSR: the index is indptr, ids sorted)."""
 
     def __init__(self, mod):
         self.mod = mod
         self.scatter = len(mod.INPUTS) == 3
         self.names = (mod.INPUTS[0], mod.INPUTS[2]) if self.scatter else mod.INPUTS[:1]
         self.segments = mod.PARAMS.get("num_segments") or EXAMPLE_SEGMENTS
-        self.index = _example_index(self.segments)
+        self.ids = self.index = _example_index(self.segments)
+        if "indptr" in mod.INPUTS:  # CSR offsets: the same segments, their elements in order
+            self.ids = np.sort(self.ids)
+            self.index = np.searchsorted(self.ids, np.arange(self.segments + 1))
 
     def constants(self, x) -> tuple:
         return ((self.mod.INPUTS[1], self.index),)
@@ -98,7 +107,7 @@ class FixedIndex:
 def _example(op: "Op", mod):
     """Segments of the fixed index over 1-d inputs (scatter: input[j] first where it takes part),
     each listed in segment order and padded with None to the longest; a row per input."""
-    m, index = mod.segments, mod.index
+    m, index = mod.segments, mod.ids
     src = 1 if mod.scatter else 0
     windows = []
     for j in range(m):

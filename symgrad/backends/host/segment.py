@@ -30,6 +30,24 @@ SEGMENT_INITIAL = {
              "initial_tangent": "np.zeros(saved.output_shape, dtype=saved.dtype)",
              "forward_doc": "each segment's extremum of data's rows, FILL where empty"},
 }
+# CSR offsets (segment_max_csr: torch_scatter's indptr) segment as a fill does, laid out from indptr
+SEGMENT_INITIAL["csr"] = SEGMENT_INITIAL["fill"] | {
+    "layout_partial": "host/_segment_csr.py.jinja",
+    "forward_doc": "each segment's extremum of src's rows indptr[j]:indptr[j + 1], FILL where empty"}
+
+
+def refuse_start(op, rule, backend: str) -> None:
+    """The pyg preset (lower.SegmentRule.beats_start: torch_scatter's scan start) is built by the
+    NumPy backend only: a ValueError elsewhere."""
+    if rule.beats_start:
+        raise ValueError(f"{op.name}: the {backend} backend does not build convention='pyg' "
+                         f"(torch_scatter's rule); use backend='numpy'")
+
+
+def layout_of(op, rule) -> str:
+    """The key of the op's layout partial: "csr" where an indptr gives the segments, else the
+    initial element's (lower.SegmentRule.initial: "input" or "fill")."""
+    return "csr" if "indptr" in op.spec.inputs else rule.initial
 
 
 # ----------------------------------------------------------------------------- framework modules
@@ -62,7 +80,7 @@ def framework_names(op, rule) -> dict:
     framework module's strings."""
     inputs = op.spec.inputs
     floats = [n for n in inputs if n not in op.spec.constant_inputs]
-    names = SEGMENT_INITIAL[rule.initial]
+    names = SEGMENT_INITIAL[layout_of(op, rule)]
     return {
         "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
         "wrt_tuple": repr(tuple(floats)),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan, skips_nan
+from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan, beats_start, skips_nan
 from ..common import docstring, environment, grad_start_comment, header, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -63,7 +63,7 @@ def refuses(op) -> bool:
     a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
     the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
     return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
-            or skips_nan(op))
+            or skips_nan(op) or beats_start(op))
 
 
 def _refused_variant(kernel) -> str:

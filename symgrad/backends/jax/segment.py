@@ -13,11 +13,12 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick
+from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
 from ..host.segment import sized_by_values as refuses  # noqa: F401 (segment.refuses: jax/__init__)
 from .printer import jax_code
 
-_LAYOUTS = {"input": "jax/_segment_scatter.py.jinja", "fill": "jax/_segment_fill.py.jinja"}
+_LAYOUTS = {"input": "jax/_segment_scatter.py.jinja", "fill": "jax/_segment_fill.py.jinja",
+            "csr": "jax/_segment_csr.py.jinja"}
 
 # the initial elements' tangent, flat, in the working dtype
 _INITIAL_TANGENT = {
@@ -40,6 +41,7 @@ SEGMENT_NOTE = [
 def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
     """segment.py.jinja's finished strings (weight_lines: the mask's weight's first lines)."""
     sel, rule = kernel.selection, kernel.segment
+    refuse_start(op, rule, "jax")
     mask = sel.form == "mask"
     fields = (["src: jax.Array  # the src elements",
                "initial: jax.Array  # the initial elements",
@@ -48,7 +50,7 @@ def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
               ["winner: jax.Array  # each segment's winner: -2 none, -1 its initial element, e >= 0 src element e"])
     return {
         "note_lines": ["", *SEGMENT_NOTE],
-        "layout_partial": _LAYOUTS[rule.initial],
+        "layout_partial": _LAYOUTS[layout_of(op, rule)],
         "selection_partial": f"jax/_segment_{sel.form}.py.jinja",
         "extremum": sel.extremum,
         "reduce": sel.extremum,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import naming
-from ...lower import ElementwiseKernel, WindowKernel, backward_plan, kernel_form, skips_nan
+from ...lower import ElementwiseKernel, WindowKernel, backward_plan, beats_start, kernel_form, skips_nan
 from ..common import docstring, environment, expression_docstring, expression_header, header
 from ..host import preamble_context
 from . import segment  # the segments' context (and their entry in window.GEOMETRY)
@@ -61,7 +61,7 @@ def refuses(op) -> bool:
     a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
     the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
     return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
-            or skips_nan(op))
+            or skips_nan(op) or beats_start(op))
 
 # the paragraph a reduction's module docstring ends with: where its bits can differ from the NumPy
 # module's on the CPU

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick
+from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
 from ..host.segment import sized_by_values as refuses
 from .window import GEOMETRY, _code
 
 # the layout partial of each initial element (lower.SegmentRule.initial); GEOMETRY names one for
 # the form (test_contract: a geometry for each window form the backend builds)
-_LAYOUTS = {"input": "torch/_segment_scatter.py.jinja", "fill": "torch/_segment_fill.py.jinja"}
+_LAYOUTS = {"input": "torch/_segment_scatter.py.jinja", "fill": "torch/_segment_fill.py.jinja",
+            "csr": "torch/_segment_csr.py.jinja"}
 GEOMETRY["segments"] = _LAYOUTS["input"]
 
 # the initial elements' tangent, flat, in the working dtype
@@ -48,6 +49,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
                          f"(the output's size is not read from the ids' values); pass num_segments, "
                          f"or use backend='numpy'")
     sel, rule = kernel.selection, kernel.segment
+    refuse_start(op, rule, "torch")
     mask = sel.form == "mask"
     fields = (["src: torch.Tensor  # the src elements",
                "initial: torch.Tensor  # the initial elements",
@@ -56,7 +58,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
               ["winner: torch.Tensor  # each segment's winner: -2 none, -1 its initial element, e >= 0 src element e"])
     return {
         "note_lines": ["", *SEGMENT_NOTE],
-        "layout_partial": _LAYOUTS[rule.initial],
+        "layout_partial": _LAYOUTS[layout_of(op, rule)],
         "selection_partial": f"torch/_segment_{sel.form}.py.jinja",
         "extremum": sel.extremum,
         "reduce": "amax" if sel.extremum == "max" else "amin",
