@@ -295,3 +295,17 @@ def test_the_jaxpr_of_a_jitted_grad_holds_no_callback():
         text = str(jax.make_jaxpr(jax.jit(jax.grad(lambda a: op(a)[0].sum())))(x))
         assert "callback" not in text, name
         assert "custom_jvp_call" in text and "sort" in text or name == "cummax"
+
+
+@pytest.mark.slow  # (JAX compiles forward eagerly: seconds on a loaded machine)
+def test_jax_split_without_x64_says_so_in_one_line():
+    """The tie blocks' float64 sums need jax_enable_x64: without it backward and jvp raise one
+    ValueError naming the setting (never a float32 sum with other bits)."""
+    jax = _jax()
+    with jax.enable_x64(False):
+        module = symgrad.load("topk", backend="jax", k=1, ties="split")
+        (values, _), saved = module.forward(jax.numpy.ones(2, jax.numpy.float32))
+        for call in (lambda: module.backward(values, saved), lambda: module.jvp(jax.numpy.ones(2), saved)):
+            with pytest.raises(ValueError, match="jax_enable_x64") as info:
+                call()
+            assert "\n" not in str(info.value)
