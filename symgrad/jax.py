@@ -6,7 +6,9 @@ arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
   abs; every expression; max pooling, max_pool1d/2d/3d, and adaptive max pooling,
-  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min;
+  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min; the order statistics
+  sort, topk, cummax, cummin, kthvalue, median, nanmedian, whose (values, indices) outputs give
+  the indices a float0 tangent (split/all sum tie blocks in float64: jax_enable_x64);
   under every policy, NaN rule and preset but those named below): the jax backend's generated
   module (``symgrad.load(..., backend="jax")``), plain jax.numpy and lax code, traced into the
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
@@ -176,7 +178,7 @@ class _Native:
                         f"{[me.inputs[j] for j in me.differentiable]}); load the expression with "
                         f"{me.inputs[k]} in wrt to differentiate it")
             if not moving:
-                return out, jnp.zeros(out.shape, out.dtype)
+                return out, _no_tangent(out)
 
             def apply_jvp(residuals, ts):
                 """W t: the module's jvp, linear in the tangents (None: the inputs not moving)."""
@@ -190,9 +192,20 @@ class _Native:
 
             out_dot = linear_call(apply_jvp, apply_backward, fixed(saved),
                                   tuple(tangents[k] for k in moving))
+            if isinstance(out, tuple):  # an order statistic's (values, indices): no tangent for the indices
+                return out, (out_dot,) + _no_tangent(out[1:])
             return out, out_dot
 
         return fn
+
+
+def _no_tangent(out):
+    """The zero tangent of an output (a tuple's: each; integer indices: float0 zeros)."""
+    if isinstance(out, tuple):
+        return tuple(_no_tangent(o) for o in out)
+    if jnp.issubdtype(out.dtype, jnp.integer):
+        return np.zeros(out.shape, jax.dtypes.float0)
+    return jnp.zeros(out.shape, out.dtype)
 
 
 class _Op:
@@ -418,7 +431,7 @@ def wrap(module):
 # the lowerings whose kernel the jax backend builds (lower.ElementwiseKernel): these ops and
 # expressions take the native path; window ops where the jax backend builds their form of windows
 # (backends.jax.WINDOW_FORMS) too; the others the callback path
-NATIVE_LOWERINGS = ("elementwise", "expression")
+NATIVE_LOWERINGS = ("elementwise", "expression", "order")  # (order: the order statistics)
 
 
 def _native(spec, params: dict) -> bool:

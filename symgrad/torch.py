@@ -49,6 +49,10 @@ device, traced by torch.compile).  Fractional pooling, unpooling, logsumexp and 
 preset of amax/amin keep the registered operators under torch.compile too, and need the NumPy
 (CPU) or CUDA module.
 
+The order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian: PyTorch's
+(values, indices) outputs, the indices without gradient) take the torch backend's module on every
+device, the CPU included, eagerly and under torch.compile.
+
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
 take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and ``order``.
 """
@@ -72,6 +76,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
 
 from . import api, bridge
 from .backends.cpu import framework_threads
+from .ops import OPS
 from .suggest import unexpected
 
 __all__ = ["op", "expr", "wrap", "SymgradOp",
@@ -130,6 +135,8 @@ class SymgradOp:
         # autograd.Function under torch.compile and on devices other than the CPU (None: none)
         self.torch_module = torch_module
         self._native = _native_function(torch_module) if torch_module is not None else None
+        # order statistics ((values, indices) outputs): the torch backend's module on every device
+        self._native_only = getattr(OPS.get(module.OP), "kind", None) == "ranking"
         self._cpu_loader = cpu_loader  # () -> the cpu backend's module (None: the NumPy module only)
         self._cpu = {}  # $SYMGRAD_CPU_BACKEND -> (the module for CPU tensors, its layouts)
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
@@ -167,7 +174,7 @@ class SymgradOp:
             if torch.compiler.is_compiling():
                 if NATIVE_UNDER_COMPILE:  # plain torch code that Dynamo traces into
                     return self._native[1].apply(*tensors)
-            elif tensors[0].device.type != "cpu":  # every device: the torch backend's module
+            elif tensors[0].device.type != "cpu" or self._native_only:  # every device: the torch backend's module
                 return self._native[0].apply(*tensors)
         if torch.compiler.is_compiling():  # the registered operators, which tracing sees
             output, *_ = self._ops[0](list(tensors))
@@ -425,6 +432,13 @@ def _native_function(module) -> tuple[type, type]:
         tensors = iter(ctx.saved_tensors)
         return module.Saved(*[next(tensors) if v is None else v for v in ctx.rest])
 
+    def indices_of(ctx, output):
+        """An order statistic's (values, indices): the indices have no gradient."""
+        if isinstance(output, tuple):
+            ctx.mark_non_differentiable(*output[1:])
+        ctx.extra_outputs = len(output) - 1 if isinstance(output, tuple) else 0
+        return output
+
     class Traced(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *tensors):
@@ -432,10 +446,10 @@ def _native_function(module) -> tuple[type, type]:
             kept = [v for v in saved if isinstance(v, torch.Tensor)]
             ctx.save_for_backward(*kept)
             ctx.rest = tuple(None if isinstance(v, torch.Tensor) else v for v in saved)
-            return output
+            return indices_of(ctx, output)
 
         @staticmethod
-        def backward(ctx, grad_output):
+        def backward(ctx, grad_output, *_):  # (an order statistic's indices: no gradient)
             return module.backward(grad_output, saved_of(ctx))
 
     class Eager(Traced):
@@ -446,12 +460,13 @@ def _native_function(module) -> tuple[type, type]:
             ctx.save_for_backward(*kept)
             ctx.save_for_forward(*kept)
             ctx.rest = tuple(None if isinstance(v, torch.Tensor) else v for v in saved)
-            return output
+            return indices_of(ctx, output)
 
         @staticmethod
         def jvp(ctx, *tangents):
             tangents = [t if name in wrt else None for name, t in zip(module.INPUTS, tangents)]
-            return module.jvp(*tangents, saved_of(ctx))
+            out = module.jvp(*tangents, saved_of(ctx))
+            return (out,) + (None,) * ctx.extra_outputs if ctx.extra_outputs else out
 
     for cls, suffix in ((Traced, "traced"), (Eager, "eager")):
         cls.__name__ = cls.__qualname__ = f"symgrad_{module.OP}_{suffix}"
