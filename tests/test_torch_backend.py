@@ -208,10 +208,9 @@ def test_generation_is_deterministic():
 
 
 @pytest.mark.parametrize("name,params", [("amax", {"dim": -1, "convention": "torch"}),
-                                         ("max_unpool2d", {"kernel_size": 2, "ties": "first"}),
                                          ("logsumexp", {"ties": None})])
 def test_kinds_not_built_yet_are_refused_in_one_line(name, params):
-    """Unpooling, logsumexp and amax/amin under the torch preset (jvp in PyTorch's at::sum order)."""
+    """logsumexp and amax/amin under the torch preset (jvp in PyTorch's at::sum order)."""
     with pytest.raises(ValueError, match=r"torch backend builds elementwise kernels, pooling.*reductions.*backend='numpy'") as info:
         symgrad.load(name, backend="torch", **params)
     assert "\n" not in str(info.value)

@@ -12,8 +12,10 @@ rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's
 per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
 num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
-box passes as gathers, backward in gather form over each element's holding windows); for the
-others ``render`` raises a ValueError naming the numpy backend."""
+box passes as gathers, backward in gather form over each element's holding windows), and
+unpooling (``lower.UnpoolKernel``: ``unpool.py``, the writer that stays in each slot found by an
+integer scatter min/max, forward, backward and jvp as gathers but the jvp of ties='all', a
+scatter-add in order); for the others ``render`` raises a ValueError naming the numpy backend."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import BEST, HIT, ElementwiseKernel, WindowKernel, backward_plan, skips_nan
+from ...lower import BEST, HIT, ElementwiseKernel, UnpoolKernel, WindowKernel, backward_plan, skips_nan
 from ..common import docstring, environment, grad_start_comment, header, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -43,7 +45,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
-_TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja"}
+_TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja", UnpoolKernel: "jax/unpool.py.jinja"}  # (unpool.py)
 _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja",
                      "spans": "jax/adaptive.py.jinja"}  # (spans: adaptive.py)
 _WINDOW_TEMPLATES["segments"] = "jax/segment.py.jinja"  # windows given by an index (segment.py)
@@ -105,15 +107,23 @@ def render(art: Artifacts) -> dict[str, str]:
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling (strided and adaptive), maxout, reductions and segments only, not a {_form(art.kernel)}"
+                         f"expressions), max pooling (strided and adaptive), maxout, reductions, segments and unpooling only, not a {_form(art.kernel)}"
                          f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
         from .adaptive import adaptive_context
         ctx = adaptive_context(art) if art.kernel.windows == "spans" else window_context(art)
+    elif isinstance(art.kernel, UnpoolKernel):
+        ctx = _unpool_context(art)
     else:
         ctx = context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
+
+
+def _unpool_context(art: Artifacts) -> dict:
+    """The template context of an unpooling module (unpool.py)."""
+    from .unpool import NOTE, unpool_context
+    return {**preamble_context(header(art.op, "jax"), NOTE, ()), **unpool_context(art)}
 
 
 _GRADIENTS_DOC = "The gradient of every input that backward returns, in grad_output's shape (or a scalar)."
