@@ -22,8 +22,9 @@ in gather form (each window element's gradient plane added through its strided s
 tensor, the last element first: each input element adds its windows' terms in output order, as
 the NumPy module), the NumPy module's Saved (one uint8 window-local index per output for
 first/last; the input and output for split/all), and the reductions amax, amin, max, min
-(windows "rows": ``rows.py``, the NumPy module's closed forms per row; not under the torch preset
-of amax/amin, whose jvp adds in PyTorch's at::sum order: ``refuses``), segments (windows
+(windows "rows": ``rows.py``, the NumPy module's closed forms per row; under the torch preset of
+amax/amin jvp adds by torch.sum, the at::sum order the NumPy module reproduces; not nanmax/nanmin,
+which skip NaN: ``refuses``), segments (windows
 "segments": ``segment.py``, scatter_max/segment_max; backward in gather form; segment_max with
 num_segments given only) and adaptive max pooling (windows "spans": ``adaptive.py``, the NumPy
 module's box passes as gathers, backward in gather form over each element's holding windows),
@@ -60,10 +61,8 @@ FORMS = ("ElementwiseKernel", "strided", "blocks", "rows", "segments", "spans", 
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
-    the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
-    return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
-            or skips_nan(op))
+    segment_max without num_segments, or a reduction that skips NaN (nanmax/nanmin)."""
+    return segment.refuses(op) or skips_nan(op)
 
 # the paragraph a reduction's module docstring ends with: where its bits can differ from the NumPy
 # module's on the CPU
@@ -90,10 +89,8 @@ def render(art: "Artifacts") -> dict[str, str]:
     """{file name: file text}: the PyTorch module of an op."""
     template = _TEMPLATES.get(type(art.kernel))
     skipping = isinstance(art.kernel, WindowKernel) and art.kernel.skips_nan
-    refused = isinstance(art.kernel, WindowKernel) and art.kernel.tangent_term is not None or skipping
-    if template is None or kernel_form(art.kernel) not in FORMS or refused:
-        why = (" that skips NaN (nanmax/nanmin)" if skipping else
-               " whose jvp adds in PyTorch's at::sum order (the torch preset)" if refused else "")
+    if template is None or kernel_form(art.kernel) not in FORMS or skipping:
+        why = " that skips NaN (nanmax/nanmin)" if skipping else ""
         raise ValueError(f"{art.op.name}: the torch backend builds elementwise kernels, pooling (strided "
                          f"and adaptive) and maxout windows, reductions, segments and unpooling only, not a "
                          f"{kernel_form(art.kernel)}{why}; use backend='numpy' (or cpu{'' if skipping else ', cuda'})")
