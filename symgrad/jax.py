@@ -14,8 +14,7 @@ arguments, checked the same way).  Each op takes one of two paths:
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
 * **callback** (where the jax backend builds no module: fractional pooling,
-  logsumexp; amax/amin under the torch preset, whose jvp adds in PyTorch's at::sum
-  order; pooling's return_indices, refused): the generated NumPy module (or, for
+  logsumexp, nanmax/nanmin; pooling's return_indices, refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
   meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.
@@ -451,9 +450,8 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
         except ValueError:
             if spec.strategy.lowering in NATIVE_LOWERINGS:
                 raise
-            # the jax backend refuses this variant of a window op (amax/amin under the torch
-            # preset: jvp in PyTorch's at::sum order): the callback path, which raises the same
-            # error where it was the arguments'
+            # the jax backend refuses this variant of a window op (nanmax/nanmin: NaN skipped):
+            # the callback path, which raises the same error where it was the arguments'
     return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)
 
 

@@ -9,7 +9,8 @@ expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``w
 forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``), of
 blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
-per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order) and
+per row; under the torch preset of amax/amin jvp adds in PyTorch's at::sum order, as the NumPy
+module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; not nanmax/nanmin) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
 num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
 box passes as gathers, backward in gather form over each element's holding windows), and
@@ -62,18 +63,14 @@ def _form(kernel) -> str:
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
-    the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
-    return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
-            or skips_nan(op))
+    segment_max without num_segments, or a reduction that skips NaN (nanmax/nanmin)."""
+    return segment.refuses(op) or skips_nan(op)
 
 
 def _refused_variant(kernel) -> str:
     """Why a kernel of a form it builds is refused, in words (or "")."""
     if isinstance(kernel, WindowKernel) and kernel.skips_nan:
         return " that skips NaN (nanmax/nanmin)"
-    if isinstance(kernel, WindowKernel) and kernel.tangent_term is not None:
-        return " whose jvp adds in PyTorch's at::sum order (the torch preset)"
     return ""
 
 
@@ -83,8 +80,8 @@ def _template(art: Artifacts) -> str | None:
     if segment.refuses(art.op):  # segment_max without num_segments
         return None
     if isinstance(kernel, WindowKernel):
-        if kernel.tangent_term is not None or kernel.skips_nan:  # jvp in PyTorch's at::sum order
-            return None  # (TANGENT_SUMS "torch"), or NaN skipped (nanmax/nanmin)
+        if kernel.skips_nan:  # NaN skipped (nanmax/nanmin)
+            return None
         return _WINDOW_TEMPLATES.get(kernel.windows)
     return _TEMPLATES.get(type(kernel))
 
@@ -276,6 +273,8 @@ def window_context(art: Artifacts) -> dict:
                               "preset's framework adds it") if bfloat16_adds else "",
         "hit": "" if scan else jax_code(sel.hit),
         "weight": "" if scan else jax_code(sel.weight),
+        # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms in at::sum's order
+        "tangent_term": jax_code(kernel.tangent_term) if kernel.tangent_term is not None else "",
         # the mask's count of each window's hits, where the weight shares the gradient among them
         "count_lines": ["count = jnp.zeros(extremum.shape, work)", "for hit in hits:",
                         "    count = count + hit.astype(work)"] if sel.counts else [],
