@@ -74,6 +74,11 @@ ROWS_NOTE = [
     "sign of a zero output of a split/all row holding both +0 and -0 (np.max's sign there follows",
     "its SIMD lanes), and a split/all jvp in float32, float16 or bfloat16, which torch.cumsum adds",
     "in float64 on the CPU (NumPy in float32, in order): the last bit of a sum of inexact terms."]
+# ... under the torch preset of amax/amin (WindowKernel.tangent_term): jvp adds by torch.sum
+ROWS_NOTE_AT_SUM = ROWS_NOTE[:4] + [
+    "sign of a zero output of a row holding both +0 and -0 (np.max's sign there follows its SIMD",
+    "lanes); jvp adds each row's terms with torch.sum, PyTorch's at::sum, whose order the NumPy module",
+    "reproduces on the CPU for one thread (with more threads at::sum may split a large reduction)."]
 
 
 def _templates():
@@ -109,7 +114,8 @@ def _window_context(art: "Artifacts") -> dict:
     op, kernel = art.op, art.kernel
     form = {"rows": rows_context, "segments": segment.segment_context,
             "spans": adaptive_context}.get(kernel.windows, window_context)(op, kernel)
-    note = ROWS_NOTE if kernel.windows == "rows" else None
+    note = (None if kernel.windows != "rows" else ROWS_NOTE if kernel.tangent_term is None else
+            ROWS_NOTE_AT_SUM)
     return {**preamble_context(header(op, "torch"), note, ()),
             "docstring": docstring(op, art.derivation, kernel), "op": op.name, "ties": op.ties,
             "params": repr(op.params), "inputs_tuple": repr(tuple(op.spec.inputs)),
