@@ -6,21 +6,21 @@ arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
   abs; every expression; max pooling, max_pool1d/2d/3d, and adaptive max pooling,
-  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min; the order statistics
-  sort, topk, cummax, cummin, kthvalue, median, nanmedian, whose (values, indices) outputs give
-  the indices a float0 tangent (split/all sum tie blocks in float64: jax_enable_x64);
+  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min; unpooling,
+  max_unpool1d/2d/3d; the order statistics sort, topk, cummax, cummin, kthvalue, median,
+  nanmedian, whose (values, indices) outputs give the indices a float0 tangent (split/all sum tie
+  blocks in float64: jax_enable_x64);
   under every policy, NaN rule and preset but those named below): the jax backend's generated
   module (``symgrad.load(..., backend="jax")``), plain jax.numpy and lax code, traced into the
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
 * **callback** (where the jax backend builds no module: fractional pooling,
-  unpooling, logsumexp; amax/amin under the torch preset, whose jvp adds in PyTorch's at::sum
-  order; pooling's return_indices, refused): the generated NumPy module (or, for
+  logsumexp, nanmax/nanmin; pooling's return_indices, refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
   meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.
-  ``NATIVE_LOWERINGS`` and ``backends.jax.WINDOW_FORMS`` say which ops are native.
+  ``NATIVE_LOWERINGS``, ``NATIVE_SPECIAL`` and ``backends.jax.WINDOW_FORMS`` say which ops are native.
 
 Both are a ``jax.custom_jvp`` function whose tangent is ``jax.custom_derivatives.linear_call(jvp,
 backward, residuals, tangents)``: the module's ``jvp``, declared linear in the tangents with the
@@ -47,13 +47,16 @@ module is run once on zeros of each new signature, ``symgrad.bridge``), so one j
 serves any shape.  ``op`` runs float32/float64 arrays through the cpu backend's module
 (``backend="cpu"``: compiled C, the same bits as the NumPy module) for the kinds it builds where a
 C compiler is found, else through the NumPy module; ``$SYMGRAD_CPU_BACKEND`` chooses (``auto``,
-the default; ``cpu`` to require it; ``numpy``), read when ``op`` is called.  Errors in the data (an
-unpooling index outside the output plane, ...) are found by the module on the host, inside a
+the default; ``cpu`` to require it; ``numpy``), read when ``op`` is called.  Errors in the data (a
+segment index out of range, ...) are found by the module on the host, inside a
 callback.  Called eagerly, an op raises the module's own one-line ValueError (or TypeError).
 Under ``jit`` the values are not known while tracing and compiled code cannot raise a Python
 exception: the call raises ``jax.errors.JaxRuntimeError``, whose message (after XLA's callback
 traceback) ends with the module's one-line error; check such inputs before the jitted call, or run
-the op eagerly, to get the ValueError itself.
+the op eagerly, to get the ValueError itself.  The native modules (unpooling's indices, the
+segments' index) check the values where they are known (eagerly, and in an eager ``jax.grad``),
+not under ``jit`` or ``vmap``: there an index out of range gives an unspecified result (JAX's
+out-of-bounds gather and scatter rules), no error.
 """
 
 from __future__ import annotations
@@ -432,6 +435,7 @@ def wrap(module):
 # expressions take the native path; window ops where the jax backend builds their form of windows
 # (backends.jax.WINDOW_FORMS) too; the others the callback path
 NATIVE_LOWERINGS = ("elementwise", "expression", "order")  # (order: the order statistics)
+NATIVE_SPECIAL = ("scatter",)  # the special kernels it builds (unpooling: lower.UnpoolKernel)
 
 
 def _native(spec, params: dict) -> bool:
@@ -439,6 +443,8 @@ def _native(spec, params: dict) -> bool:
     if spec is None:
         return False
     if spec.strategy.lowering in NATIVE_LOWERINGS:
+        return True
+    if spec.strategy.lowering in NATIVE_SPECIAL:
         return True
     return (spec.strategy.lowering in ("window", "segment") and spec.strategy.windows in jax_backend.WINDOW_FORMS
             and not params.get("return_indices"))
@@ -457,9 +463,8 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
         except ValueError:
             if spec.strategy.lowering in NATIVE_LOWERINGS:
                 raise
-            # the jax backend refuses this variant of a window op (amax/amin under the torch
-            # preset: jvp in PyTorch's at::sum order): the callback path, which raises the same
-            # error where it was the arguments'
+            # the jax backend refuses this variant of a window op (nanmax/nanmin: NaN skipped):
+            # the callback path, which raises the same error where it was the arguments'
     return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)
 
 

@@ -30,9 +30,9 @@ module; read when an op first runs on CPU tensors under each setting);
 CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
 
 The elementwise ops, expressions, pooling (max_pool1d/2d/3d, MaxPool1d/2d/3d, and adaptive:
-adaptive_max_pool1d/2d/3d, AdaptiveMaxPool1d/2d/3d) and maxout (the kernels the torch backend
-builds) take another path under torch.compile and for tensors on any device but the CPU (CUDA,
-MPS, XPU, ...): the torch backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
+adaptive_max_pool1d/2d/3d, AdaptiveMaxPool1d/2d/3d), maxout and unpooling (max_unpool1d/2d/3d,
+MaxUnpool1d/2d/3d; the kernels the torch backend builds) take another path under torch.compile
+and for tensors on any device but the CPU (CUDA, MPS, XPU, ...): the torch backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
 module's bits on the CPU) inside an ``autograd.Function`` that Dynamo traces into, so Inductor
 fuses it with its neighbours; no CuPy, no host round trip.  Its backward is torch code, so
 autograd differentiates it again (double backward); eagerly off the CPU it has the module's jvp
@@ -42,12 +42,11 @@ forward + backward of 1M float32 elements, one thread, ties="split"
 2-core machine at load average 7-10, so the figures are rough): the compiled C kernels took
 20.2 / 11.0 / 19.8 / 22.5 ms for relu / hardtanh / leaky_relu / maximum, the torch backend's module
 called eagerly 31.4 / 33.6 / 71.2 / 42.8 ms (it makes one full-size temporary per operation).
-Pooling and maxout eagerly on the CPU keep that path too (the compiled C kernels where a C
+Pooling, maxout and unpooling eagerly on the CPU keep that path too (the compiled C kernels where a C
 compiler is found; not measured against the torch module here).  Pooling with
 return_indices=True takes its indices from the torch backend's module (torch code on the inputs'
-device, traced by torch.compile).  Fractional pooling, unpooling, logsumexp and the torch
-preset of amax/amin keep the registered operators under torch.compile too, and need the NumPy
-(CPU) or CUDA module.
+device, traced by torch.compile).  Fractional pooling, logsumexp and nanmax/nanmin keep the
+registered operators under torch.compile too, and need the NumPy (CPU) or CUDA module.
 
 The order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian: PyTorch's
 (values, indices) outputs, the indices without gradient) take the torch backend's module on every
@@ -420,6 +419,9 @@ def _release(version: str) -> tuple[int, int]:
 NATIVE_UNDER_COMPILE = _release(torch.__version__) >= (2, 13)
 
 
+_KEPT = "<a tensor kept by save_for_backward>"  # ctx.rest's mark of such a Saved field (a None field stays None)
+
+
 def _native_function(module) -> tuple[type, type]:
     """Two autograd.Functions running the torch backend's ``module``: forward saves the tensors
     of the module's Saved (and keeps its other fields), backward calls the module's backward
@@ -430,7 +432,7 @@ def _native_function(module) -> tuple[type, type]:
 
     def saved_of(ctx):
         tensors = iter(ctx.saved_tensors)
-        return module.Saved(*[next(tensors) if v is None else v for v in ctx.rest])
+        return module.Saved(*[next(tensors) if v is _KEPT else v for v in ctx.rest])
 
     def indices_of(ctx, output):
         """An order statistic's (values, indices): the indices have no gradient."""
@@ -445,7 +447,7 @@ def _native_function(module) -> tuple[type, type]:
             output, saved = module.forward(*tensors)
             kept = [v for v in saved if isinstance(v, torch.Tensor)]
             ctx.save_for_backward(*kept)
-            ctx.rest = tuple(None if isinstance(v, torch.Tensor) else v for v in saved)
+            ctx.rest = tuple(_KEPT if isinstance(v, torch.Tensor) else v for v in saved)
             return indices_of(ctx, output)
 
         @staticmethod
@@ -459,7 +461,7 @@ def _native_function(module) -> tuple[type, type]:
             kept = [v for v in saved if isinstance(v, torch.Tensor)]
             ctx.save_for_backward(*kept)
             ctx.save_for_forward(*kept)
-            ctx.rest = tuple(None if isinstance(v, torch.Tensor) else v for v in saved)
+            ctx.rest = tuple(_KEPT if isinstance(v, torch.Tensor) else v for v in saved)
             return indices_of(ctx, output)
 
         @staticmethod

@@ -323,9 +323,9 @@ def test_kernels_it_does_not_build_are_refused_in_one_line():
 
 
 def test_backend_all_leaves_out_the_variants_it_refuses(tmp_path):
-    """amax under the torch preset (jvp in PyTorch's at::sum order): --backend all writes the
-    other backends' files, not the jax module; max pooling's jax module is written."""
-    for args, jax_file in ((["amax", "--dim", "-1", "--convention", "torch"], False),
+    """nanmax (NaN skipped): --backend all writes the other backends' files, not the jax module;
+    max pooling's jax module is written."""
+    for args, jax_file in ((["nanmax", "--dim", "-1"], False),
                            (["max_pool2d", "--kernel-size", "2"], True)):
         out = tmp_path / args[0]
         r = subprocess.run([sys.executable, "-m", "symgrad", "generate", *args, "--backend", "all", "--out", str(out)],
@@ -424,9 +424,8 @@ MAXOUT_SHAPE = (3, 6, 2, 3)  # pieces 2 and 3 divide 6
 MAXOUTS = [("maxout", {"pieces": 3}), ("maxout", {"pieces": 2})]
 MAXOUT_ALL = [v for name, params in MAXOUTS for v in _window_settings(name, params)]
 WINDOW_ALL = [v for name, params in POOLS for v in _window_settings(name, params)]
-# (amax and amin under the torch preset are not built: jvp in PyTorch's at::sum order)
-REDUCTION_ALL = [v for name, params in REDUCTIONS for v in _window_settings(name, params)
-                 if not (v[0] in ("amax", "amin") and v[2].get("convention") == "torch")]
+# (amax and amin under the torch preset too: jvp in PyTorch's at::sum order, as the NumPy module)
+REDUCTION_ALL = [v for name, params in REDUCTIONS for v in _window_settings(name, params)]
 
 
 def _window_representative():
@@ -623,3 +622,37 @@ def test_a_training_step_sharded_over_two_devices_gives_the_single_device_gradie
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", _SHARDED_STEP], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
+
+
+# the torch preset's jvp of amax/amin in at::sum's order: inexact tangents along rows long enough for
+# its vector lanes and cascades (a strided column; contiguous rows, adjacent and non-adjacent dims
+# and every dim under -m slow)
+AT_SUM_DTYPES = ("float16", "bfloat16", "float32", "float64")
+AT_SUM_CASES = [pytest.param(*c, marks=[pytest.mark.slow] if slow else [], id=f"{c[0]}-{c[1]}-{len(c[3])}")
+                for c, slow in [
+    (("amin", {"dim": 0}, (70, 9), ("float32",)), False), (("amin", {"dim": 0}, (70, 9), AT_SUM_DTYPES), True),
+    (("amax", {"dim": -1}, (3, 100), AT_SUM_DTYPES), True), (("amax", {"dim": (1, 2)}, (2, 9, 40), AT_SUM_DTYPES), True),
+    (("amax", {}, (6, 50), AT_SUM_DTYPES), True),
+    (("amin", {"dim": (0, 2), "keepdim": True}, (5, 3, 7), AT_SUM_DTYPES), True)]]
+
+
+@pytest.mark.parametrize("name,kw,shape,dtypes", AT_SUM_CASES)
+def test_torch_preset_reduction_jvp_adds_in_at_sum_order(name, kw, shape, dtypes):
+    """The jax module's jvp under the torch preset, under jit, equals the NumPy module's (which
+    reproduces PyTorch's CPU at::sum order, checked against PyTorch in the NumPy backend's tests
+    and test_torch_backend) bit for bit in float16/32/64 and bfloat16, tie-heavy inputs, inexact
+    tangents (+inf and -0 among them)."""
+    import ml_dtypes
+    np_mod = symgrad.load(name, convention="torch", **kw)
+    mod = symgrad.load(name, backend="jax", convention="torch", **kw)
+    forward, jvp = jax.jit(mod.forward), jax.jit(mod.jvp)
+    rng = np.random.default_rng(8)
+    with jax.enable_x64(True):
+        for dtype in [ml_dtypes.bfloat16 if d == "bfloat16" else np.dtype(d) for d in dtypes]:
+            x = rng.choice([0.0, -0.0, 1.0, 2.0, 2.0, np.inf, -np.inf], shape).astype(dtype)
+            t = (rng.standard_normal(shape) * 3).astype(dtype)
+            t.ravel()[:2] = [np.inf, -0.0]
+            with np.errstate(all="ignore"):
+                want = np_mod.jvp(t, np_mod.forward(x)[1])
+            differ = _same(jvp(t, forward(x)[1]), want)
+            assert differ is None, (name, kw, np.dtype(dtype).name, differ)

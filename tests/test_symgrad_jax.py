@@ -383,9 +383,10 @@ def test_misspelled_names_get_did_you_mean():
 
 
 def test_out_of_range_unpooling_indices(caplog):
-    """Eagerly (and eager grad): the module's one-line ValueError itself, with no callback
-    traceback logged; under jit (values unknown while tracing) JAX's JaxRuntimeError, whose
-    message ends with that line (symgrad.jax's docstring says so)."""
+    """Eagerly (and eager grad): the module's one-line ValueError itself (JAX may append its note
+    on filtered frames), with no callback traceback logged; under jit the values are not known
+    while tracing and the native module reads none (symgrad.jax's docstring says so): the call
+    runs, its result unspecified."""
     f = sj.op("max_unpool2d", kernel_size=2)
     x = jnp.ones((1, 1, 2, 2))
     want = r"^max_unpool2d: indices must be in \[0, 16\) .*, got {}$"
@@ -393,17 +394,14 @@ def test_out_of_range_unpooling_indices(caplog):
         i = jnp.array([[[[0, 1], [bad, 3]]]])
         caplog.clear()
         with caplog.at_level("DEBUG"):
-            with pytest.raises(ValueError, match=want.format(bad)):
+            with pytest.raises(ValueError) as err:
                 f(x, i)
+            assert re.match(want.format(bad), str(err.value).splitlines()[0])
             with pytest.raises(ValueError) as err:  # jax.grad appends its note on filtered frames
                 jax.grad(lambda x: f(x, i).sum())(x)
             assert re.match(want.format(bad), str(err.value).splitlines()[0])
         assert "pure_callback failed" not in caplog.text
-        with pytest.raises(jax.errors.JaxRuntimeError) as err:
-            jax.block_until_ready(jax.jit(f)(x, i))
-        assert str(err.value).splitlines()[-1].endswith(f"ValueError: max_unpool2d: indices must be in "
-                                                         f"[0, 16) (flat positions in an output plane of "
-                                                         f"size (4, 4)), got {bad}")
+        assert jax.block_until_ready(jax.jit(f)(x, i)).shape == (1, 1, 4, 4)
     np.testing.assert_array_equal(f(x, jnp.array([[[[0, 1], [4, 3]]]]))[0, 0, :2],  # valid ones still run
                                   [[1, 1, 0, 1], [1, 0, 0, 0]])
 

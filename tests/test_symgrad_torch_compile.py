@@ -16,9 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 # every nn.Module symgrad.torch offers, in one model, compiled with fullgraph=True static and
-# dynamic=True in a fresh process before any eager call; pooling, adaptive pooling (and the
-# activations) run the torch backend's modules inside the traced autograd.Function, unpooling the
-# registered operators; the outputs and x's gradient equal eager's bit for bit (float32; no
+# dynamic=True in a fresh process before any eager call; pooling, adaptive pooling, unpooling (and
+# the activations) run the torch backend's modules inside the traced autograd.Function; the outputs and x's gradient equal eager's bit for bit (float32; no
 # convolution: Inductor's convolution input gradient differs from eager's in the last bit).
 # tests/test_symgrad_torch.py compiles each module alone (aot_eager) in the default run
 MODULES_SCRIPT = textwrap.dedent("""
@@ -92,5 +91,5 @@ def test_every_module_compiles_fullgraph_before_any_eager_call(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     native = ["AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Hardtanh", "LeakyReLU", "MaxPool1d",
-              "MaxPool2d", "MaxPool3d", "ReLU", "ReLU6"]
+              "MaxPool2d", "MaxPool3d", "MaxUnpool1d", "MaxUnpool2d", "MaxUnpool3d", "ReLU", "ReLU6"]
     assert report == {"static_2": [], "static_3": [], "dynamic_2": [], "dynamic_3": [], "native": native}, report

@@ -14,7 +14,7 @@ import sympy as sp
 
 from ...geometry import ADAPTIVE
 from ...lower import ElementwiseKernel, UnpoolKernel, backward_plan
-from ..common import wrap
+from ..common import special_docstring, wrap
 from ..printing import PYTHON, integer_code
 from .printer import numpy_integer_code
 
@@ -146,6 +146,24 @@ def host_partials(kernel) -> dict:
     if isinstance(kernel, UnpoolKernel):
         return {"writers_partial": f"host/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
     return {"count_partial": "host/_count.py.jinja" if kernel.selection.counts else "host/_no_count.py.jinja"}
+
+
+def framework_unpool_context(art, backend: str, reduce: dict) -> dict:
+    """The torch and jax unpooling modules' context (unpool.py.jinja), finished strings only:
+    the writer that stays in a slot is its position reduced over the slot's writers (reduce:
+    keep -> the framework's integer min or max) from a start no position reaches (first: the
+    smallest, from n; last: the largest, from -1); the writers' parts from the backend's
+    _unpool_each/_unpool_one partial."""
+    op, kernel = art.op, art.kernel
+    return {"docstring": special_docstring(op, art.derivation, kernel), "op": op.name, "ties": op.ties,
+            "params": repr(op.params), "piecewise_linear": art.piecewise_linear,
+            "spatial": kernel.spatial, "keep": kernel.keep, "each_writer": repr(kernel.each_writer),
+            "params_list": [(k.upper(), repr(v)) for k, v in op.params.items()],
+            # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
+            "writers_partial": f"{backend}/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja",
+            "stay_reduce": reduce[kernel.keep], "stay_start": {"first": "n", "last": "-1"}[kernel.keep],
+            "wins_doc": "None: every writer of a slot gets its gradient" if kernel.each_writer else
+            "which element stayed in its slot, bool (planes, n)"}
 
 
 # jvp's docstring phrase under conventions.TANGENT_SUMS "torch" (a reduction's mask form)

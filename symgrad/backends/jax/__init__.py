@@ -9,14 +9,18 @@ expressions) and the ``lower.WindowKernel`` of strided windows (max pooling: ``w
 forward a fold over the windows' strided slices, backward in gather form by ``lax.pad``), of
 blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
-per row; not under the torch preset of amax/amin, whose jvp adds in PyTorch's at::sum order) and
+per row; under the torch preset of amax/amin jvp adds in PyTorch's at::sum order, as the NumPy
+module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; not nanmax/nanmin) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
 num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
-box passes as gathers, backward in gather form over each element's holding windows) and the
-order statistics (``lower.OrderKernel``: sort, topk, cummax, cummin, kthvalue, median, nanmedian:
-``order.py``, a stable argsort of the NumPy module's total-order key, backward in gather form from
-the saved ranks; split/all need jax_enable_x64 for their float64 tie-block sums); for the
-others ``render`` raises a ValueError naming the numpy backend."""
+box passes as gathers, backward in gather form over each element's holding windows),
+unpooling (``lower.UnpoolKernel``: ``unpool.py``, the writer that stays in each slot found by an
+integer scatter min/max, forward, backward and jvp as gathers but the jvp of ties='all', a
+scatter-add in order) and the order statistics (``lower.OrderKernel``: sort, topk, cummax,
+cummin, kthvalue, median, nanmedian: ``order.py``, a stable argsort of the NumPy module's
+total-order key, backward in gather form from the saved ranks; split/all need jax_enable_x64 for
+their float64 tie-block sums); for the others ``render`` raises a ValueError naming the numpy
+backend."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import BEST, HIT, ElementwiseKernel, OrderKernel, WindowKernel, backward_plan, beats_start, skips_nan
+from ...lower import (BEST, HIT, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
+                     beats_start, skips_nan)
 from ..common import docstring, environment, grad_start_comment, header, order_docstring, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -46,7 +51,7 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
-_TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja",
+_TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja", UnpoolKernel: "jax/unpool.py.jinja",  # (unpool.py)
               OrderKernel: "jax/order.py.jinja"}  # (order statistics: order.py)
 _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja",
                      "spans": "jax/adaptive.py.jinja"}  # (spans: adaptive.py)
@@ -64,18 +69,15 @@ def _form(kernel) -> str:
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    a reduction whose jvp adds in PyTorch's at::sum order (the torch preset of amax/amin, which
-    the lowering folds into WindowKernel.tangent_term), or that skips NaN (nanmax/nanmin)."""
-    return ((op.tangent_sum == "torch" and bool(op.spec.strategy.tangent_sums)) or segment.refuses(op)
-            or skips_nan(op) or beats_start(op))
+    segment_max without num_segments, a segment op under the pyg preset (beats_start), or a
+    reduction that skips NaN (nanmax/nanmin)."""
+    return segment.refuses(op) or skips_nan(op) or beats_start(op)
 
 
 def _refused_variant(kernel) -> str:
     """Why a kernel of a form it builds is refused, in words (or "")."""
     if isinstance(kernel, WindowKernel) and kernel.skips_nan:
         return " that skips NaN (nanmax/nanmin)"
-    if isinstance(kernel, WindowKernel) and kernel.tangent_term is not None:
-        return " whose jvp adds in PyTorch's at::sum order (the torch preset)"
     return ""
 
 
@@ -85,8 +87,8 @@ def _template(art: Artifacts) -> str | None:
     if segment.refuses(art.op):  # segment_max without num_segments
         return None
     if isinstance(kernel, WindowKernel):
-        if kernel.tangent_term is not None or kernel.skips_nan:  # jvp in PyTorch's at::sum order
-            return None  # (TANGENT_SUMS "torch"), or NaN skipped (nanmax/nanmin)
+        if kernel.skips_nan:  # NaN skipped (nanmax/nanmin)
+            return None
         return _WINDOW_TEMPLATES.get(kernel.windows)
     return _TEMPLATES.get(type(kernel))
 
@@ -109,8 +111,8 @@ def render(art: Artifacts) -> dict[str, str]:
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling (strided and adaptive), maxout, reductions, segments and order "
-                         f"statistics only, not a {_form(art.kernel)}"
+                         f"expressions), max pooling (strided and adaptive), maxout, reductions, segments, unpooling "
+                         f"and order statistics only, not a {_form(art.kernel)}"
                          f"{_refused_variant(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
@@ -118,6 +120,8 @@ def render(art: Artifacts) -> dict[str, str]:
         ctx = adaptive_context(art) if art.kernel.windows == "spans" else window_context(art)
     elif isinstance(art.kernel, OrderKernel):
         ctx = _order_context(art)
+    elif isinstance(art.kernel, UnpoolKernel):
+        ctx = _unpool_context(art)
     else:
         ctx = context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
@@ -130,6 +134,12 @@ def _order_context(art: Artifacts) -> dict:
     return {**preamble_context(header(op, "jax"), JAX_NOTE, ()),
             "docstring": order_docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
             "params": repr(op.params), "piecewise_linear": art.piecewise_linear, **order_context(op, art.kernel)}
+
+
+def _unpool_context(art: Artifacts) -> dict:
+    """The template context of an unpooling module (unpool.py)."""
+    from .unpool import NOTE, unpool_context
+    return {**preamble_context(header(art.op, "jax"), NOTE, ()), **unpool_context(art)}
 
 
 _GRADIENTS_DOC = "The gradient of every input that backward returns, in grad_output's shape (or a scalar)."
@@ -282,6 +292,8 @@ def window_context(art: Artifacts) -> dict:
                               "preset's framework adds it") if bfloat16_adds else "",
         "hit": "" if scan else jax_code(sel.hit),
         "weight": "" if scan else jax_code(sel.weight),
+        # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms in at::sum's order
+        "tangent_term": jax_code(kernel.tangent_term) if kernel.tangent_term is not None else "",
         # the mask's count of each window's hits, where the weight shares the gradient among them
         "count_lines": ["count = jnp.zeros(extremum.shape, work)", "for hit in hits:",
                         "    count = count + hit.astype(work)"] if sel.counts else [],

@@ -71,6 +71,8 @@ def rows_context(op, kernel: WindowKernel) -> dict:
         "extremum_reduce": [] if scan else extremum_reduce(sel.extremum, op.zeros),
         "hit": "" if scan else _code(sel.hit),
         "weight": "" if scan else _code(sel.weight),
+        # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms by at::sum
+        "tangent_term": _code(kernel.tangent_term) if kernel.tangent_term is not None else "",
         # the hits of each row counted exactly, held in at least float32 (as the NumPy module)
         "count_lines": ["count = hit.sum(dim=-1, keepdim=True).to(torch.promote_types(work, torch.float32))"]
         if sel.counts else [],
