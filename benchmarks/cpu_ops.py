@@ -116,6 +116,7 @@ CASES += [
     ("threshold(1, 5)", "threshold", dict(threshold=1.0, value=5.0), (ELEMENTS,),
      lambda x: F.threshold(x, 1.0, 5.0), ("float32",), "other"),
 ]
+CASES += [("hardswish", "hardswish", {}, (ELEMENTS,), F.hardswish, ("float32",), "other")]  # issue 30
 
 
 def to_torch(a: np.ndarray):

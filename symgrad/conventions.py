@@ -530,3 +530,17 @@ TORCH["hardshrink"] = Preset("first", "dominate", gradient="nested", half="float
 JAX["hardshrink"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
     "JAX has no hardshrink; this is where(abs(x) > lambd, x, 0) (as one writes it in JAX): 0 at "
     "both kinks, 0 and 0 at NaN"))
+
+
+# ----------------------------------------------------------------------------- issue 30: hardswish
+TORCH["hardswish"] = Preset("first", "keep", gradient="nested", half="float", zeros="first", note=(
+    "F.hardswish: x * min(max(x + 3, 0), 6) / 6; backward x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : "
+    "g (float16/bfloat16 in float32): 0 at -3, g at 3, NaN and g at NaN (its scalar path; its SIMD "
+    "lanes give NaN: the preset follows the scalar path)"))
+JAX["hardswish"] = Preset("first", "keep", gradient="nested", zeros="ordered", note=(
+    "jax.nn.hard_swish: x * hard_sigmoid(x), hard_sigmoid = relu6(x + 3) * (1/6) (XLA's / 6); "
+    "autodiff g * hs + ((0 < x + 3 < 6) ? (x * g) * (1/6) : 0): 0 at -3, g * (6 * (1/6)) at 3, NaN "
+    "at NaN. float32/float64: XLA computes g * hs + ... as one fused multiply-add, the preset "
+    "rounds g * hs first (they differ by at most half an ulp of g * hs and one of the result). "
+    "bfloat16: XLA multiplies by 1/6 held in float32, the preset by 1/6 rounded to bfloat16 (within "
+    "2 bfloat16 ulps of the output, 4 of the gradient's larger term)"))

@@ -27,6 +27,8 @@ from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
+from . import regions as _regions
+from .regions import Regions
 from .scaled import Picked
 
 
@@ -57,6 +59,13 @@ class Select(_SortsAsWritten, sp.Function):
 
 class Quotient(_SortsAsWritten, sp.Function):
     """Quotient(a, b): a / b, kept apart so every backend prints one division."""
+
+    nargs = 2
+
+
+class Product(_SortsAsWritten, sp.Function):
+    """Product(a, b): a * b, kept apart so every backend prints one multiplication of these two
+    operands (SymPy flattens a * (b * c) into one product, whose order rounds differently)."""
 
     nargs = 2
 
@@ -460,6 +469,8 @@ def lower(d: Derivation):
 def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
     """A max/min of pieces of the inputs: its nodes' values, and each input's partial."""
     op = d.op
+    if isinstance(d.output_map, Regions):
+        return _lower_regions(d)
     loses = _policy.nan_rule(op.nan).nan_loses
     inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses)) for n in d.nodes[:-1])
     roles = factor_roles(d.nodes)
@@ -492,6 +503,31 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         broadcast=len(d.inputs) > 1,
         broadcast_sum=op.broadcast_sum if len(d.inputs) > 1 else "numpy",
     )
+
+
+def _lower_regions(d: Derivation) -> ElementwiseKernel:
+    """An output and gradient written per region (regions.Regions, hardswish): every node's value
+    (the outermost's too: the output reads it), the output as written, and the gradient as
+    common + the W-form's selects of the regions' entries (each entry a placeholder while
+    lower_partial puts the selects together, so that it expands none of them)."""
+    op, r = d.op, d.output_map
+    loses = _policy.nan_rule(op.nan).nan_loses
+    root = d.nodes[-1].symbol
+    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses)) for n in d.nodes)
+    held: dict = {}
+
+    def hold(entry, _piece):
+        return held.setdefault(entry, sp.Dummy()) if entry != 0 else sp.S.Zero
+
+    by_symbol = {n.symbol: n for n in d.nodes}
+    weights = _regions.weighted(r.tree, root, by_symbol, hold)
+    selects = lower_partial(weights, op.nan, factor_roles(d.nodes), op.gradient).xreplace({GRAD_OUTPUT: 1})
+    grad = (r.common + selects.xreplace({v: e for e, v in held.items()})).xreplace({_regions.NODE: root})
+    return ElementwiseKernel(
+        inputs=tuple(str(s) for s in d.inputs), intermediates=inter,
+        output=r.output.xreplace({_regions.NODE: root}),
+        grads=(Assign(f"grad_{d.inputs[0]}", grad),), saved=tuple(str(s) for s in d.inputs),
+        broadcast=False, broadcast_sum="numpy")
 
 
 def _enters_negated(pieces, s: sp.Symbol) -> bool:

@@ -862,3 +862,28 @@ OPS.update({s.name: s for s in [
                "from value to x where x passes the threshold", "from 0 to x where |x| passes lambd").replace(
                "it is value (first)", "it is 0 (first)")),
 ]})
+
+# ----------------------------------------------------------------------------- issue 30: hardswish
+
+def _hardswish(params, xs, convention=None):
+    # x * (min(3, max(-3, x)) + 3) / 6 (x * min(max(x + 3, 0), 6) / 6: the same rounding, as
+    # hardsigmoid), written per region of its node (regions.Regions): PyTorch's backward
+    # x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : g, the bounds first ('first': 0 at -3, g at 3; under
+    # 'keep' a NaN x loses the outer min to 3: g, as its scalar path)
+    from .lower import Product, Quotient
+    from .regions import G, NODE, Regions
+    (x,) = xs
+    if convention == "jax":  # x * hard_sigmoid(x), hard_sigmoid = relu6(x + 3) * (1/6) (XLA's / 6):
+        # autodiff gives g * hs + [0 < x + 3 < 6] * ((x * g) * (1/6)), compared through x + 3
+        sixth = sp.Rational(1, 6)
+        return Regions(MinOf(6, MaxOf(0, x + 3)), Product(x, Product(NODE, sixth)),
+                       sp.Tuple(0, sp.Tuple(0, Product(Product(x, G), sixth))), Product(G, Product(NODE, sixth)))
+    return Regions(MinOf(3, MaxOf(-3, x)), Quotient(x * (NODE + 3), 6),
+                   sp.Tuple(G, sp.Tuple(0, G * (Quotient(x, 3) + sp.Rational(1, 2)))), 0)
+
+
+OPS.update({s.name: s for s in [
+    OpSpec("hardswish", "elementwise", "x * (min(max(x, -3), 3) + 3) / 6: 0 below -3, x above 3",
+           forward=_hardswish, torch_name="F.hardswish",
+           framework_forward=lambda p, xs: {c: _hardswish(p, xs, c) for c in ("torch", "jax")}),
+]})

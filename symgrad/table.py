@@ -156,3 +156,7 @@ SITUATIONS += [  # issue 30: hardshrink
     ("hardshrink", {}, "x = -0.5, 0.5", ([-0.5, 0.5],)),
     ("hardshrink", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
 ]
+SITUATIONS += [  # issue 30: hardswish
+    ("hardswish", {}, "x = -3, 3", ([-3.0, 3.0],)),
+    ("hardswish", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]

@@ -263,6 +263,7 @@ FRAMEWORK_FNS = {  # the functions the new conventions-table rows stand for, per
     "fmax": (torch.fmax, jnp.fmax), "fmin": (torch.fmin, jnp.fmin),
     "rrelu": CASES[0][2:], "softshrink": CASES[4][2:],
     "hardshrink": (F.hardshrink, lambda x: jnp.where(jnp.abs(x) > 0.5, x, 0.0)),
+    "hardswish": (F.hardswish, jax.nn.hard_swish),
 }
 
 

@@ -194,6 +194,9 @@ class CFamilyPrinter(ConditionPrinter, C99CodePrinter):
     def _print_Quotient(self, expr):
         return self._half_only(f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}")
 
+    def _print_Product(self, expr):
+        return self._half_only(f"{_operand(self, expr.args[0], _bare)} * {_operand(self, expr.args[1], _bare)}")
+
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the compute type
         return "(" + " + ".join(f"({self.real_type})({_bare(self._print(a))})" for a in expr.args) + ")"

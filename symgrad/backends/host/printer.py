@@ -88,6 +88,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_Quotient(self, expr):
         return self._rounded(f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}")
 
+    def _print_Product(self, expr):
+        return self._rounded(f"{_operand(self, expr.args[0])} * {_operand(self, expr.args[1])}")
+
     def _rounded(self, text: str) -> str:
         return f"_bf16({_bare(text)})" if self._settings["bfloat16"] else text
 

@@ -73,6 +73,9 @@ class JaxCodePrinter(ConditionPrinter, JaxPrinter):
     def _print_Quotient(self, expr):
         return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
 
+    def _print_Product(self, expr):
+        return f"{_operand(self, expr.args[0])} * {_operand(self, expr.args[1])}"
+
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the working dtype
         return "(" + " + ".join(f"jnp.asarray({_bare(self._print(a))}, dtype)" for a in expr.args) + ")"

@@ -139,6 +139,9 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
             return self._rounded(f"torch.div({self._print(a)}, {bare(self._print(b))})")
         return self._rounded(f"{self._operand(a)} / {self._operand(b)}")
 
+    def _print_Product(self, expr):
+        return self._rounded(f"{self._operand(expr.args[0])} * {self._operand(expr.args[1])}")
+
     def _operand(self, e) -> str:
         """An operand of a division: a shared temporary's name as it is, anything else in
         parentheses."""
