@@ -506,28 +506,37 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
 
 
 def _lower_regions(d: Derivation) -> ElementwiseKernel:
-    """An output and gradient written per region (regions.Regions, hardswish): every node's value
-    (the outermost's too: the output reads it), the output as written, and the gradient as
-    common + the W-form's selects of the regions' entries (each entry a placeholder while
-    lower_partial puts the selects together, so that it expands none of them)."""
+    """An output and gradient written per region (regions.Regions: hardswish, elu): every node's
+    value (the outermost's too: the output may read it), the output as written (or the W-form's
+    selects of the regions' values), and the gradient as common + the selects of the regions'
+    entries."""
     op, r = d.op, d.output_map
     loses = _policy.nan_rule(op.nan).nan_loses
     root = d.nodes[-1].symbol
-    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses)) for n in d.nodes)
+    output = r.output if not isinstance(r.output, sp.Tuple) else \
+        _region_selects(d, r.output, "nested" if d.nodes[-1].count is None else "sum")
+    grad = r.common + _region_selects(d, r.tree, op.gradient)
+    reads_root = any(_regions.NODE in e.free_symbols for e in (output, grad))  # (else not computed)
+    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses))
+                  for n in (d.nodes if reads_root else d.nodes[:-1]))
+    return ElementwiseKernel(
+        inputs=tuple(str(s) for s in d.inputs), intermediates=inter,
+        output=output.xreplace({_regions.NODE: root}),
+        grads=(Assign(f"grad_{d.inputs[0]}", grad.xreplace({_regions.NODE: root})),),
+        saved=tuple(str(s) for s in d.inputs), broadcast=False, broadcast_sum="numpy")
+
+
+def _region_selects(d: Derivation, tree, form: str) -> sp.Expr:
+    """sum over the regions of W's weights times tree's entries, as lower_partial's selects (each
+    entry a placeholder meanwhile, so that nothing expands it)."""
     held: dict = {}
 
     def hold(entry, _piece):
         return held.setdefault(entry, sp.Dummy()) if entry != 0 else sp.S.Zero
 
-    by_symbol = {n.symbol: n for n in d.nodes}
-    weights = _regions.weighted(r.tree, root, by_symbol, hold)
-    selects = lower_partial(weights, op.nan, factor_roles(d.nodes), op.gradient).xreplace({GRAD_OUTPUT: 1})
-    grad = (r.common + selects.xreplace({v: e for e, v in held.items()})).xreplace({_regions.NODE: root})
-    return ElementwiseKernel(
-        inputs=tuple(str(s) for s in d.inputs), intermediates=inter,
-        output=r.output.xreplace({_regions.NODE: root}),
-        grads=(Assign(f"grad_{d.inputs[0]}", grad),), saved=tuple(str(s) for s in d.inputs),
-        broadcast=False, broadcast_sum="numpy")
+    weights = _regions.weighted(tree, d.nodes[-1].symbol, {n.symbol: n for n in d.nodes}, hold)
+    selects = lower_partial(weights, d.op.nan, factor_roles(d.nodes), form).xreplace({GRAD_OUTPUT: 1})
+    return selects.xreplace({v: e for e, v in held.items()})
 
 
 def _enters_negated(pieces, s: sp.Symbol) -> bool:

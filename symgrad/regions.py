@@ -3,7 +3,8 @@
 ``Regions(u, output, tree, common)``: u is a max/min of pieces, possibly nested (hardswish's
 min(3, max(-3, x))), whose W-form decides which region x is in: the winning piece of each node,
 down to a leaf piece that is not a node.  ``output`` is the forward as an expression in the inputs
-and ``NODE`` (the value of u): x * (u + 3) / 6.  ``tree`` mirrors u: for each piece of a node, the
+and ``NODE`` (the value of u): x * (u + 3) / 6, or a tree like ``tree`` of each region's value
+(elu: alpha * (exp(x) - 1) where 0 wins max(0, x), x where x does).  ``tree`` mirrors u: for each piece of a node, the
 gradient on the piece's region as the framework computes it (an expression in ``G``, the output's
 gradient, the inputs and ``NODE``), or, for a piece that is itself a node, that node's tree.  The
 gradient is ``common + sum_i w_i tree_i`` (w_i the node's policy weights, nested): the per-region
@@ -48,13 +49,22 @@ class Regions(sp.Function):
 
     def reversed_order(self, reverse) -> "Regions":
         """The same op with every max/min's arguments reversed (and the tree with them)."""
-        return Regions(reverse(self.node), self.output, _reversed_tree(self.tree), self.common)
+        return Regions(reverse(self.node), _reversed_tree(self.output), _reversed_tree(self.tree), self.common)
 
     def _latex(self, printer):
-        return printer._print(exact(self.output).xreplace({NODE: self.node}))
+        if isinstance(self.output, sp.Tuple):
+            return r"W \begin{pmatrix} %s \end{pmatrix}" % r" \\ ".join(
+                printer._print(plain(v)) for v in _flat(self.output))
+        return printer._print(plain(self.output).xreplace({NODE: self.node}))
 
     def _sympystr(self, printer):
-        return printer._print(exact(self.output).xreplace({NODE: self.node}))
+        if isinstance(self.output, sp.Tuple):
+            return f"W({printer._print(self.node)})*({', '.join(printer._print(plain(v)) for v in _flat(self.output))})"
+        return printer._print(plain(self.output).xreplace({NODE: self.node}))
+
+
+def _flat(tree) -> list:
+    return [v for t in tree.args for v in (_flat(t) if isinstance(t, sp.Tuple) else [t])]
 
 
 def _reversed_tree(tree):
@@ -63,17 +73,25 @@ def _reversed_tree(tree):
     return sp.Tuple(*[_reversed_tree(t) for t in reversed(tree.args)])
 
 
-def exact(e: sp.Expr) -> sp.Expr:
+def plain(e: sp.Expr) -> sp.Expr:
     """e with the arithmetic-order nodes (lower.Quotient, lower.Product) as plain SymPy."""
     return e.replace(lambda a: type(a).__name__ == "Quotient", lambda a: a.args[0] / a.args[1]) \
             .replace(lambda a: type(a).__name__ == "Product", lambda a: a.args[0] * a.args[1])
+
+
+def exact(e: sp.Expr) -> sp.Expr:
+    """plain(e) with expm1(u) as exp(u) - 1 (what SymPy simplifies)."""
+    return plain(e).replace(lambda a: type(a).__name__ == "expm1", lambda a: sp.exp(a.args[0]) - 1)
 
 
 def weighted(tree, node_symbol, nodes: dict, leaf) -> sp.Expr:
     """sum_i w_i leaf(tree_i) over the node named node_symbol, nested where a piece is a node
     (its entry a tree): a sum of one term per region, the product of the weights on the way down
     times the leaf, over the product of the counts where the policy splits."""
-    return sp.Add(*[w * leaf(entry, piece) / c for w, c, entry, piece in _paths(tree, node_symbol, nodes)])
+    by_count: dict = {}  # the terms over one product of counts, as one fraction (lower_partial)
+    for w, c, entry, piece in _paths(tree, node_symbol, nodes):
+        by_count.setdefault(c, []).append(w * leaf(entry, piece))
+    return sp.Add(*[sp.Add(*terms) / c for c, terms in by_count.items()])
 
 
 def _paths(tree, node_symbol, nodes: dict):
@@ -108,8 +126,9 @@ def region_derivative(r: Regions, entry, node_value) -> sp.Expr:
 def region_checks(r: Regions, root, nodes: dict, x: sp.Symbol) -> list[str]:
     """Each region's gradient as written equals g times SymPy's derivative of the output there."""
     out = []
-    for entry, leaf in leaves(r.tree, root, nodes):
-        value = exact(r.output).xreplace({NODE: leaf})
+    values = [v for v, _ in leaves(r.output, root, nodes)] if isinstance(r.output, sp.Tuple) else None
+    for k, (entry, leaf) in enumerate(leaves(r.tree, root, nodes)):
+        value = exact(values[k] if values else r.output).xreplace({NODE: leaf})
         d = region_derivative(r, entry, leaf)
         if sp.simplify(d - sp.diff(value, x)) != 0:
             raise AssertionError(f"the gradient written on the region where {leaf} wins, {entry}, "

@@ -160,3 +160,7 @@ SITUATIONS += [  # issue 30: hardswish
     ("hardswish", {}, "x = -3, 3", ([-3.0, 3.0],)),
     ("hardswish", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
 ]
+SITUATIONS += [  # issue 30: elu
+    ("elu", {"alpha": 2.5}, "x = 0 (alpha = 2.5)", ([0.0],)),
+    ("elu", {"alpha": 2.5}, "x = NaN, +inf, -inf (alpha = 2.5)", ([NAN, INF, -INF],)),
+]

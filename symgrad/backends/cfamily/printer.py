@@ -183,6 +183,9 @@ class CFamilyPrinter(ConditionPrinter, C99CodePrinter):
         # the compute type's function, as SymPy's C printer names it with float32 as real
         return f"{'expf' if self.real_type == 'float' else 'exp'}({self._print(expr.args[0])})"
 
+    def _print_expm1(self, expr):
+        return f"{'expm1f' if self.real_type == 'float' else 'expm1'}({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"{'logf' if self.real_type == 'float' else 'log'}({self._print(expr.args[0])})"
 

@@ -61,6 +61,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_exp(self, expr):
         return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
 
+    def _print_expm1(self, expr):
+        return f"np.expm1({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"np.log({self._print(expr.args[0])})"
 

@@ -56,6 +56,9 @@ class JaxCodePrinter(ConditionPrinter, JaxPrinter):
     def _print_exp(self, expr):
         return f"jnp.exp({self._print(expr.args[0])})"
 
+    def _print_expm1(self, expr):
+        return f"jnp.expm1({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"jnp.log({self._print(expr.args[0])})"
 

@@ -164,6 +164,9 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
     def _print_exp(self, expr):
         return f"torch.exp({bare(self._print(expr.args[0]))})"
 
+    def _print_expm1(self, expr):
+        return f"torch.expm1({bare(self._print(expr.args[0]))})"
+
     def _print_log(self, expr):
         return f"torch.log({bare(self._print(expr.args[0]))})"
 
