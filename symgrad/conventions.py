@@ -575,3 +575,39 @@ TORCH["hardshrink"] = Preset("first", "dominate", gradient="nested", half="float
 JAX["hardshrink"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
     "JAX has no hardshrink; this is where(abs(x) > lambd, x, 0) (as one writes it in JAX): 0 at "
     "both kinks, 0 and 0 at NaN"))
+
+
+# ----------------------------------------------------------------------------- issue 30: hardswish
+TORCH["hardswish"] = Preset("first", "keep", gradient="nested", half="float", zeros="first", note=(
+    "F.hardswish: x * min(max(x + 3, 0), 6) / 6; backward x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : "
+    "g (float16/bfloat16 in float32): 0 at -3, g at 3, NaN and g at NaN (its scalar path; its SIMD "
+    "lanes give NaN: the preset follows the scalar path)"))
+JAX["hardswish"] = Preset("first", "keep", gradient="nested", zeros="ordered", note=(
+    "jax.nn.hard_swish: x * hard_sigmoid(x), hard_sigmoid = relu6(x + 3) * (1/6) (XLA's / 6); "
+    "autodiff g * hs + ((0 < x + 3 < 6) ? (x * g) * (1/6) : 0): 0 at -3, g * (6 * (1/6)) at 3, NaN "
+    "at NaN. float32/float64: XLA computes g * hs + ... as one fused multiply-add, the preset "
+    "rounds g * hs first (they differ by at most half an ulp of g * hs and one of the result). "
+    "bfloat16: XLA multiplies by 1/6 held in float32, the preset by 1/6 rounded to bfloat16 (within "
+    "2 bfloat16 ulps of the output, 4 of the gradient's larger term)"))
+
+
+# ----------------------------------------------------------------------------- issue 30: elu, celu
+_ELU_TORCH = ("aten's elu kernel: x <= 0 ? expm1(x * s) * alpha : x; backward x <= 0 ? g * s * "
+              "alpha * exp(x * s) : g, s = 1 (elu) or 1/alpha held in the dtype (celu): alpha at 0 "
+              "(1 for celu), x and g at NaN (its SIMD lanes give NaN there: the preset follows the scalar "
+              "path); float16/bfloat16 in float32. Its exp/expm1 are libm's "
+              "(scalar path) or SLEEF's (SIMD lanes), the preset's NumPy's: the smooth piece agrees "
+              "to a few ulps, not bit for bit (tests/test_elu30.py states the bound)")
+TORCH["elu"] = Preset("first", "dominate", gradient="nested", half="float", zeros="first", note=_ELU_TORCH)
+TORCH["celu"] = Preset("first", "dominate", gradient="nested", half="float", zeros="first", note=_ELU_TORCH)
+JAX["elu"] = Preset("first", "keep", gradient="sum", zeros="first", note=(
+    "jax.nn.elu: where(x > 0, x, alpha * expm1(where(x > 0, 0, x))); autodiff (alpha * g) * "
+    "(expm1(x) + 1) where x <= 0 and at NaN, g + 0 above (+0 for g = -0): alpha at 0, NaN at NaN. "
+    "XLA's expm1 is not NumPy's: the smooth piece agrees to a few ulps (tests/test_elu30.py)"))
+JAX["celu"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
+    "jax.nn.celu: max(x, 0) + alpha * expm1(min(x, 0) / alpha), two nodes summed; the preset is "
+    "jax.nn.elu's where() form with expm1(x / alpha) (1 at 0 as JAX's half-and-half ties give, NaN at "
+    "NaN; one term, no + 0, as JAX's sum of a term and a zero term). Where they differ: the output +0 "
+    "at x = -0 (the preset -0), the gradient NaN where x != 0 and g = +-inf (g times the other "
+    "node's weight 0; the preset g * dy/dx), and XLA's "
+    "expm1 on the smooth piece (tests/test_elu30.py states the ulps)"))

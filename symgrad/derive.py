@@ -41,6 +41,8 @@ from .derivation import Derivation, Node, Step
 from .derive_special import derive_special
 from .derive_order import derive_order
 from .printers import text
+from . import regions as _regions
+from .regions import Regions
 from .scaled import Picked, Scaled
 
 EXHAUSTIVE_UP_TO = 4
@@ -474,13 +476,13 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         if isinstance(forward, dict):  # a forward per framework (hardsigmoid)
             forward = forward[op.convention]
         if op.order == "reversed":
-            forward = _reversed(forward)
+            forward = forward.reversed_order(_reversed) if isinstance(forward, Regions) else _reversed(forward)
     else:
         forward = (MaxOf if spec.extremum == "max" else MinOf)(*inputs)
     inner: list = []
     root = _split_nodes(forward, inner)
     # an output that is an affine map of the outermost extremum (scaled.Scaled: hardsigmoid)
-    scaled = root if isinstance(root, (Scaled, Picked)) else None  # (Picked: threshold)
+    scaled = root if isinstance(root, (Scaled, Picked, Regions)) else None  # (Picked: threshold)
     root = scaled.node if scaled is not None else root
     # the outermost extremum becomes the output y
     y = sp.Symbol("y", real=True)
@@ -510,6 +512,11 @@ def _derive_cached(op_key: tuple, op: Op, display: bool = True) -> Derivation:
         assert len(nodes) == 1 and len(scaled.values) == len(out.pieces), scaled
         stand = Node(out.symbol, out.kind, tuple(scaled.values), out.weights, out.count)
         partials = {s: _regular_part(stand, s) / (out.count or 1) for s in inputs}
+    elif isinstance(scaled, Regions):  # per region (hardswish): sum_i w_i d_i, each d_i checked
+        by_symbol = {n.symbol: n for n in nodes}
+        (x,) = inputs
+        partials = {x: _regions.partial(scaled, root, by_symbol, x)}
+        checks += _regions.region_checks(scaled, root, by_symbol, x)
     elif scaled is not None:  # dy/dx = grad_scale * du/dx (the node's partials, the chain above)
         partials = {s: scaled.grad_scale * p for s, p in partials.items()}
     return Derivation(op, inputs, forward, nodes, partials, _steps(op, forward, nodes, partials), checks,

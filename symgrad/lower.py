@@ -27,6 +27,8 @@ from . import policy as _policy
 from .derive import Derivation, Node
 from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
+from . import regions as _regions
+from .regions import Regions
 from .scaled import Picked
 
 
@@ -57,6 +59,13 @@ class Select(_SortsAsWritten, sp.Function):
 
 class Quotient(_SortsAsWritten, sp.Function):
     """Quotient(a, b): a / b, kept apart so every backend prints one division."""
+
+    nargs = 2
+
+
+class Product(_SortsAsWritten, sp.Function):
+    """Product(a, b): a * b, kept apart so every backend prints one multiplication of these two
+    operands (SymPy flattens a * (b * c) into one product, whose order rounds differently)."""
 
     nargs = 2
 
@@ -460,6 +469,8 @@ def lower(d: Derivation):
 def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
     """A max/min of pieces of the inputs: its nodes' values, and each input's partial."""
     op = d.op
+    if isinstance(d.output_map, Regions):
+        return _lower_regions(d)
     loses = _policy.nan_rule(op.nan).nan_loses
     inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses)) for n in d.nodes[:-1])
     roles = factor_roles(d.nodes)
@@ -492,6 +503,40 @@ def _lower_elementwise(d: Derivation) -> ElementwiseKernel:
         broadcast=len(d.inputs) > 1,
         broadcast_sum=op.broadcast_sum if len(d.inputs) > 1 else "numpy",
     )
+
+
+def _lower_regions(d: Derivation) -> ElementwiseKernel:
+    """An output and gradient written per region (regions.Regions: hardswish, elu): every node's
+    value (the outermost's too: the output may read it), the output as written (or the W-form's
+    selects of the regions' values), and the gradient as common + the selects of the regions'
+    entries."""
+    op, r = d.op, d.output_map
+    loses = _policy.nan_rule(op.nan).nan_loses
+    root = d.nodes[-1].symbol
+    output = r.output if not isinstance(r.output, sp.Tuple) else \
+        _region_selects(d, r.output, "nested" if d.nodes[-1].count is None else "sum")
+    grad = r.common + _region_selects(d, r.tree, op.gradient)
+    reads_root = any(_regions.NODE in e.free_symbols for e in (output, grad))  # (else not computed)
+    inter = tuple(Assign(str(n.symbol), forward_code(n.forward, op.zeros, loses))
+                  for n in (d.nodes if reads_root else d.nodes[:-1]))
+    return ElementwiseKernel(
+        inputs=tuple(str(s) for s in d.inputs), intermediates=inter,
+        output=output.xreplace({_regions.NODE: root}),
+        grads=(Assign(f"grad_{d.inputs[0]}", grad.xreplace({_regions.NODE: root})),),
+        saved=tuple(str(s) for s in d.inputs), broadcast=False, broadcast_sum="numpy")
+
+
+def _region_selects(d: Derivation, tree, form: str) -> sp.Expr:
+    """sum over the regions of W's weights times tree's entries, as lower_partial's selects (each
+    entry a placeholder meanwhile, so that nothing expands it)."""
+    held: dict = {}
+
+    def hold(entry, _piece):
+        return held.setdefault(entry, sp.Dummy()) if entry != 0 else sp.S.Zero
+
+    weights = _regions.weighted(tree, d.nodes[-1].symbol, {n.symbol: n for n in d.nodes}, hold)
+    selects = lower_partial(weights, d.op.nan, factor_roles(d.nodes), form).xreplace({GRAD_OUTPUT: 1})
+    return selects.xreplace({v: e for e, v in held.items()})
 
 
 def _enters_negated(pieces, s: sp.Symbol) -> bool:

@@ -872,3 +872,72 @@ OPS.update({s.name: s for s in [
                "from value to x where x passes the threshold", "from 0 to x where |x| passes lambd").replace(
                "it is value (first)", "it is 0 (first)")),
 ]})
+
+# ----------------------------------------------------------------------------- issue 30: hardswish
+
+def _hardswish(params, xs, convention=None):
+    # x * (min(3, max(-3, x)) + 3) / 6 (x * min(max(x + 3, 0), 6) / 6: the same rounding, as
+    # hardsigmoid), written per region of its node (regions.Regions): PyTorch's backward
+    # x <= -3 ? 0 : x < 3 ? g * (x / 3 + 0.5) : g, the bounds first ('first': 0 at -3, g at 3; under
+    # 'keep' a NaN x loses the outer min to 3: g, as its scalar path)
+    from .lower import Product, Quotient
+    from .regions import G, NODE, Regions
+    (x,) = xs
+    if convention == "jax":  # x * hard_sigmoid(x), hard_sigmoid = relu6(x + 3) * (1/6) (XLA's / 6):
+        # autodiff gives g * hs + [0 < x + 3 < 6] * ((x * g) * (1/6)), compared through x + 3
+        sixth = sp.Rational(1, 6)
+        return Regions(MinOf(6, MaxOf(0, x + 3)), Product(x, Product(NODE, sixth)),
+                       sp.Tuple(0, sp.Tuple(0, Product(Product(x, G), sixth))), Product(G, Product(NODE, sixth)))
+    return Regions(MinOf(3, MaxOf(-3, x)), Quotient(x * (NODE + 3), 6),
+                   sp.Tuple(G, sp.Tuple(0, G * (Quotient(x, 3) + sp.Rational(1, 2)))), 0)
+
+
+OPS.update({s.name: s for s in [
+    OpSpec("hardswish", "elementwise", "x * (min(max(x, -3), 3) + 3) / 6: 0 below -3, x above 3",
+           forward=_hardswish, torch_name="F.hardswish",
+           framework_forward=lambda p, xs: {c: _hardswish(p, xs, c) for c in ("torch", "jax")}),
+]})
+
+# ----------------------------------------------------------------------------- issue 30: elu, celu
+
+def _check_celu_alpha(params):
+    if params["alpha"] == 0:  # celu divides by alpha
+        raise ValueError(f"celu: alpha must be non-zero, got {params['alpha']!r}")
+
+
+def _elu(params, xs, convention=None, celu=False):
+    # W of max(0, x) times (alpha * expm1(x / s), x), s = alpha for celu, else 1: 0 first
+    # ('first': the exp piece at 0, as aten's x <= 0), each region's value and gradient as the
+    # framework computes them (regions.Regions); a NaN takes max(0, x) under 'dominate': x and g
+    from sympy.codegen.cfunctions import expm1
+
+    from .lower import Product, Quotient
+    from .regions import G, Regions
+    (x,) = xs
+    alpha = _num(params["alpha"])
+    if convention == "jax":  # where(x > 0, x, alpha * expm1(where(x > 0, 0, x))): expm1's jvp
+        # is g * (ans + 1); celu: expm1(x / alpha)
+        inner = Quotient(x, alpha) if celu else x
+        e = expm1(inner)
+        back = Product(Product(alpha, G), e + 1)
+        back = Quotient(back, alpha) if celu else back
+        return Regions(MaxOf(0, x), sp.Tuple(Product(alpha, e), x), sp.Tuple(back, G), 0)
+    # aten's elu kernel: expm1(x * input_scale) * alpha; backward g * input_scale * alpha *
+    # exp(x * input_scale), input_scale 1 (elu) or 1/alpha held in the dtype (celu)
+    scale = Literal("input_scale", 1 / params["alpha"]) if celu else None
+    arg = Product(x, scale) if celu else x
+    g = Product(G, scale) if celu else G
+    return Regions(MaxOf(0, x), sp.Tuple(Product(alpha, expm1(arg)), x),
+                   sp.Tuple(Product(Product(g, alpha), sp.exp(arg)), G), 0)
+
+
+_ALPHA = Param("alpha", "float", 1.0, "the negative saturation value")
+OPS.update({s.name: s for s in [
+    OpSpec("elu", "elementwise", "x where x > 0, else alpha * (exp(x) - 1) (W of max(0, x) times "
+           "(alpha * (exp(x) - 1), x))", params=(_ALPHA,), forward=_elu, torch_name="F.elu",
+           framework_forward=lambda p, xs: {c: _elu(p, xs, c) for c in ("torch", "jax")}),
+    OpSpec("celu", "elementwise", "x where x > 0, else alpha * (exp(x / alpha) - 1) (W of max(0, x) "
+           "times (alpha * (exp(x / alpha) - 1), x))", params=(_ALPHA,), check=_check_celu_alpha,
+           forward=lambda p, xs: _elu(p, xs, None, True), torch_name="F.celu",
+           framework_forward=lambda p, xs: {c: _elu(p, xs, c, True) for c in ("torch", "jax")}),
+]})

@@ -31,6 +31,9 @@ class TextPrinter(StrPrinter):
     def _print_Quotient(self, expr):
         return f"({self._print(expr.args[0])}) / ({self._print(expr.args[1])})"
 
+    def _print_Product(self, expr):
+        return f"({self._print(expr.args[0])}) * ({self._print(expr.args[1])})"
+
 
 class LatexPrinter(SympyLatexPrinter):
     """LaTeX for the documentation pages: Iverson brackets, DiracDelta, max/min (their ``_latex``

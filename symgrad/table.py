@@ -167,3 +167,11 @@ SITUATIONS += [
     ("multi_margin_loss", {}, "x = [1, 0], y = 0 (z = 0)", ([[1.0, 0.0]], [0])),
     ("multi_margin_loss", {}, "x = [1, NaN], y = 0", ([[1.0, NAN]], [0])),
 ]
+SITUATIONS += [  # issue 30: hardswish
+    ("hardswish", {}, "x = -3, 3", ([-3.0, 3.0],)),
+    ("hardswish", {}, "x = NaN, +inf, -inf", ([NAN, INF, -INF],)),
+]
+SITUATIONS += [  # issue 30: elu
+    ("elu", {"alpha": 2.5}, "x = 0 (alpha = 2.5)", ([0.0],)),
+    ("elu", {"alpha": 2.5}, "x = NaN, +inf, -inf (alpha = 2.5)", ([NAN, INF, -INF],)),
+]

@@ -263,6 +263,8 @@ FRAMEWORK_FNS = {  # the functions the new conventions-table rows stand for, per
     "fmax": (torch.fmax, jnp.fmax), "fmin": (torch.fmin, jnp.fmin),
     "rrelu": CASES[0][2:], "softshrink": CASES[4][2:],
     "hardshrink": (F.hardshrink, lambda x: jnp.where(jnp.abs(x) > 0.5, x, 0.0)),
+    "hardswish": (F.hardswish, jax.nn.hard_swish),
+    "elu": (lambda t: F.elu(t, 2.5), lambda x: jax.nn.elu(x, 2.5)),
 }
 
 
@@ -276,7 +278,8 @@ def test_conventions_table_rows_are_the_frameworks_gradients():
     for op, params, situation, inputs in table.SITUATIONS:
         if op not in FRAMEWORK_FNS:
             continue
-        row = next(ln for ln in md if ln.startswith(f"| `{op}` | {situation} |"))
+        row = next(ln for ln in md if ln.startswith((f"| `{op}` | {situation} |", f"| `{op}(")) and
+                   f"` | {situation} |" in ln)  # (an op with parameters: `elu(alpha=2.5)`)
         cells = dict(zip(["torch", "jax"], row.split(" | ")[2:4]))
         t_fn, j_fn = FRAMEWORK_FNS[op]
         ts = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in inputs]

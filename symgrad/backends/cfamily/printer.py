@@ -183,6 +183,9 @@ class CFamilyPrinter(ConditionPrinter, C99CodePrinter):
         # the compute type's function, as SymPy's C printer names it with float32 as real
         return f"{'expf' if self.real_type == 'float' else 'exp'}({self._print(expr.args[0])})"
 
+    def _print_expm1(self, expr):
+        return f"{'expm1f' if self.real_type == 'float' else 'expm1'}({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"{'logf' if self.real_type == 'float' else 'log'}({self._print(expr.args[0])})"
 
@@ -193,6 +196,9 @@ class CFamilyPrinter(ConditionPrinter, C99CodePrinter):
 
     def _print_Quotient(self, expr):
         return self._half_only(f"{_operand(self, expr.args[0], _bare)} / {_operand(self, expr.args[1], _bare)}")
+
+    def _print_Product(self, expr):
+        return self._half_only(f"{_operand(self, expr.args[0], _bare)} * {_operand(self, expr.args[1], _bare)}")
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the compute type

@@ -91,7 +91,7 @@ def rounds_apart(assigns: list, outputs: list) -> bool:
     such numbers, 1 / a count of at most two conditions or / a product of two such counts, their
     selects and sums; inf where 1 / 0 is selected away).  assigns: [(name, expr)] in order."""
     from ...indicators import Literal
-    from ...lower import Count, Quotient, Select
+    from ...lower import Count, Product, Quotient, Select
     from .printer import bfloat16_value
 
     counts, smalls, rounded = set(), set(), set()  # temporaries: counts, small weights, rounded
@@ -120,12 +120,12 @@ def rounds_apart(assigns: list, outputs: list) -> bool:
             return False
         if isinstance(e, sp.Mul) and len(e.args) == 2 and -1 in e.args:
             return rounds(e.args[1] if e.args[0] == -1 else e.args[0])
-        if isinstance(e, (sp.Mul, sp.Add, Quotient)):
+        if isinstance(e, (sp.Mul, sp.Add, Quotient, Product)):
             return True
         return any(rounds(a) for a in e.args)
 
     def nested(e) -> bool:  # a rounded operation with a rounded operand
-        if isinstance(e, (sp.Mul, sp.Add, Quotient)) and rounds(e) and any(rounds(a) for a in e.args):
+        if isinstance(e, (sp.Mul, sp.Add, Quotient, Product)) and rounds(e) and any(rounds(a) for a in e.args):
             return True
         return any(nested(a) for a in e.args)
 

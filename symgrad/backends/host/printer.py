@@ -61,6 +61,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
     def _print_exp(self, expr):
         return f"np.exp({self._print(expr.args[0])})"  # as SymPy prints it, with np
 
+    def _print_expm1(self, expr):
+        return f"np.expm1({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"np.log({self._print(expr.args[0])})"
 
@@ -87,6 +90,9 @@ class NumpyPrinter(ConditionPrinter, NumPyPrinter):
 
     def _print_Quotient(self, expr):
         return self._rounded(f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}")
+
+    def _print_Product(self, expr):
+        return self._rounded(f"{_operand(self, expr.args[0])} * {_operand(self, expr.args[1])}")
 
     def _rounded(self, text: str) -> str:
         return f"_bf16({_bare(text)})" if self._settings["bfloat16"] else text

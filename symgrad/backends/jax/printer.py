@@ -56,6 +56,9 @@ class JaxCodePrinter(ConditionPrinter, JaxPrinter):
     def _print_exp(self, expr):
         return f"jnp.exp({self._print(expr.args[0])})"
 
+    def _print_expm1(self, expr):
+        return f"jnp.expm1({self._print(expr.args[0])})"
+
     def _print_log(self, expr):
         return f"jnp.log({self._print(expr.args[0])})"
 
@@ -72,6 +75,9 @@ class JaxCodePrinter(ConditionPrinter, JaxPrinter):
 
     def _print_Quotient(self, expr):
         return f"{_operand(self, expr.args[0])} / {_operand(self, expr.args[1])}"
+
+    def _print_Product(self, expr):
+        return f"{_operand(self, expr.args[0])} * {_operand(self, expr.args[1])}"
 
     def _print_Count(self, expr):
         # the number of conditions that hold, added up in the working dtype

@@ -18,7 +18,7 @@ import sympy as sp
 from ... import naming
 from ...geometry import S
 from ...indicators import Literal
-from ...lower import BEST, HIT, V, ElementwiseKernel, Quotient, UnpoolKernel, WindowKernel, backward_plan
+from ...lower import BEST, HIT, V, ElementwiseKernel, Product, Quotient, UnpoolKernel, WindowKernel, backward_plan
 from ..common import (docstring, environment, expression_docstring, expression_header,
                       grad_start_comment, header, python_geometry, special_docstring)
 from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
@@ -70,6 +70,10 @@ def _forward_quiet(kernel: ElementwiseKernel) -> str:
     if any(isinstance(n, (sp.Add, sp.Mul)) and len({str(s) for s in n.free_symbols} & inputs) > 1
            for e in values for n in sp.preorder_traversal(e)):
         return "input - target is NaN where both are the same infinity, as the frameworks compute it"
+    nodes = {a.name for a in kernel.intermediates}
+    if any(isinstance(n, (sp.Mul, Product)) and {str(s) for s in n.free_symbols} & inputs
+           and {str(s) for s in n.free_symbols} & nodes for n in sp.preorder_traversal(kernel.output)):
+        return "x times a clamp of x is NaN at x = +-inf where the clamp is 0, as the frameworks compute it"
     return ""
 
 

@@ -139,6 +139,9 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
             return self._rounded(f"torch.div({self._print(a)}, {bare(self._print(b))})")
         return self._rounded(f"{self._operand(a)} / {self._operand(b)}")
 
+    def _print_Product(self, expr):
+        return self._rounded(f"{self._operand(expr.args[0])} * {self._operand(expr.args[1])}")
+
     def _operand(self, e) -> str:
         """An operand of a division: a shared temporary's name as it is, anything else in
         parentheses."""
@@ -160,6 +163,9 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
 
     def _print_exp(self, expr):
         return f"torch.exp({bare(self._print(expr.args[0]))})"
+
+    def _print_expm1(self, expr):
+        return f"torch.expm1({bare(self._print(expr.args[0]))})"
 
     def _print_log(self, expr):
         return f"torch.log({bare(self._print(expr.args[0]))})"
