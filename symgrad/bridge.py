@@ -149,7 +149,7 @@ def integer_inputs(module) -> tuple:
     if "expr" in module.PARAMS:
         return ()
     spec = OPS[module.OP]
-    if spec.strategy.windows == "segments":  # windows given by an index (scatter_max, segment_max)
+    if spec.strategy.windows in ("segments", "bags"):  # windows given by an index (segments, bags)
         return tuple(module.INPUTS.index(name) for name in spec.constant_inputs)
     return (module.INPUTS.index("indices"),) if spec.strategy.scatter else ()
 

@@ -530,3 +530,18 @@ TORCH["hardshrink"] = Preset("first", "dominate", gradient="nested", half="float
 JAX["hardshrink"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
     "JAX has no hardshrink; this is where(abs(x) > lambd, x, 0) (as one writes it in JAX): 0 at "
     "both kinks, 0 and 0 at NaN"))
+
+# bags (issue 33): embedding_bag_max as at::_embedding_bag's CPU max path
+TORCH["embedding_bag_max"] = Preset("first", "keep", zeros="first", note=(
+    "F.embedding_bag(mode='max') on the CPU: per bag and column, the first row is taken and a "
+    "later row takes over where it is strictly greater (weight_item > current_item): the first "
+    "of equals wins (+0 and -0 too), a NaN never takes over and a NaN that comes first keeps the "
+    "bag, whose output is the winner's value (a NaN later in the bag is ignored); an empty bag (or "
+    "one of padding_idx only) is 0 with no gradient; backward index_add_s each bag's gradient onto "
+    "its winner's table row, in bag order"))
+JAX["embedding_bag_max"] = Preset("split", "zero", zeros="ordered", note=(
+    "JAX has no embedding_bag; this is jax.ops.segment_max(weight[input], bag ids, num_segments) "
+    "(padding_idx's rows left out) with an empty bag's -inf set to 0, as one writes it in JAX: "
+    "-0 below +0, each hit gets g * (1 / count), count the hits plus 1 where the bag's max is -inf "
+    "(the fill), a bag holding NaN no gradient; the rows' gradients added onto the table in index "
+    "order (JAX's gather transpose, a scatter-add, may add them in another order)"))

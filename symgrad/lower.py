@@ -1150,3 +1150,22 @@ def skips_nan(op) -> bool:
     """A window op whose forward skips NaN (nanmax/nanmin: WindowKernel.skips_nan), which the
     torch, jax and cuda backends do not build yet (``refuses``)."""
     return not op.spec.strategy.elementwise and _policy.nan_rule(op.nan).nan_loses
+
+
+# ----------------------------------------------------------------------------- bags (issue 33)
+
+WINDOW_FORMS["bags"] = ("the table rows an index list's bag gathers, one bag per output row, no "
+                        "initial element (embedding_bag_max)")
+
+
+def _lower_bag(d: Derivation) -> WindowKernel:
+    """A bag's extremum (kinds/bag.py): a segment's kernel with no initial element (an empty bag
+    is 0); a split counts a framework's fill only as kinds.bag.FRAMEWORK_COUNTS says."""
+    from .kinds.bag import FRAMEWORK_COUNTS
+    kernel = _lower_segment(d)
+    counts = kernel.segment.count_initial and FRAMEWORK_COUNTS.get(d.op.convention or "", False)
+    return replace(kernel, segment=replace(kernel.segment, fill="0", count_initial=counts))
+
+
+LOWERINGS["bag"] = _lower_bag
+KERNEL_TYPES["bag"] = WindowKernel

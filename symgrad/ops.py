@@ -862,3 +862,18 @@ OPS.update({s.name: s for s in [
                "from value to x where x passes the threshold", "from 0 to x where |x| passes lambd").replace(
                "it is value (first)", "it is 0 (first)")),
 ]})
+
+# ----------------------------------------------------------------------------- bags (issue 33)
+# embedding_bag_max: F.embedding_bag(input, weight, offsets, mode="max", include_last_offset,
+# padding_idx) (kinds/bag.py); the gradient goes to weight only.
+OPS["embedding_bag_max"] = OpSpec(
+    "embedding_bag_max", "bag",
+    "F.embedding_bag(input, weight, offsets, mode='max'): output[b, f] is the max of "
+    "weight[input[i], f] over bag b's indices i (offsets, or the rows of a 2-d input), padding_idx "
+    "left out; an empty bag is 0",
+    inputs=("input", "weight", "offsets"), constant_inputs=("input", "offsets"),
+    params=(Param("include_last_offset", "bool", False, "offsets has one more entry, the end of "
+                  "the last bag (PyTorch's include_last_offset)"),
+            Param("padding_idx", "int", None, "a table row left out of every bag (negative: from "
+                  "the end of weight's rows; default none)", -MAX_INT)),
+    torch_name="F.embedding_bag")

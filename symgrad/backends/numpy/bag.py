@@ -1,0 +1,53 @@
+"""The NumPy module of a bag kernel (embedding_bag_max: windows given by offsets into gathered
+table rows, kinds/bag.py): bag.py.jinja with the partial of its selection (``_bag_scan``: each
+bag's winner saved; ``_bag_mask``: the output and count of hits saved).  What a bag shares with a
+segment (the hit, the weight, the pick among the hits) comes from segment_context."""
+
+from __future__ import annotations
+
+from ...lower import WindowKernel
+from .segment import segment_context
+
+# each bag's extremum, hits and picked element: NaN propagating (symgrad's rules), or as PyTorch's
+# CPU kernel reads it ('keep': a later row takes over on a strict comparison, so NaN never does
+# and a NaN that comes first keeps its bag)
+_EXTREMUM = {
+    "propagating": ["extremum = np.{reduce}.reduceat(v, starts, axis=0)",
+                    "hit = _hit(v, extremum[seg])",
+                    "return extremum, hit, _picked(v, hit, starts)"],
+    "keep": ["extremum = np.{skip}.reduceat(v, starts, axis=0)  # NaN never takes over",
+             "hit = _hit(v, extremum[seg])",
+             "first_nan = np.isnan(v[starts])  # a NaN that comes first keeps its bag",
+             "return extremum, hit, np.where(first_nan, starts[:, None], _picked(v, hit, starts))"],
+}
+_EXTREMUM_DOCS = {"propagating": "the extremum propagates NaN",
+                  "keep": "NaN is skipped unless it comes first, which then wins (PyTorch's CPU rule)"}
+
+
+def bag_context(op, kernel: WindowKernel) -> dict:
+    """bag.py.jinja's finished strings."""
+    seg = segment_context(op, kernel)
+    mask = kernel.selection.form == "mask"
+    how = "keep" if op.nan == "keep" else "propagating"
+    fields = (["weight: np.ndarray  # the table (by reference)",
+               "output: np.ndarray  # the output (B, F)",
+               "count: np.ndarray  # each bag's hits per column (int64)"] if mask else
+              ["winner: np.ndarray  # each bag's winner per column (B, F): -1 none, e >= 0 element e"])
+    return {
+        "template": "numpy/bag.py.jinja",
+        "selection_partial": f"numpy/_bag_{kernel.selection.form}.py.jinja",
+        "imports": [],
+        **{k: seg[k] for k in ("extremum", "weight", "pick_lines", "pick_doc", "params_list",
+                               "forward_params", "jvp_params")},
+        "hit": "v == extremum" if how == "keep" else seg["hit"],
+        "extremum_lines": [line.format(reduce=seg["reduce"], skip="f" + seg["reduce"][:3])
+                           for line in _EXTREMUM[how]],
+        "extremum_doc": _EXTREMUM_DOCS[how],
+        "output": "chosen" if how == "keep" else "np.where(np.isnan(extremum), extremum, chosen)",
+        "saved_doc": ("the table (by reference), the output and each bag's count" if mask
+                      else "each bag's winner"),
+        "saved_fields": fields,
+        "grads_doc": "None, grad_weight, None",
+        "count_initial": (["count[bags] += extremum == -np.inf  # the -inf fill counted where a bag's "
+                           "max is -inf (JAX's segment_max)"] if kernel.segment.count_initial else []),
+    }
