@@ -64,7 +64,8 @@ class Saved(NamedTuple):
     rows: np.ndarray  # the table row of each element (a kept index), in index order, (L,)
     bag: np.ndarray  # the bag (output row) of each element, (L,)
     winner: np.ndarray  # each bag's winner per column (B, F): -1 none, e >= 0 element e
-    weight_shape: tuple
+    table_shape: tuple  # the table's, (V, F)
+    input_shape: tuple  # the float input's
     output_shape: tuple
     dtype: np.dtype
 
@@ -241,9 +242,11 @@ def _offsets(offsets, length: int) -> tuple:
     return off, np.append(off[1:], length)
 
 
-def _bags(input, weight: np.ndarray, offsets) -> tuple:
-    """(the table row of each element, its bag, the number of bags): a 2-d input's rows are its
-    bags (offsets None), a 1-d input's are cut by offsets; padding_idx's rows are left out."""
+def _layout(input, weight, offsets) -> tuple:
+    """(the table, the table row of each element, its bag, the number of bags, weight's shape): a
+    2-d input's rows are its bags (offsets None), a 1-d input's are cut by offsets; padding_idx's
+    rows are left out."""
+    weight = _as_input("weight", weight)
     index = _as_index("input", input)
     if weight.ndim != 2:
         raise ValueError(f"{OP}: weight must be a 2-d table (num_embeddings, embedding_dim), got shape {weight.shape}")
@@ -262,7 +265,7 @@ def _bags(input, weight: np.ndarray, offsets) -> tuple:
     if rows.size and (rows.min() < 0 or rows.max() >= vocab):
         raise ValueError(f"{OP}: input must hold table rows in [0, {vocab}), got values in [{rows.min()}, {rows.max()}]")
     keep = rows != _padding(vocab)
-    return rows[keep], bag[keep], num
+    return weight, rows[keep], bag[keep], num, weight.shape
 
 
 def _padding(vocab: int) -> int:
@@ -272,6 +275,21 @@ def _padding(vocab: int) -> int:
     if not -vocab <= PADDING_IDX < vocab:
         raise ValueError(f"{OP}: padding_idx must be within weight's {vocab} rows, got {PADDING_IDX}")
     return PADDING_IDX % vocab
+
+
+def _placed(out_rows: np.ndarray, input_shape: tuple) -> np.ndarray:
+    """The output rows as the output: (bags, embedding_dim)."""
+    return out_rows
+
+
+def _unplaced(grad_table: np.ndarray, input_shape: tuple) -> np.ndarray:
+    """The table's gradient as weight's."""
+    return grad_table
+
+
+def _rows_of(array: np.ndarray) -> np.ndarray:
+    """grad_output as output rows."""
+    return array
 
 
 def _runs(bag: np.ndarray) -> tuple:
@@ -311,44 +329,45 @@ def _extremum(v, starts, seg):
 
 
 def _table(grad_rows: np.ndarray, saved: Saved) -> np.ndarray:
-    """The gathered rows' gradients added onto their table rows, in index order (bag order)."""
-    grad_weight = np.zeros(saved.weight_shape, dtype=saved.dtype)
-    np.add.at(grad_weight, saved.rows, grad_rows)
-    return grad_weight
+    """The gathered rows' gradients added onto their table rows, in index order (bag order), as
+    the float input's gradient."""
+    grad_table = np.zeros(saved.table_shape, dtype=saved.dtype)
+    np.add.at(grad_table, saved.rows, grad_rows)
+    return _unplaced(grad_table, saved.input_shape)
 
 
 def _forward(input, weight, offsets) -> tuple:
-    """(output, values, rows, bag, each bag's extremum and the elements' hits, picked, starts and
-    the non-empty bags)."""
-    weight = _as_input("weight", weight)
-    rows, bag, num = _bags(input, weight, offsets)
-    v = weight[rows]
-    out = np.zeros((num, weight.shape[1]), dtype=weight.dtype)
+    """(output rows, the table, its rows and their bags, each bag's extremum and the elements'
+    hits, picked element, starts and the non-empty bags, the float input's shape)."""
+    table, rows, bag, num, input_shape = _layout(input, weight, offsets)
+    v = table[rows]
+    out = np.zeros((num, table.shape[1]), dtype=table.dtype)
     starts, bags, seg = _runs(bag)
     if not v.shape[0] or not v.shape[1]:
         picked = np.zeros((starts.size, v.shape[1]), dtype=np.intp)
-        return out, weight, rows, bag, out[bags], v == v, picked, starts, bags
+        return out, table, rows, bag, out[bags], v == v, picked, starts, bags, input_shape
     extremum, hit, picked = _extremum(v, starts, seg)
     chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)
     out[bags] = chosen
-    return out, weight, rows, bag, extremum, hit, picked, starts, bags
+    return out, table, rows, bag, extremum, hit, picked, starts, bags, input_shape
 
 
 def forward(input, weight, offsets) -> tuple[np.ndarray, Saved]:
-    """Return (output, saved): each bag's max of its table rows, 0 where empty; saved
-    keeps each bag's winner."""
-    out, weight, rows, bag, extremum, hit, picked, starts, bags = _forward(input, weight, offsets)
+    """Return (output, saved): each bag's max of its table rows, 0 where empty; saved keeps each bag's winner."""
+    out, table, rows, bag, extremum, hit, picked, starts, bags, input_shape = _forward(input, weight, offsets)
     # the winner of each bag, per column: -1 none (an empty bag), e >= 0 element e (of rows)
     winner = np.full(out.shape, -1, dtype=np.int64)
-    winner[bags] = picked
-    return out, Saved(rows, bag, winner, weight.shape, out.shape, out.dtype)
+    winner[bags] = np.where(picked < rows.size, picked, -1)
+    output = _placed(out, input_shape)
+    return output, Saved(rows, bag, winner, table.shape, input_shape, output.shape, output.dtype)
 
 
 def _checked(saved: Saved) -> np.ndarray:
     """saved.winner, once saved is checked (by the caller): one winner per output element, each
     an element or -1."""
     winner = saved.winner
-    if winner.shape != saved.output_shape or winner.size and (winner.min() < -1 or winner.max() >= saved.rows.size):
+    if (winner.ndim != 2 or winner.size != int(np.prod(saved.output_shape, dtype=np.int64))
+            or winner.size and (winner.min() < -1 or winner.max() >= saved.rows.size)):
         raise ValueError(f"{OP}: saved.winner must hold one winner in [-1, {saved.rows.size}) per output element")
     return winner
 
@@ -359,20 +378,23 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple:
     grad_output = _check_backward(grad_output, saved)
     winner = _checked(saved)
     bag = saved.bag
-    grad_rows = _select(winner[bag] == np.arange(bag.size)[:, None], grad_output[bag])
+    g = _rows_of(grad_output).reshape(winner.shape)
+    grad_rows = _select(winner[bag] == np.arange(bag.size)[:, None], g[bag])
     return None, _table(grad_rows, saved), None
 
 
 def jvp(tangent_input, tangent_weight, tangent_offsets, saved: Saved) -> np.ndarray:
-    """Return the output's tangent for a tangent of weight (input's and offsets' must be None):
-    the tangent of each bag's winner (the transpose of backward)."""
-    if tangent_input is not None or tangent_offsets is not None:
-        raise ValueError(f"{OP}: tangent_input and tangent_offsets must be None: they are integers")
+    """Return the output's tangent for a tangent of weight (tangent_input and tangent_offsets' must be
+    None): the tangent of each bag's winner (the transpose of backward)."""
+    if tangent_input is not None:
+        raise ValueError(f"{OP}: tangent_input must be None: input holds integers")
+    if tangent_offsets is not None:
+        raise ValueError(f"{OP}: tangent_offsets must be None: offsets holds integers")
     _check_saved(saved)
-    t_rows = _as_tangent("tangent_weight", tangent_weight, saved, saved.weight_shape)[saved.rows]
+    t_rows = _rows_of(_as_tangent("tangent_weight", tangent_weight, saved)).reshape(saved.table_shape)[saved.rows]
     winner = _checked(saved)
     chosen = np.take_along_axis(t_rows, np.maximum(winner, 0), axis=0) if t_rows.shape[0] else 0
-    return np.asarray(np.where(winner >= 0, chosen, 0), dtype=saved.dtype)
+    return _placed(np.asarray(np.where(winner >= 0, chosen, 0), dtype=saved.dtype), saved.input_shape)
 
 
 # ----------------------------------------------------------------------------- bfloat16

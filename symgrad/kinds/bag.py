@@ -17,6 +17,12 @@ from .base import Kind, representative
 # embedding_bag has no split
 FRAMEWORK_COUNTS = {"jax": True}
 
+# each bag op's layout (the NumPy module's partial _<partial>_layout: its table, rows and bags
+# from the op's inputs) and what its forward computes
+LAYOUTS = {"embedding_bag_max": {"partial": "bag", "forward_doc": "each bag's max of its table rows, 0 where empty"}}
+# where a framework's running max starts, by op and preset (C source; None: at the first element)
+FLOORS: dict = {}
+
 BAG_WINDOWS = (
     "bag b holds the table rows weight[input[i]] for i in [offsets[b], offsets[b + 1]) (a 2-d "
     "input: its row b), in index order, padding_idx's rows left out; bags never overlap, but a "
