@@ -320,7 +320,9 @@ def preset_for(convention: object, op: str, params: dict | None = None) -> Prese
     convention = check_convention(convention)
     if convention is None:
         return None
-    preset = PRESETS[convention][op]
+    preset = PRESETS[convention].get(op)
+    if preset is None:  # (roi_max_pool: JAX has no roi_pool)
+        raise ValueError(f"{op} has no {convention} preset: {convention} has no such op; pass ties= and nan=")
     if preset.whole is not None and (params or {}).get("dim") is None:
         return dataclasses.replace(preset.whole, note=preset.note, order_form=preset.order_form)
     return preset
@@ -545,3 +547,10 @@ JAX["embedding_bag_max"] = Preset("split", "zero", zeros="ordered", note=(
     "-0 below +0, each hit gets g * (1 / count), count the hits plus 1 where the bag's max is -inf "
     "(the fill), a bag holding NaN no gradient; the rows' gradients added onto the table in index "
     "order (JAX's gather transpose, a scatter-add, may add them in another order)"))
+TORCH["roi_max_pool"] = Preset("first", "keep", zeros="first", note=(
+    "torchvision.ops.roi_pool on the CPU (roi_pool_kernel.cpp): box corners scaled and rounded in "
+    "the input's dtype, each bin's running max starts at -FLT_MAX with no winner and an element "
+    "takes over where it is strictly greater, so the first of equals (+0 and -0 too) wins, a NaN "
+    "never wins and a bin of NaN, -inf or values at or below -FLT_MAX has output -FLT_MAX and no "
+    "gradient; an empty bin is 0; backward adds each bin's gradient onto its winner in box, "
+    "channel, bin order"))

@@ -877,3 +877,13 @@ OPS["embedding_bag_max"] = OpSpec(
             Param("padding_idx", "int", None, "a table row left out of every bag (negative: from "
                   "the end of weight's rows; default none)", -MAX_INT)),
     torch_name="F.embedding_bag")
+# roi_max_pool: torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale) (kinds/roi.py)
+OPS["roi_max_pool"] = OpSpec(
+    "roi_max_pool", "roi",
+    "torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale): output[k, c, ph, pw] is "
+    "the max of input[batch index, c] over bin (ph, pw) of box k (quantized; bins may overlap); an "
+    "empty bin is 0",
+    inputs=("input", "boxes"), constant_inputs=("boxes",), spatial=2,
+    params=(Param("output_size", "ints", None, "bins per box (PH, PW) (int or pair)", 1, required=True),
+            Param("spatial_scale", "float", 1.0, "scales the boxes' coordinates to the input's")),
+    torch_name="torchvision.ops.roi_pool")

@@ -210,10 +210,13 @@ def _w_matrix(md: str) -> np.ndarray | None:
     return np.array(rows)
 
 
+from symgrad.kinds.bag import LAYOUTS  # noqa: E402
+
+
 def _given(ex, name, op=None):
     """An input of the example as forward takes it: integer indices (unpooling's, the segments',
     the bags' input and offsets) as int64."""
-    bags = op is not None and op.spec.strategy.windows == "bags" and name in op.spec.constant_inputs
+    bags = op is not None and op.spec.strategy.windows == "bags" and name in LAYOUTS[op.name]["integers"]
     return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids") or bags else ex[name]
 
 

@@ -90,7 +90,8 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
            resolve("maxout", pieces=2), resolve("adaptive_max_pool1d", output_size=3),
            resolve("fractional_max_pool2d", kernel_size=2, output_size=3),
            resolve("max_unpool1d", kernel_size=2), resolve("logsumexp"),
-           make_op("Max(x, 2*y)")[0], resolve("embedding_bag_max")]
+           make_op("Max(x, 2*y)")[0], resolve("embedding_bag_max"),
+           resolve("roi_max_pool", output_size=2)]
     assert {op.spec.kind for op in ops} == set(kinds.KINDS)
     for op in ops:
         kind = op.spec.strategy

@@ -46,3 +46,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (ELEMENTWISE, EXPRESSION, POOL, MAX
 from .bag import BAG  # noqa: E402
 
 KINDS[BAG.name] = BAG
+from .roi import ROI  # noqa: E402
+
+KINDS[ROI.name] = ROI

@@ -18,8 +18,9 @@ from .base import Kind, representative
 FRAMEWORK_COUNTS = {"jax": True}
 
 # each bag op's layout (the NumPy module's partial _<partial>_layout: its table, rows and bags
-# from the op's inputs) and what its forward computes
-LAYOUTS = {"embedding_bag_max": {"partial": "bag", "forward_doc": "each bag's max of its table rows, 0 where empty"}}
+# from the op's inputs), what its forward computes, and its integer inputs
+LAYOUTS = {"embedding_bag_max": {"partial": "bag", "forward_doc": "each bag's max of its table rows, 0 where empty",
+                                 "integers": ("input", "offsets")}}
 # where a framework's running max starts, by op and preset (C source; None: at the first element)
 FLOORS: dict = {}
 

@@ -5,8 +5,7 @@ segment (the hit, the weight, the pick among the hits) comes from segment_contex
 
 from __future__ import annotations
 
-from ...lower import WindowKernel
-from ...kinds.bag import FLOORS, LAYOUTS
+from ...lower import BagKernel
 from .segment import segment_context
 
 # each bag's extremum, hits and picked element: NaN propagating (symgrad's rules), or as PyTorch's
@@ -19,7 +18,7 @@ _EXTREMUM = {
     # torchvision's roi_pool: the running max starts at FLOOR (-FLT_MAX) with no winner and an
     # element takes over on a strict >: NaN and elements at or below FLOOR never win (a bin of
     # them has output FLOOR and no gradient)
-    "floor": ["extremum = np.maximum(np.{skip}.reduceat(v, starts, axis=0), FLOOR)  # NaN never takes over",
+    "floor": ["extremum = np.{skip}(np.{skip}.reduceat(v, starts, axis=0), FLOOR)  # NaN never takes over",
               "hit = (v == extremum[seg]) & (v > FLOOR)",
               "return extremum, hit, _picked(v, hit, starts)"],
     "keep": ["extremum = np.{skip}.reduceat(v, starts, axis=0)  # NaN never takes over",
@@ -32,25 +31,24 @@ _EXTREMUM_DOCS = {"propagating": "the extremum propagates NaN",
                   "keep": "NaN is skipped unless it comes first, which then wins (PyTorch's CPU rule)"}
 
 
-def _inputs(op) -> dict:
-    """The strings naming the op's float input and its integer inputs, and its layout partial
-    (kinds.bag.LAYOUTS)."""
+def _inputs(op, kernel: BagKernel) -> dict:
+    """The strings naming the op's float input and its constant inputs, and its layout partial
+    (lower.BagRule)."""
     inputs, constants = op.spec.inputs, op.spec.constant_inputs
     floating = next(n for n in inputs if n not in constants)
-    layout = LAYOUTS[op.name]
     return {"float_name": floating, "constant_inputs": list(constants),
             "constant_names": " and ".join(f"tangent_{n}" for n in constants),
             "grads_doc": ", ".join(f"grad_{n}" if n == floating else "None" for n in inputs),
             "returns": ", ".join("_table(grad_rows, saved)" if n == floating else "None" for n in inputs),
-            "layout_partial": f"numpy/_{layout['partial']}_layout.py.jinja",
-            "forward_doc": layout["forward_doc"]}
+            "layout_partial": f"numpy/_{kernel.bag.layout}_layout.py.jinja",
+            "forward_doc": kernel.bag.forward_doc}
 
 
-def bag_context(op, kernel: WindowKernel) -> dict:
+def bag_context(op, kernel: BagKernel) -> dict:
     """bag.py.jinja's finished strings."""
     seg = segment_context(op, kernel)
     mask = kernel.selection.form == "mask"
-    floor = FLOORS.get(op.name, {}).get(op.convention or "")
+    floor = kernel.bag.floor
     how = "floor" if floor else "keep" if op.nan == "keep" else "propagating"
     fields = (["table: np.ndarray  # the table (by reference: weight, or a view of the input)",
                "output: np.ndarray  # the output (B, F)",
@@ -72,7 +70,7 @@ def bag_context(op, kernel: WindowKernel) -> dict:
         "saved_doc": ("the table (by reference), the output and each bag's count" if mask
                       else "each bag's winner"),
         "saved_fields": fields,
-        **_inputs(op),
+        **_inputs(op, kernel),
         "count_initial": (["count[bags] += extremum == -np.inf  # the -inf fill counted where a bag's "
                            "max is -inf (JAX's segment_max)"] if kernel.segment.count_initial else []),
     }
