@@ -321,8 +321,8 @@ def preset_for(convention: object, op: str, params: dict | None = None) -> Prese
     if convention is None:
         return None
     preset = PRESETS[convention].get(op)
-    if preset is None:  # (roi_max_pool: JAX has no roi_pool)
-        raise ValueError(f"{op} has no {convention} preset: {convention} has no such op; pass ties= and nan=")
+    if preset is None and op in WITHOUT_PRESET.get(convention, {}):
+        raise ValueError(f"{op} has no {convention} preset ({WITHOUT_PRESET[convention][op]}); pass ties= and nan=")
     if preset.whole is not None and (params or {}).get("dim") is None:
         return dataclasses.replace(preset.whole, note=preset.note, order_form=preset.order_form)
     return preset
@@ -547,6 +547,8 @@ JAX["embedding_bag_max"] = Preset("split", "zero", zeros="ordered", note=(
     "-0 below +0, each hit gets g * (1 / count), count the hits plus 1 where the bag's max is -inf "
     "(the fill), a bag holding NaN no gradient; the rows' gradients added onto the table in index "
     "order (JAX's gather transpose, a scatter-add, may add them in another order)"))
+# the ops a framework has no counterpart of, so no preset (why, in words)
+WITHOUT_PRESET = {"jax": {"roi_max_pool": "JAX has no roi_pool"}}
 TORCH["roi_max_pool"] = Preset("first", "keep", zeros="first", note=(
     "torchvision.ops.roi_pool on the CPU (roi_pool_kernel.cpp): box corners scaled and rounded in "
     "the input's dtype, each bin's running max starts at -FLT_MAX with no winner and an element "

@@ -836,3 +836,28 @@ class EmbeddingBag(_Module):
 
 
 __all__.append("EmbeddingBag")
+
+
+class RoIPool(_Module):
+    """``torchvision.ops.RoIPool(output_size, spatial_scale)`` through symgrad's roi_max_pool under a
+    chosen tie policy (convention='torch': torchvision's CPU rule); ``forward(input, rois)`` with
+    rois a (K, 5) tensor of (batch index, x1, y1, x2, y2) in input's dtype (a list of boxes per
+    image is not taken).  Its backward adds each bin's gradient in (box, bin) order, no atomics."""
+
+    def __init__(self, output_size, spatial_scale: float, *, ties=None, convention=None, nan=None):
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+        self.fn = op("roi_max_pool", output_size=output_size, spatial_scale=spatial_scale,
+                     **_settings(ties, convention, nan, None))
+
+    def forward(self, input, rois):
+        if not isinstance(rois, torch.Tensor):
+            raise TypeError(f"RoIPool: rois must be a (K, 5) tensor of (batch index, x1, y1, x2, y2), "
+                            f"got {type(rois).__name__}")
+        return self.fn(input, rois.to(input.dtype))
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}, spatial_scale={self.spatial_scale}, ties={self.fn.ties!r}"
+
+
+__all__.append("RoIPool")

@@ -440,8 +440,11 @@ def test_jax_has_no_vjp_for_dilated_max_pool():
 
 
 def test_every_op_has_a_preset_in_both_conventions():
+    from symgrad.conventions import WITHOUT_PRESET
     for name, presets in PRESETS.items():
-        assert set(presets) == set(OPS), name
+        assert set(presets) == set(OPS) - set(WITHOUT_PRESET.get(name, {})), name
+    with pytest.raises(ValueError, match="roi_max_pool has no jax preset"):
+        symgrad.load("roi_max_pool", output_size=2, convention="jax")
 
 
 def test_explicit_settings_override_the_preset():

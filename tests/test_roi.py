@@ -151,3 +151,19 @@ def test_bad_input_is_one_line():
             mod.forward(x, boxes)
     with pytest.raises(TypeError, match="output_size"):
         symgrad.load(OP)
+
+
+def test_symgrad_torch_roipool_is_torchvisions_rule():
+    torch = pytest.importorskip("torch")
+    import symgrad.torch as st
+    rng = np.random.default_rng(31)
+    x, boxes = _case(rng, np.float32)
+    g = np.array(rng.normal(size=(boxes.shape[0], x.shape[1], 2, 2)), dtype=np.float32)
+    want_out, want_grad = _torchvision(x, boxes, (2, 2), 0.5, g)
+    xt = torch.tensor(x, requires_grad=True)
+    y = st.RoIPool(2, 0.5, convention="torch")(xt, torch.tensor(boxes))
+    y.backward(torch.tensor(g))
+    _same_bits(y.detach().numpy(), want_out, "output")
+    _same_bits(xt.grad.numpy(), want_grad, "grad_input")
+    with pytest.raises(TypeError, match="rois must be a"):
+        st.RoIPool(2, 1.0)(xt, [boxes])
