@@ -151,6 +151,9 @@ def integer_inputs(module) -> tuple:
     spec = OPS[module.OP]
     if spec.strategy.windows == "segments":  # windows given by an index (scatter_max, segment_max)
         return tuple(module.INPUTS.index(name) for name in spec.constant_inputs)
+    if spec.strategy.windows == "bags":  # embedding_bag_max's input and offsets (roi's boxes: floats)
+        from .kinds.bag import LAYOUTS
+        return tuple(module.INPUTS.index(name) for name in LAYOUTS[module.OP]["integers"])
     return (module.INPUTS.index("indices"),) if spec.strategy.scatter else ()
 
 

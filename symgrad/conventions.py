@@ -362,10 +362,12 @@ def preset_for(convention: object, op: str, params: dict | None = None) -> Prese
     convention = check_convention(convention)
     if convention is None:
         return None
-    if op not in PRESETS[convention]:
+    preset = PRESETS[convention].get(op)
+    if preset is None and op in WITHOUT_PRESET.get(convention, {}):
+        raise ValueError(f"{op} has no {convention} preset ({WITHOUT_PRESET[convention][op]}); pass ties= and nan=")
+    if preset is None:
         raise ValueError(f"convention {convention!r} covers {', '.join(PRESETS[convention])} only, "
                          f"not {op}")
-    preset = PRESETS[convention][op]
     if preset.whole is not None and (params or {}).get("dim") is None:
         return dataclasses.replace(preset.whole, note=preset.note, order_form=preset.order_form)
     return preset
@@ -611,3 +613,26 @@ JAX["celu"] = Preset("first", "keep", gradient="nested", zeros="first", note=(
     "at x = -0 (the preset -0), the gradient NaN where x != 0 and g = +-inf (g times the other "
     "node's weight 0; the preset g * dy/dx), and XLA's "
     "expm1 on the smooth piece (tests/test_elu30.py states the ulps)"))
+# bags (issue 33): embedding_bag_max as at::_embedding_bag's CPU max path
+TORCH["embedding_bag_max"] = Preset("first", "keep", zeros="first", note=(
+    "F.embedding_bag(mode='max') on the CPU: per bag and column, the first row is taken and a "
+    "later row takes over where it is strictly greater (weight_item > current_item): the first "
+    "of equals wins (+0 and -0 too), a NaN never takes over and a NaN that comes first keeps the "
+    "bag, whose output is the winner's value (a NaN later in the bag is ignored); an empty bag (or "
+    "one of padding_idx only) is 0 with no gradient; backward index_add_s each bag's gradient onto "
+    "its winner's table row, in bag order"))
+JAX["embedding_bag_max"] = Preset("split", "zero", zeros="ordered", note=(
+    "JAX has no embedding_bag; this is jax.ops.segment_max(weight[input], bag ids, num_segments) "
+    "(padding_idx's rows left out) with an empty bag's -inf set to 0, as one writes it in JAX: "
+    "-0 below +0, each hit gets g * (1 / count), count the hits plus 1 where the bag's max is -inf "
+    "(the fill), a bag holding NaN no gradient; the rows' gradients added onto the table in index "
+    "order (JAX's gather transpose, a scatter-add, may add them in another order)"))
+# the ops a framework has no counterpart of, so no preset (why, in words)
+WITHOUT_PRESET = {"jax": {"roi_max_pool": "JAX has no roi_pool"}}
+TORCH["roi_max_pool"] = Preset("first", "keep", zeros="first", note=(
+    "torchvision.ops.roi_pool on the CPU (roi_pool_kernel.cpp): box corners scaled and rounded in "
+    "the input's dtype, each bin's running max starts at -FLT_MAX with no winner and an element "
+    "takes over where it is strictly greater, so the first of equals (+0 and -0 too) wins, a NaN "
+    "never wins and a bin of NaN, -inf or values at or below -FLT_MAX has output -FLT_MAX and no "
+    "gradient; an empty bin is 0; backward adds each bin's gradient onto its winner in box, "
+    "channel, bin order"))

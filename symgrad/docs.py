@@ -838,7 +838,10 @@ def _conventions_section(op: Op) -> Section:
         s.blocks.append(Table(head, body))
     items = []
     for conv, fw in (("torch", "PyTorch"), ("jax", "JAX")):
-        p = PRESETS[conv][op.name]
+        p = PRESETS[conv].get(op.name)
+        if p is None:  # (roi_max_pool: JAX has no roi_pool)
+            items.append([f"{fw}: no preset ({fw} has no {op.name})."])
+            continue
         extra = "".join(f", {what} {value}" for what, value, plain in (
             ("zeros", p.zeros, None), ("gradient", p.gradient, "sum"), ("float16 in", p.half, "half"),
             ("gradient start", p.grad_start, "+0"))

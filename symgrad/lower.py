@@ -1214,3 +1214,47 @@ def skips_nan(op) -> bool:
     """A window op whose forward skips NaN (nanmax/nanmin: WindowKernel.skips_nan), which the
     torch, jax and cuda backends do not build yet (``refuses``)."""
     return not op.spec.strategy.elementwise and _policy.nan_rule(op.nan).nan_loses
+
+
+# ----------------------------------------------------------------------------- bags (issue 33)
+
+WINDOW_FORMS["bags"] = ("the table rows an index list's bag gathers, one bag per output row, no "
+                        "initial element (embedding_bag_max)")
+
+
+@dataclass(frozen=True)
+class BagRule:
+    """What a bag kernel adds to a segment's (kinds/bag.py, kinds/roi.py): the layout of its
+    table, rows and bags from the op's inputs (the NumPy module's partial _<layout>_layout), what
+    its forward computes, where a framework's running max starts (a float literal; None: at the
+    bag's first element)."""
+
+    layout: str
+    forward_doc: str
+    floor: str | None
+
+
+@dataclass(frozen=True)
+class BagKernel(WindowKernel):
+    """A window kernel of the form "bags": a segment's, with its bag rule."""
+
+    bag: BagRule | None = None
+
+
+def _lower_bag(d: Derivation) -> BagKernel:
+    """A bag's extremum (kinds/bag.py): a segment's kernel with no initial element (an empty bag
+    is 0); a split counts a framework's fill only as kinds.bag.FRAMEWORK_COUNTS says."""
+    from dataclasses import fields as dataclass_fields
+
+    from .kinds.bag import FLOORS, FRAMEWORK_COUNTS, LAYOUTS
+    op = d.op
+    kernel = _lower_segment(d)
+    counts = kernel.segment.count_initial and FRAMEWORK_COUNTS.get(op.convention or "", False)
+    layout = LAYOUTS[op.name]
+    rule = BagRule(layout["partial"], layout["forward_doc"], FLOORS.get(op.name, {}).get(op.convention or ""))
+    fields = {f.name: getattr(kernel, f.name) for f in dataclass_fields(kernel)}
+    return BagKernel(**(fields | {"segment": replace(kernel.segment, fill="0", count_initial=counts)}), bag=rule)
+
+
+LOWERINGS["bag"] = _lower_bag
+KERNEL_TYPES["bag"] = BagKernel

@@ -941,3 +941,27 @@ OPS.update({s.name: s for s in [
            forward=lambda p, xs: _elu(p, xs, None, True), torch_name="F.celu",
            framework_forward=lambda p, xs: {c: _elu(p, xs, c, True) for c in ("torch", "jax")}),
 ]})
+# ----------------------------------------------------------------------------- bags (issue 33)
+# embedding_bag_max: F.embedding_bag(input, weight, offsets, mode="max", include_last_offset,
+# padding_idx) (kinds/bag.py); the gradient goes to weight only.
+OPS["embedding_bag_max"] = OpSpec(
+    "embedding_bag_max", "bag",
+    "F.embedding_bag(input, weight, offsets, mode='max'): output[b, f] is the max of "
+    "weight[input[i], f] over bag b's indices i (offsets, or the rows of a 2-d input), padding_idx "
+    "left out; an empty bag is 0",
+    inputs=("input", "weight", "offsets"), constant_inputs=("input", "offsets"),
+    params=(Param("include_last_offset", "bool", False, "offsets has one more entry, the end of "
+                  "the last bag (PyTorch's include_last_offset)"),
+            Param("padding_idx", "int", None, "a table row left out of every bag (negative: from "
+                  "the end of weight's rows; default none)", -MAX_INT)),
+    torch_name="F.embedding_bag")
+# roi_max_pool: torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale) (kinds/roi.py)
+OPS["roi_max_pool"] = OpSpec(
+    "roi_max_pool", "roi",
+    "torchvision.ops.roi_pool(input, boxes, output_size, spatial_scale): output[k, c, ph, pw] is "
+    "the max of input[batch index, c] over bin (ph, pw) of box k (quantized; bins may overlap); an "
+    "empty bin is 0",
+    inputs=("input", "boxes"), constant_inputs=("boxes",), spatial=2,
+    params=(Param("output_size", "ints", None, "bins per box (PH, PW) (int or pair)", 1, required=True),
+            Param("spatial_scale", "float", 1.0, "scales the boxes' coordinates to the input's")),
+    torch_name="torchvision.ops.roi_pool")

@@ -13,7 +13,7 @@ from . import derivations
 from . import policy as _policy
 from .backends.common import generator_hash
 from .catalog_entries import CATALOG_FILE
-from .conventions import preset_for
+from .conventions import PRESETS, preset_for
 from .docs import FORMATS, PROVENANCE, Page, _op_label, _templates, latex_page, markdown_page
 from .docs import page as _maxmin_page
 from .docs_special import expression_page, special_page
@@ -71,6 +71,15 @@ def catalog_page(op: Op) -> CatalogPage:
     return derivations.memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], CatalogPage, make)
 
 
+def _preset_cell(convention: str, op) -> str:
+    """The index's cell of an op's preset: its policy and NaN rule (none where the framework has
+    no such op: roi_max_pool under jax)."""
+    if op.name not in PRESETS[convention]:
+        return "none"
+    p = preset_for(convention, op.name, op.params)
+    return f"{p.ties}, NaN {p.nan}" + (f", {p.order} order" if p.order != "given" else "")
+
+
 def catalog_files(ops: list[Op]) -> dict[str, str]:
     """{relative path: text} of generated/docs: a page (+ picture) per entry, and an index."""
     files = {}
@@ -81,10 +90,8 @@ def catalog_files(ops: list[Op]) -> dict[str, str]:
         files[f"docs/{stem}.md"] = pg.markdown
         if pg.svg is not None:
             files[f"docs/{stem}.svg"] = pg.svg
-        t, j = preset_for("torch", op.name, op.params), preset_for("jax", op.name, op.params)
         rows.append({"link": f"[`{_op_label(op)}`]({stem}.md)", "ties": op.ties, "nan": op.nan,
-                     "torch": f"{t.ties}, NaN {t.nan}" + (f", {t.order} order" if t.order != "given" else ""),
-                     "jax": f"{j.ties}, NaN {j.nan}" + (f", {j.order} order" if j.order != "given" else ""),
+                     "torch": _preset_cell("torch", op), "jax": _preset_cell("jax", op),
                      "picture": "yes" if pg.svg is not None else ""})
     files["docs/index.md"] = _templates().get_template("docs/index.md.jinja").render(
         provenance=PROVENANCE, rows=rows, policies=list(_policy.TIES.values()))

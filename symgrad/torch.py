@@ -806,3 +806,75 @@ class GlobalMaxPool(_Module):
 
 
 __all__.append("GlobalMaxPool")
+
+
+# ----------------------------------------------------------------------------- bags (issue 33)
+
+class EmbeddingBag(_Module):
+    """``torch.nn.EmbeddingBag(num_embeddings, embedding_dim, mode="max", ...)`` through symgrad's
+    embedding_bag_max under a chosen tie policy (convention='torch': PyTorch's CPU rule, bit for
+    bit); its parameter ``weight`` as PyTorch's (N(0, 1), padding_idx's row zeroed, or ``_weight``).
+    The gradient reaches weight only, each bag's added onto its winner's (or hits') table rows in
+    index order.  mode must be "max"; max_norm, scale_grad_by_freq, sparse and per_sample_weights
+    are not supported."""
+
+    def __init__(self, num_embeddings, embedding_dim, max_norm=None, norm_type=2.0,
+                 scale_grad_by_freq=False, mode="max", sparse=False, _weight=None,
+                 include_last_offset=False, padding_idx=None, device=None, dtype=None, *, ties=None,
+                 convention=None, nan=None):
+        super().__init__()
+        _no(mode != "max", f"mode={mode!r}", "EmbeddingBag", " (embedding_bag_max: mode 'max' only)")
+        for flag, what in ((max_norm is not None, "max_norm"), (scale_grad_by_freq, "scale_grad_by_freq"),
+                           (sparse, "sparse")):
+            _no(flag, what, "EmbeddingBag")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.include_last_offset, self.padding_idx, self.mode = include_last_offset, padding_idx, mode
+        self.fn = op("embedding_bag_max", include_last_offset=include_last_offset, padding_idx=padding_idx,
+                     **_settings(ties, convention, nan, None))
+        if _weight is None:
+            _weight = torch.empty((num_embeddings, embedding_dim), device=device, dtype=dtype).normal_()
+            if padding_idx is not None:
+                with torch.no_grad():
+                    _weight[padding_idx].fill_(0)
+        self.weight = torch.nn.Parameter(_weight)
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        _no(per_sample_weights is not None, "per_sample_weights", "EmbeddingBag", " (mode 'max')")
+        if isinstance(input, torch.Tensor) and input.ndim == 2 and offsets is None:  # a bag per row
+            rows, length = input.shape
+            ends = rows + int(self.include_last_offset)
+            offsets = torch.arange(ends, device=input.device) * length
+            input = input.reshape(-1)
+        return self.fn(input, self.weight, offsets)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_embeddings}, {self.embedding_dim}, mode='max', ties={self.fn.ties!r}"
+                + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""))
+
+
+__all__.append("EmbeddingBag")
+
+
+class RoIPool(_Module):
+    """``torchvision.ops.RoIPool(output_size, spatial_scale)`` through symgrad's roi_max_pool under a
+    chosen tie policy (convention='torch': torchvision's CPU rule); ``forward(input, rois)`` with
+    rois a (K, 5) tensor of (batch index, x1, y1, x2, y2) in input's dtype (a list of boxes per
+    image is not taken).  Its backward adds each bin's gradient in (box, bin) order, no atomics."""
+
+    def __init__(self, output_size, spatial_scale: float, *, ties=None, convention=None, nan=None):
+        super().__init__()
+        self.output_size, self.spatial_scale = output_size, spatial_scale
+        self.fn = op("roi_max_pool", output_size=output_size, spatial_scale=spatial_scale,
+                     **_settings(ties, convention, nan, None))
+
+    def forward(self, input, rois):
+        if not isinstance(rois, torch.Tensor):
+            raise TypeError(f"RoIPool: rois must be a (K, 5) tensor of (batch index, x1, y1, x2, y2), "
+                            f"got {type(rois).__name__}")
+        return self.fn(input, rois.to(input.dtype))
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}, spatial_scale={self.spatial_scale}, ties={self.fn.ties!r}"
+
+
+__all__.append("RoIPool")

@@ -45,6 +45,11 @@ def _inputs(entry, rng):
         if "indptr" in entry.spec.inputs:  # CSR offsets, an empty segment among them
             return [_ints(rng, (7, 2)), np.array([0, 3, 3, 7])]
         return [_ints(rng, (7, 2)), rng.integers(0, 3, 7)]
+    if kind == "bag":  # (input, weight, offsets): an empty bag, table rows in several bags; each
+        # bag lists distinct rows in ascending order (check orders tied rows by the table's index)
+        return [np.array([0, 2, 5, 1, 3, 4, 0, 1, 5]), _ints(rng, (6, 3)), np.array([0, 3, 3, 6])]
+    if kind == "roi":  # (input, boxes): overlapping boxes and bins
+        return [_ints(rng, (1, 2, 5, 5)), np.array([[0.0, 0, 0, 4, 4], [0.0, 1, 1, 3, 4]])]
     shapes = _extra_shapes(entry)
     if kind in ("pool", "adaptive"):  # small planes: every window is probed
         shapes = [s[:2] + tuple(min(n, 5) for n in s[2:]) for s in shapes]

@@ -440,9 +440,12 @@ def test_jax_has_no_vjp_for_dilated_max_pool():
 
 
 def test_every_op_has_a_preset_in_both_conventions():
+    from symgrad.conventions import WITHOUT_PRESET
     for name in CONVENTIONS:  # (pyg: the segment ops only)
-        assert set(PRESETS[name]) == set(OPS), name
+        assert set(PRESETS[name]) == set(OPS) - set(WITHOUT_PRESET.get(name, {})), name
     assert set(PRESETS["pyg"]) == {"segment_max", "segment_min", "segment_max_csr", "segment_min_csr"}
+    with pytest.raises(ValueError, match="roi_max_pool has no jax preset"):
+        symgrad.load("roi_max_pool", output_size=2, convention="jax")
 
 
 def test_explicit_settings_override_the_preset():

@@ -210,10 +210,14 @@ def _w_matrix(md: str) -> np.ndarray | None:
     return np.array(rows)
 
 
-def _given(ex, name):
-    """An input of the example as forward takes it: integer indices (unpooling's, the segments')
-    as int64."""
-    return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids", "indptr") else ex[name]
+from symgrad.kinds.bag import LAYOUTS  # noqa: E402
+
+
+def _given(ex, name, op=None):
+    """An input of the example as forward takes it: integer indices (unpooling's, the segments',
+    the bags' input and offsets) as int64."""
+    bags = op is not None and op.spec.strategy.windows == "bags" and name in LAYOUTS[op.name]["integers"]
+    return ex[name].astype(np.int64) if name in ("indices", "index", "segment_ids", "indptr") or bags else ex[name]
 
 
 @pytest.mark.parametrize("op,stem", list(zip(ENTRIES, STEMS)), ids=STEMS)
@@ -222,7 +226,7 @@ def test_worked_example_is_what_the_module_returns(op, stem):
     ex = example(md)
     mod = load_module(stem)
     names = list(op.spec.inputs)
-    inputs = [_given(ex, n) for n in names]
+    inputs = [_given(ex, n, op) for n in names]
     constant = ("indices",) + op.spec.constant_inputs  # unpooling's and fractional pooling's
     y, saved = mod.forward(*inputs)
     if isinstance(y, tuple):  # an order statistic: (values, indices)
@@ -269,7 +273,7 @@ def test_picture_is_xml_and_marks_the_modules_winners(op, stem):
     ex = example(page(stem))
     names = list(op.spec.inputs)
     mod = load_module(stem)
-    y, saved = mod.forward(*[_given(ex, n) for n in names])
+    y, saved = mod.forward(*[_given(ex, n, op) for n in names])
     routed = set()
     for o in range(y.size):  # the module's argmax: where it sends a window's gradient
         g = np.zeros(y.size)

@@ -85,18 +85,19 @@ def test_lowering_and_geometry_are_asked_of_the_kind():
     assert [k.name for k in kinds.KINDS.values() if k.derivation == "special"] == ["unpool", "logsumexp"]
     types = {"elementwise": ElementwiseKernel, "window": WindowKernel, "expression": ElementwiseKernel,
              "scatter": UnpoolKernel, "logsumexp": LogSumExpKernel, "segment": WindowKernel,
-             "order": OrderKernel}
+             "order": OrderKernel, "bag": WindowKernel}
     ops = [resolve("topk", k=2), resolve("scatter_max"), resolve("maximum"), resolve("amax"), resolve("max_pool1d", kernel_size=2),
            resolve("maxout", pieces=2), resolve("adaptive_max_pool1d", output_size=3),
            resolve("fractional_max_pool2d", kernel_size=2, output_size=3),
            resolve("max_unpool1d", kernel_size=2), resolve("logsumexp"),
-           make_op("Max(x, 2*y)")[0]]
+           make_op("Max(x, 2*y)")[0], resolve("embedding_bag_max"),
+           resolve("roi_max_pool", output_size=2)]
     assert {op.spec.kind for op in ops} == set(kinds.KINDS)
     for op in ops:
         kind = op.spec.strategy
         kernel = lower(derive(op, display=False))
         assert isinstance(kernel, types[kind.lowering]), op.name
-        assert (kind.lowering in ("window", "segment")) == bool(kind.windows), op.name
+        assert (kind.lowering in ("window", "segment", "bag")) == bool(kind.windows), op.name
         if kind.windows:
             assert kernel.windows == kind.windows, op.name
     # maxout's windows are groups of channels: disjoint; torch's maxout writes its winner's gradient

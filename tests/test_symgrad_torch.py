@@ -188,6 +188,12 @@ def _catalog_inputs(entry, rng):
         if "indptr" in entry.spec.inputs:  # CSR offsets: segments of 2, 0 and 4 rows
             return [torch.tensor(ties), torch.tensor([0, 2, 2, 6])]
         return [torch.tensor(ties), torch.tensor(np.sort(rng.integers(0, 3, size=6)))]
+    if kind == "bag":  # (input, weight, offsets) of embedding_bag: an empty bag, repeated rows
+        return [torch.tensor(rng.integers(0, 4, size=7)), torch.tensor(rng.integers(0, 3, size=(4, 3)).astype(np.float64)),
+                torch.tensor([0, 3, 3])]
+    if kind == "roi":  # (input, boxes) of roi_pool: overlapping boxes
+        return [torch.tensor(rng.integers(0, 3, size=(1, 2, 5, 5)).astype(np.float64)),
+                torch.tensor([[0.0, 0, 0, 4, 4], [0.0, 1, 1, 3, 4]])]
     # fractional pooling's samples (no gradient) lie in [0, 1)
     return [torch.tensor(rng.random(s) if name in entry.spec.constant_inputs else
                          rng.integers(0, 3, size=s).astype(np.float64))

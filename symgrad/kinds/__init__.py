@@ -41,3 +41,11 @@ from .special import LOGSUMEXP, UNPOOL
 KINDS: dict[str, Kind] = {k.name: k for k in (ELEMENTWISE, EXPRESSION, POOL, MAXOUT, FRACTIONAL,
                                               REDUCTION, ADAPTIVE, UNPOOL, LOGSUMEXP,
                                               SEGMENT, ORDER)}
+
+# bags (issue 33, embedding_bag_max): windows given by offsets into gathered table rows
+from .bag import BAG  # noqa: E402
+
+KINDS[BAG.name] = BAG
+from .roi import ROI  # noqa: E402
+
+KINDS[ROI.name] = ROI

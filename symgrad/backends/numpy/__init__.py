@@ -28,6 +28,7 @@ from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import bare
 from .segment import segment_context
+from .bag import bag_context
 from ..common import order_docstring
 from ...lower import OrderKernel
 from .order import context as order_context
@@ -190,6 +191,8 @@ def context(art: Artifacts) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         return _elementwise_context(art, ctx)
     assert isinstance(kernel, WindowKernel)
+    if kernel.windows == "bags":  # windows given by offsets into table rows (bag.py)
+        return ctx | bag_context(op, kernel)
     if kernel.segment is not None:  # windows given by an index (segment.py)
         return ctx | segment_context(op, kernel)
     return _window_context(op, kernel, ctx)
