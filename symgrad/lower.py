@@ -1181,7 +1181,7 @@ def _lower_segment(d: Derivation) -> WindowKernel:
         sel = replace(sel, weight=GRAD_OUTPUT * Select(HIT, Quotient(sp.S.One, COUNT), sp.S.Zero))
     scatter = "include_self" in op.params
     beats_start = bool(framework.get("beats_start"))
-    if op.nan == "keep" and not beats_start:
+    if op.nan == "keep" and not beats_start and op.spec.kind == "segment":  # (a bag's scan keeps its first)
         raise ValueError(f"{op.name}: NaN rule 'keep' is built from the start of torch_scatter's scan "
                          f"only: pass convention='pyg' (or another NaN rule)")
     if beats_start and (op.ties != "first" or op.nan != "keep"):
