@@ -1169,9 +1169,11 @@ class SegmentRule:
     beats_start: bool = False
 
 
-def _lower_segment(d: Derivation) -> WindowKernel:
+def _lower_segment(d: Derivation, keeps_first: bool = False) -> WindowKernel:
     """A segment's extremum: the window kernel of its selection, with the segment's rule; under a
-    framework preset the split's weight as the framework forms it (g * (1 / count): JAX)."""
+    framework preset the split's weight as the framework forms it (g * (1 / count): JAX).
+    keeps_first: NaN rule 'keep' is a scan from the window's first element (a bag's), which the
+    segments build only from torch_scatter's start (the pyg preset)."""
     from .kinds.segment import FRAMEWORK_RULES
     op = d.op
     kernel = _lower_window(d)
@@ -1181,7 +1183,7 @@ def _lower_segment(d: Derivation) -> WindowKernel:
         sel = replace(sel, weight=GRAD_OUTPUT * Select(HIT, Quotient(sp.S.One, COUNT), sp.S.Zero))
     scatter = "include_self" in op.params
     beats_start = bool(framework.get("beats_start"))
-    if op.nan == "keep" and not beats_start and op.spec.kind == "segment":  # (a bag's scan keeps its first)
+    if op.nan == "keep" and not beats_start and not keeps_first:
         raise ValueError(f"{op.name}: NaN rule 'keep' is built from the start of torch_scatter's scan "
                          f"only: pass convention='pyg' (or another NaN rule)")
     if beats_start and (op.ties != "first" or op.nan != "keep"):
@@ -1248,7 +1250,7 @@ def _lower_bag(d: Derivation) -> BagKernel:
 
     from .kinds.bag import FLOORS, FRAMEWORK_COUNTS, LAYOUTS
     op = d.op
-    kernel = _lower_segment(d)
+    kernel = _lower_segment(d, keeps_first=True)
     counts = kernel.segment.count_initial and FRAMEWORK_COUNTS.get(op.convention or "", False)
     layout = LAYOUTS[op.name]
     rule = BagRule(layout["partial"], layout["forward_doc"], FLOORS.get(op.name, {}).get(op.convention or ""))
