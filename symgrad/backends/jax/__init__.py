@@ -219,6 +219,8 @@ def _rows_strings(op, kernel: WindowKernel) -> dict:
             # (NaN skipped: of +0 and -0 the second, as the NumPy module, where no rule is given)
             "mask_output": "" if scan else jax_extremum_reduce(
                 sel.extremum, "rows", op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan),
+            "nan_words": ("NaN skipped; NaN where the row holds only NaN" if kernel.skips_nan
+                          else "NaN propagating"),
             **_element_args(sel, kernel),
             "count_lines": ["count = jnp.sum(hit, axis=-1, keepdims=True).astype(jnp.promote_types(work, "
                             "jnp.float32))  # counted exactly, in >= float32",

@@ -93,8 +93,13 @@ def rows_context(op, kernel: WindowKernel) -> dict:
         if sel.counts else [],
         "count_arg": ", count" if sel.counts else "",
         "count_doc": ", how many" if sel.counts else "",
+        "nan_words": NAN_WORDS[kernel.skips_nan],
         **element_args(sel, kernel),
     }
+
+
+# how the mask form's extremum reads NaN, by WindowKernel.skips_nan (nanmax/nanmin)
+NAN_WORDS = {False: "NaN propagating", True: "NaN skipped; NaN where the row holds only NaN"}
 
 
 def element_args(sel, kernel: WindowKernel) -> dict:
