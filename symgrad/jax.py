@@ -6,7 +6,7 @@ arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
   abs; every expression; max pooling, max_pool1d/2d/3d, and adaptive max pooling,
-  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min; unpooling,
+  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min, nanmax, nanmin; unpooling,
   max_unpool1d/2d/3d; the order statistics sort, topk, cummax, cummin, kthvalue, median,
   nanmedian, whose (values, indices) outputs give the indices a float0 tangent (split/all sum tie
   blocks in float64: jax_enable_x64);
@@ -16,7 +16,7 @@ arguments, checked the same way).  Each op takes one of two paths:
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
 * **callback** (where the jax backend builds no module: fractional pooling,
-  logsumexp, nanmax/nanmin; pooling's return_indices, refused): the generated NumPy module (or, for
+  logsumexp; pooling's return_indices, refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
   meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.
@@ -463,7 +463,7 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
         except ValueError:
             if spec.strategy.lowering in NATIVE_LOWERINGS:
                 raise
-            # the jax backend refuses this variant of a window op (nanmax/nanmin: NaN skipped):
+            # the jax backend refuses this variant of a window op (segment_max without num_segments):
             # the callback path, which raises the same error where it was the arguments'
     return _callback_op(name, ties=ties, convention=convention, nan=nan, order=order, **params)
 

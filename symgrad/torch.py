@@ -45,7 +45,7 @@ called eagerly 31.4 / 33.6 / 71.2 / 42.8 ms (it makes one full-size temporary pe
 Pooling, maxout and unpooling eagerly on the CPU keep that path too (the compiled C kernels where a C
 compiler is found; not measured against the torch module here).  Pooling with
 return_indices=True takes its indices from the torch backend's module (torch code on the inputs'
-device, traced by torch.compile).  Fractional pooling, logsumexp and nanmax/nanmin keep the
+device, traced by torch.compile).  Fractional pooling and logsumexp keep the
 registered operators under torch.compile too, and need the NumPy (CPU) or CUDA module.
 
 The order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian: PyTorch's

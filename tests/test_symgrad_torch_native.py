@@ -120,9 +120,9 @@ def test_the_op_holds_the_torch_module_and_window_ops_do_not():
     pool = st.op("max_pool2d", ties="first", kernel_size=2)  # pooling and maxout: built
     assert pool.torch_module is not None and pool.torch_module.OP == "max_pool2d"
     assert st.op("amax", ties="split").torch_module.OP == "amax"  # reductions: built
-    # the torch preset of amax too (jvp by at::sum), but not nanmax (NaN skipped)
+    # the torch preset of amax too (jvp by at::sum), and nanmax (NaN skipped)
     assert st.op("amax", dim=-1, convention="torch").torch_module.OP == "amax"
-    assert st.op("nanmax", dim=-1).torch_module is None
+    assert st.op("nanmax", dim=-1).torch_module.OP == "nanmax"
 
 
 def test_the_native_function_equals_numpy_forward_backward_and_jvp():

@@ -10,7 +10,7 @@ forward a fold over the windows' strided slices, backward in gather form by ``la
 blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
 per row; under the torch preset of amax/amin jvp adds in PyTorch's at::sum order, as the NumPy
-module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; not nanmax/nanmin) and
+module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; nanmax/nanmin too) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
 num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
 box passes as gathers, backward in gather form over each element's holding windows),
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import (BEST, HIT, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
-                     beats_start, skips_nan)
+from ...lower import (BEST, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
+                     beats_start)
 from ..common import docstring, environment, grad_start_comment, header, order_docstring, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -69,16 +69,8 @@ def _form(kernel) -> str:
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    segment_max without num_segments, a segment op under the pyg preset (beats_start), or a
-    reduction that skips NaN (nanmax/nanmin)."""
-    return segment.refuses(op) or skips_nan(op) or beats_start(op)
-
-
-def _refused_variant(kernel) -> str:
-    """Why a kernel of a form it builds is refused, in words (or "")."""
-    if isinstance(kernel, WindowKernel) and kernel.skips_nan:
-        return " that skips NaN (nanmax/nanmin)"
-    return ""
+    segment_max without num_segments or a segment op under the pyg preset (beats_start)."""
+    return segment.refuses(op) or beats_start(op)
 
 
 def _template(art: Artifacts) -> str | None:
@@ -87,8 +79,6 @@ def _template(art: Artifacts) -> str | None:
     if segment.refuses(art.op):  # segment_max without num_segments
         return None
     if isinstance(kernel, WindowKernel):
-        if kernel.skips_nan:  # NaN skipped (nanmax/nanmin)
-            return None
         return _WINDOW_TEMPLATES.get(kernel.windows)
     return _TEMPLATES.get(type(kernel))
 
@@ -112,8 +102,7 @@ def render(art: Artifacts) -> dict[str, str]:
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
                          f"expressions), max pooling (strided and adaptive), maxout, reductions, segments, unpooling "
-                         f"and order statistics only, not a {_form(art.kernel)}"
-                         f"{_refused_variant(art.kernel)}; use "
+                         f"and order statistics only, not a {_form(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
         from .adaptive import adaptive_context
@@ -227,13 +216,33 @@ def _rows_strings(op, kernel: WindowKernel) -> dict:
             "fold_winner_blocks": [jax_fold_winner(sel.extremum, op.zeros)] if fold else [],
             "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
                             "not the winner"] if fold else [],
-            "mask_output": "" if scan else jax_extremum_reduce(sel.extremum, "rows", op.zeros),
+            # (NaN skipped: of +0 and -0 the second, as the NumPy module, where no rule is given)
+            "mask_output": "" if scan else jax_extremum_reduce(
+                sel.extremum, "rows", op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan),
+            "nan_words": ("NaN skipped; NaN where the row holds only NaN" if kernel.skips_nan
+                          else "NaN propagating"),
+            **_element_args(sel, kernel),
             "count_lines": ["count = jnp.sum(hit, axis=-1, keepdims=True).astype(jnp.promote_types(work, "
                             "jnp.float32))  # counted exactly, in >= float32",
                             "# one per element, behind a barrier: XLA turns a division by a broadcast "
                             "into a product with its reciprocal",
                             "count = lax.optimization_barrier(jnp.broadcast_to(count, v.shape))"]
             if sel.counts else []}
+
+
+def _element_args(sel, kernel: WindowKernel) -> dict:
+    """Where the mask's weight or jvp term reads the element itself (nanmax/nanmin's 'fill'): the
+    parameter, and the argument passing the saved input's rows."""
+    if sel.form != "mask" or not any(V in e.free_symbols for e in (sel.weight, kernel.tangent_term)
+                                     if e is not None):
+        return {"element_param": "", "element_arg": "", "term_lines": _TERM_HIT}
+    # ('fill': the term selects by the hit, a Boolean)
+    return {"element_param": ", v", "element_arg": ", _rows(saved.x.astype(work), *_layout(saved.input_shape)[:3])",
+            "term_lines": []}
+
+
+# the first line of the torch preset's jvp term hit * t: the hit as a number of the dtype
+_TERM_HIT = ["hit = jnp.where(hit, 1.0, 0.0).astype(grad_output.dtype)  # (a product: 0 * inf is NaN)"]
 
 
 def _weight_lines(sel) -> list[str]:

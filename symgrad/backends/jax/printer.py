@@ -140,13 +140,24 @@ def jax_fold_winner(extremum: str, zeros: str | None = None, name: str = "_fold_
     return winners.function(name, winners.fold_doc(m), winners.fold_winner(JAX, m, zeros))
 
 
-def jax_extremum_reduce(extremum: str, array: str, zeros: str | None = None) -> str:
+def jax_extremum_reduce(extremum: str, array: str, zeros: str | None = None, skip_nan: bool = False) -> str:
     """The extremum along the last axis (NaN propagating), as host.printer.numpy_extremum_reduce;
     under the zeros rule 'ordered' a zero extremum is +0 where the row holds a +0 (max; min: -0
-    where it holds a -0), the sign NumPy's sum of the row's zeros from -0 gives."""
+    where it holds a -0), the sign NumPy's sum of the row's zeros from -0 gives; under 'first'
+    ('second') the row's first (last) zero.  ``skip_nan`` (nanmax/nanmin): the extremum of the row
+    with each NaN read as -inf (+inf for a min), NaN where the row holds only NaN."""
     m = "max" if extremum == "max" else "min"
+    if skip_nan:
+        filled = f"jnp.where(jnp.isnan({array}), {JAX.neg_inf(extremum)}, {array})"
+        # the filled rows named where first read (the reduction reads them first)
+        reduce = jax_extremum_reduce(extremum, "filled", zeros).replace("filled", f"(filled := {filled})", 1)
+        return f"jnp.where(jnp.isnan({array}).all(axis=-1), jnp.nan, {reduce})"
     if zeros is None:
         return f"jnp.{m}({array}, axis=-1)"
+    if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero
+        at = (JAX.first_true if zeros == "first" else JAX.last_true)(f"({array} == 0)")
+        zero = f"jnp.take_along_axis({array}, ({at})[..., None], axis=-1)[..., 0]"
+        return f"jnp.where((extremum := jnp.{m}({array}, axis=-1)) == 0, {zero}, extremum)"
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
     wins = f"~jnp.signbit({array})" if m == "max" else f"jnp.signbit({array})"

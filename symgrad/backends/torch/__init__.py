@@ -23,8 +23,8 @@ tensor, the last element first: each input element adds its windows' terms in ou
 the NumPy module), the NumPy module's Saved (one uint8 window-local index per output for
 first/last; the input and output for split/all), and the reductions amax, amin, max, min
 (windows "rows": ``rows.py``, the NumPy module's closed forms per row; under the torch preset of
-amax/amin jvp adds by torch.sum, the at::sum order the NumPy module reproduces; not nanmax/nanmin,
-which skip NaN: ``refuses``), segments (windows
+amax/amin jvp adds by torch.sum, the at::sum order the NumPy module reproduces; nanmax/nanmin,
+which skip NaN, under every NaN rule and preset too), segments (windows
 "segments": ``segment.py``, scatter_max/segment_max; backward in gather form; segment_max with
 num_segments given only) and adaptive max pooling (windows "spans": ``adaptive.py``, the NumPy
 module's box passes as gathers, backward in gather form over each element's holding windows),
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 from ... import naming
 from ...lower import (ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan, beats_start,
-                     kernel_form, skips_nan)
+                     kernel_form)
 from ..common import docstring, environment, expression_docstring, expression_header, header, order_docstring
 from ..host import preamble_context
 from . import segment  # the segments' context (and their entry in window.GEOMETRY)
@@ -67,9 +67,8 @@ FORMS = ("ElementwiseKernel", "strided", "blocks", "rows", "segments", "spans", 
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    segment_max without num_segments, a segment op under the pyg preset (beats_start), or a
-    reduction that skips NaN (nanmax/nanmin)."""
-    return segment.refuses(op) or skips_nan(op) or beats_start(op)
+    segment_max without num_segments or a segment op under the pyg preset (beats_start)."""
+    return segment.refuses(op) or beats_start(op)
 
 # the paragraph a reduction's module docstring ends with: where its bits can differ from the NumPy
 # module's on the CPU
@@ -100,13 +99,11 @@ def file_names(op) -> tuple[str, ...]:
 def render(art: "Artifacts") -> dict[str, str]:
     """{file name: file text}: the PyTorch module of an op."""
     template = _TEMPLATES.get(type(art.kernel))
-    skipping = isinstance(art.kernel, WindowKernel) and art.kernel.skips_nan
-    if template is None or kernel_form(art.kernel) not in FORMS or skipping:
-        why = " that skips NaN (nanmax/nanmin)" if skipping else ""
+    if template is None or kernel_form(art.kernel) not in FORMS:
         raise ValueError(f"{art.op.name}: the torch backend builds elementwise kernels, pooling (strided "
                          f"and adaptive) and maxout windows, reductions, segments, unpooling and order statistics "
                          f"only, not a "
-                         f"{kernel_form(art.kernel)}{why}; use backend='numpy' (or cpu{'' if skipping else ', cuda'})")
+                         f"{kernel_form(art.kernel)}; use backend='numpy' (or cpu, cuda)")
     template = {"rows": "torch/rows.py.jinja", "spans": "torch/adaptive.py.jinja",
                 "segments": "torch/segment.py.jinja"}.get(kernel_form(art.kernel), template)
     ctx = (_window_context(art) if isinstance(art.kernel, WindowKernel) else

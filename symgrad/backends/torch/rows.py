@@ -1,6 +1,6 @@
 """The torch backend's reductions (``lower.WindowKernel`` of windows "rows": amax, amin, max,
-min): the template context of ``rows.py.jinja``, each reduced slice one row along the last axis,
-its winner found by the NumPy module's closed forms (host.winners, in the torch dialect; the
+min, nanmax, nanmin): the template context of ``rows.py.jinja``, each reduced slice one row along
+the last axis, its winner found by the NumPy module's closed forms (host.winners, in the torch dialect; the
 extremum as host.printer.numpy_extremum_reduce) in torch operations: ``torch.argmax``/``argmin``,
 which, like NumPy's, return the first NaN and the first of equal elements; ``torch.amax``/
 ``amin``, which propagate NaN.  Backward is a select per element (no element is in two rows), the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...lower import V
 from ..host import winners
 from ..host.winners import Dialect
 from .window import GEOMETRY, _code
@@ -36,19 +37,31 @@ def fold_winner(extremum: str, zeros: str | None) -> list[str]:
     return winners.fold_winner(TORCH, extremum, zeros)
 
 
-def extremum_reduce(extremum: str, zeros: str | None) -> list[str]:
+def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, array: str = "rows") -> list[str]:
     """The lines of `_extremum(rows)`: the extremum along the last axis (NaN propagating), as
     host.printer.numpy_extremum_reduce; under the zeros rule 'ordered' a zero extremum is +0
-    where the row holds a +0 (max; min: -0 where it holds a -0)."""
+    where the row holds a +0 (max; min: -0 where it holds a -0); under 'first' ('second') it is
+    the row's first (last) zero.  ``skip_nan`` (nanmax/nanmin): the extremum of the row with each
+    NaN read as -inf (+inf for a min), NaN where the row holds only NaN."""
     m = "amax" if extremum == "max" else "amin"
+    if skip_nan:
+        inf = TORCH.neg_inf(extremum)
+        *body, last = extremum_reduce(extremum, zeros, array="numbers")
+        return [f"numbers = torch.where(torch.isnan(rows), {inf}, rows)  # NaNs passed over", *body,
+                f"return torch.where(torch.isnan(rows).all(dim=-1), math.nan, {last.removeprefix('return ')})"]
     if zeros is None:
-        return [f"return torch.{m}(rows, dim=-1)"]
+        return [f"return torch.{m}({array}, dim=-1)"]
+    if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero
+        at = (TORCH.first_true if zeros == "first" else TORCH.last_true)(f"({array} == 0)")
+        return [f"extremum = torch.{m}({array}, dim=-1)",
+                f"zero = torch.gather({array}, -1, ({at})[..., None])[..., 0]",
+                "return torch.where(extremum == 0, zero, extremum)"]
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
-    wins = "~torch.signbit(rows)" if m == "amax" else "torch.signbit(rows)"
+    wins = f"~torch.signbit({array})" if m == "amax" else f"torch.signbit({array})"
     signs = "0.0, -0.0" if m == "amax" else "-0.0, 0.0"
-    return [f"extremum = torch.{m}(rows, dim=-1)",
-            f"zero = torch.where(((rows == 0) & {wins}).any(dim=-1), {signs}).to(rows.dtype)",
+    return [f"extremum = torch.{m}({array}, dim=-1)",
+            f"zero = torch.where((({array} == 0) & {wins}).any(dim=-1), {signs}).to({array}.dtype)",
             "return torch.where(extremum == 0, zero, extremum)"]
 
 
@@ -68,7 +81,9 @@ def rows_context(op, kernel: WindowKernel) -> dict:
         "fold_winner": fold_winner(sel.extremum, op.zeros) if fold else [],
         "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
                         "not the winner"] if fold else [],
-        "extremum_reduce": [] if scan else extremum_reduce(sel.extremum, op.zeros),
+        # (NaN skipped: of +0 and -0 the second, as the NumPy module, where no rule is given)
+        "extremum_reduce": [] if scan else extremum_reduce(
+            sel.extremum, op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan),
         "hit": "" if scan else _code(sel.hit),
         "weight": "" if scan else _code(sel.weight),
         # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms by at::sum
@@ -78,4 +93,20 @@ def rows_context(op, kernel: WindowKernel) -> dict:
         if sel.counts else [],
         "count_arg": ", count" if sel.counts else "",
         "count_doc": ", how many" if sel.counts else "",
+        "nan_words": NAN_WORDS[kernel.skips_nan],
+        **element_args(sel, kernel),
     }
+
+
+# how the mask form's extremum reads NaN, by WindowKernel.skips_nan (nanmax/nanmin)
+NAN_WORDS = {False: "NaN propagating", True: "NaN skipped; NaN where the row holds only NaN"}
+
+
+def element_args(sel, kernel: WindowKernel) -> dict:
+    """Where the mask's weight or jvp term reads the element itself (nanmax/nanmin's 'fill'): the
+    parameter, and the arguments passing the saved input as rows (weight) or as it is (term)."""
+    if sel.form != "mask" or not any(V in e.free_symbols for e in (sel.weight, kernel.tangent_term)
+                                     if e is not None):
+        return {"element_param": "", "element_rows": "", "element_input": ""}
+    return {"element_param": ", v", "element_rows": ", _rows(saved.x.to(_working(saved.dtype)), *layout[:3])",
+            "element_input": ", saved.x"}
