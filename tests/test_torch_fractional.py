@@ -136,3 +136,42 @@ def test_fractional_module_compiles_fullgraph():
     y_eager, gx_eager = step(x, u, g)
     _same(y, y_eager.numpy(), "forward")
     _same(gx, gx_eager.numpy(), "backward")
+
+
+@pytest.mark.slow  # (symgrad.torch's import: about 6 s)
+@pytest.mark.parametrize("kw", [{"ties": "split"}, {"convention": "torch"}])
+def test_symgrad_torch_takes_the_fractional_module_natively(kw):
+    """symgrad.torch's fractional pooling holds the torch module; its autograd.Function (eager
+    form): forward, backward through autograd (random_samples get no gradient), double backward
+    (the jvp) and forward-mode AD against the NumPy module bit for bit; on the meta device (as an
+    accelerator's tensors reach it) the shapes."""
+    import torch.autograd.forward_ad as fwAD
+
+    import symgrad.torch as st
+    params = {"kernel_size": 2, "output_size": (3, 2), **kw}
+    fn = st.op("fractional_max_pool2d", **params)
+    assert fn.torch_module is not None and fn.torch_module.WRT == ("x",)
+    mod = symgrad.load("fractional_max_pool2d", **params)
+    rng = np.random.default_rng(0)
+    a = rng.choice([-np.inf, -1.0, 0.0, -0.0, 1.0, 2.0], size=(2, 3, 7, 5)).astype(np.float32)
+    u = rng.random((2, 3, 2)).astype(np.float32)
+    x, ut = torch.tensor(a, requires_grad=True), torch.tensor(u)
+    y = fn._native[0].apply(x, ut)
+    y_np, saved = mod.forward(a, u)
+    _same(y, y_np, "forward")
+    g = np.linspace(-1, 1, y_np.size).astype(np.float32).reshape(y_np.shape)
+    gt = torch.tensor(g, requires_grad=True)
+    (gx,) = torch.autograd.grad(y, x, gt, create_graph=True)
+    _same(gx, mod.backward(g, saved)[0], "backward")
+    (ggt,) = torch.autograd.grad(gx, gt, torch.ones_like(gx))  # d<backward(g), 1>/dg = jvp(1)
+    _same(ggt, mod.jvp(np.ones_like(a), None, saved), "double backward")
+    t = np.float32(0.5) * a.clip(-3, 3)
+    with fwAD.dual_level():
+        dual = fn._native[0].apply(fwAD.make_dual(torch.tensor(a), torch.tensor(t)), ut)
+        tangent = fwAD.unpack_dual(dual).tangent
+    _same(tangent, mod.jvp(t, None, saved), "forward-mode")
+    m = torch.empty(2, 3, 7, 5, device="meta", requires_grad=True)
+    y = fn(m, torch.empty(2, 3, 2, device="meta"))
+    assert y.device.type == "meta" and tuple(y.shape) == (2, 3, 3, 2)
+    (gm,) = torch.autograd.grad(y.sum(), m)
+    assert gm.device.type == "meta" and gm.shape == m.shape

@@ -33,6 +33,7 @@ def fractional_context(op, kernel: WindowKernel) -> dict:
                          f"in order {kernel.grad_order!r} for sampled windows")
     return {**adaptive_context(op, kernel),
             "window": op.window_size(),
+            "wrt_tuple": repr(tuple(n for n in op.spec.inputs if n not in op.spec.constant_inputs)),
             "sample_of": repr(kernel.sample_of),
             "starts": {f: integer_code(getattr(kernel.axes, f), _TENSORS, {"u": "u[:, None]"})
                            for f in ("alpha", "start", "last_start")},
