@@ -5,8 +5,9 @@
 arguments, checked the same way).  Each op takes one of two paths:
 
 * **native** (the elementwise ops: maximum, minimum, relu, clamp, hardtanh, relu6, leaky_relu,
-  abs; every expression; max pooling, max_pool1d/2d/3d, and adaptive max pooling,
-  adaptive_max_pool1d/2d/3d; maxout; the reductions amax, amin, max, min, nanmax, nanmin; unpooling,
+  abs; every expression; max pooling, max_pool1d/2d/3d, adaptive max pooling,
+  adaptive_max_pool1d/2d/3d, and fractional max pooling, fractional_max_pool2d/3d (the samples an
+  input, not differentiated); maxout; the reductions amax, amin, max, min, nanmax, nanmin; unpooling,
   max_unpool1d/2d/3d; the order statistics sort, topk, cummax, cummin, kthvalue, median,
   nanmedian, whose (values, indices) outputs give the indices a float0 tangent (split/all sum tie
   blocks in float64: jax_enable_x64);
@@ -15,8 +16,8 @@ arguments, checked the same way).  Each op takes one of two paths:
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
-* **callback** (where the jax backend builds no module: fractional pooling,
-  logsumexp; pooling's return_indices, refused): the generated NumPy module (or, for
+* **callback** (where the jax backend builds no module: logsumexp; pooling's return_indices,
+  refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
   meanings, e.g. N and C of a pooling, so a batch axis cannot be handed to it), opaque to XLA.

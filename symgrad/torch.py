@@ -30,7 +30,8 @@ module; read when an op first runs on CPU tensors under each setting);
 CUDA tensors reach the CUDA module (``backend="cuda"``, CuPy) through DLPack.
 
 The elementwise ops, expressions, pooling (max_pool1d/2d/3d, MaxPool1d/2d/3d, and adaptive:
-adaptive_max_pool1d/2d/3d, AdaptiveMaxPool1d/2d/3d), maxout and unpooling (max_unpool1d/2d/3d,
+adaptive_max_pool1d/2d/3d, AdaptiveMaxPool1d/2d/3d, and fractional: fractional_max_pool2d/3d,
+the samples given as an input), maxout and unpooling (max_unpool1d/2d/3d,
 MaxUnpool1d/2d/3d; the kernels the torch backend builds) take another path under torch.compile
 and for tensors on any device but the CPU (CUDA, MPS, XPU, ...): the torch backend's module (``symgrad.load(..., backend="torch")``: plain torch operations, the NumPy
 module's bits on the CPU) inside an ``autograd.Function`` that Dynamo traces into, so Inductor
@@ -45,7 +46,7 @@ called eagerly 31.4 / 33.6 / 71.2 / 42.8 ms (it makes one full-size temporary pe
 Pooling, maxout and unpooling eagerly on the CPU keep that path too (the compiled C kernels where a C
 compiler is found; not measured against the torch module here).  Pooling with
 return_indices=True takes its indices from the torch backend's module (torch code on the inputs'
-device, traced by torch.compile).  Fractional pooling and logsumexp keep the
+device, traced by torch.compile).  Logsumexp keeps the
 registered operators under torch.compile too, and need the NumPy (CPU) or CUDA module.
 
 The order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian: PyTorch's

@@ -13,7 +13,9 @@ per row; under the torch preset of amax/amin jvp adds in PyTorch's at::sum order
 module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; nanmax/nanmin too) and
 of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
 num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
-box passes as gathers, backward in gather form over each element's holding windows),
+box passes as gathers, backward in gather form over each element's holding windows), of
+sampled windows (fractional max pooling: ``fractional.py``, each plane's window starts computed
+from its samples as the NumPy module computes them, then adaptive pooling's fold and gathers),
 unpooling (``lower.UnpoolKernel``: ``unpool.py``, the writer that stays in each slot found by an
 integer scatter min/max, forward, backward and jvp as gathers but the jvp of ties='all', a
 scatter-add in order) and the order statistics (``lower.OrderKernel``: sort, topk, cummax,
@@ -54,7 +56,8 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja", UnpoolKernel: "jax/unpool.py.jinja",  # (unpool.py)
               OrderKernel: "jax/order.py.jinja"}  # (order statistics: order.py)
 _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja",
-                     "spans": "jax/adaptive.py.jinja"}  # (spans: adaptive.py)
+                     "spans": "jax/adaptive.py.jinja",  # (spans: adaptive.py)
+                     "sampled": "jax/fractional.py.jinja"}  # (sampled: fractional.py)
 _WINDOW_TEMPLATES["segments"] = "jax/segment.py.jinja"  # windows given by an index (segment.py)
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
@@ -101,12 +104,13 @@ def render(art: Artifacts) -> dict[str, str]:
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
-                         f"expressions), max pooling (strided and adaptive), maxout, reductions, segments, unpooling "
-                         f"and order statistics only, not a {_form(art.kernel)}; use "
+                         f"expressions), max pooling (strided, adaptive and fractional), maxout, reductions, "
+                         f"segments, unpooling and order statistics only, not a {_form(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
         from .adaptive import adaptive_context
-        ctx = adaptive_context(art) if art.kernel.windows == "spans" else window_context(art)
+        from .fractional import fractional_context
+        ctx = {"spans": adaptive_context, "sampled": fractional_context}.get(art.kernel.windows, window_context)(art)
     elif isinstance(art.kernel, OrderKernel):
         ctx = _order_context(art)
     elif isinstance(art.kernel, UnpoolKernel):

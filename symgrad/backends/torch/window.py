@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 # the windows' forms this backend builds: {form: (geometry partial, what a plane is)}
 GEOMETRY = {"strided": "torch/_geometry_pool.py.jinja", "blocks": "torch/_geometry_maxout.py.jinja",
             "rows": "host/_reduced_dims.py.jinja",  # (rows: the reduction's dims, rows.py)
-            "spans": "torch/adaptive.py.jinja"}  # (spans: its windows in Python ints, adaptive.py)
+            "spans": "torch/adaptive.py.jinja",  # (spans: its windows in Python ints, adaptive.py)
+            "sampled": "torch/fractional.py.jinja"}  # (sampled: starts from the samples, fractional.py)
 
 def _code(expr) -> str:
     from .printer import torch_code
