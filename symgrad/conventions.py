@@ -364,7 +364,9 @@ def preset_for(convention: object, op: str, params: dict | None = None) -> Prese
         return None
     preset = PRESETS[convention].get(op)
     if preset is None and op in WITHOUT_PRESET.get(convention, {}):
-        raise ValueError(f"{op} has no {convention} preset ({WITHOUT_PRESET[convention][op]}); pass ties= and nan=")
+        covering = " or ".join(f"convention={c!r}" for c in PRESETS if op in PRESETS[c])
+        raise ValueError(f"{op} has no {convention} preset ({WITHOUT_PRESET[convention][op]}): expected "
+                         f"{covering + ', or ' if covering else ''}ties= and nan=")
     if preset is None:
         raise ValueError(f"convention {convention!r} covers {', '.join(PRESETS[convention])} only, "
                          f"not {op}")

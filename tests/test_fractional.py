@@ -234,4 +234,6 @@ def test_cli_derives_and_generates(tmp_path):
                               "--output-size", "2", "--convention", "torch", "--backend", "all",
                               "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".c", ".cu", ".py", ".py", ".py"]
+    # numpy, cpu (.c and its loader), cuda (.cu and its loader), torch and jax
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".c", ".cu", ".py", ".py", ".py", ".py", ".py"]
+    assert {p.name.rsplit("_", 1)[-1] for p in tmp_path.glob("*.py")} >= {"torch.py", "jax.py"}
