@@ -9,7 +9,9 @@ per row, 4096 rows) and cummax over (256, 4096) along the last dim, forward and 
 They are timed interleaved (one run of each in turn, so a load change on the machine hits all)
 in process CPU time (time.process_time: the time this process ran, not the time it waited for
 a core on a loaded machine), and the median of --runs runs is printed with the ratio
-symgrad / PyTorch.  cummax's values, indices and gradient are checked against PyTorch bit for bit
+symgrad / PyTorch, against PyTorch with autograd set up (forward on a leaf that requires grad;
+backward = forward+backward less forward) and without (the bare op under no_grad; the backward's
+own ATen kernel, cummaxmin_backward or value_selecting_reduction_backward, on the saved indices).  cummax's values, indices and gradient are checked against PyTorch bit for bit
 first; topk's values (its tied indices follow std::partial_sort, which the preset does not
 reproduce: see README).
 """
@@ -42,6 +44,18 @@ def torch_call(torch, name, params, t):
     return torch.cummax(t, params["dim"])
 
 
+def no_grad(torch, call, name, params, t):
+    with torch.no_grad():
+        return call(torch, name, params, t)
+
+
+def torch_backward_kernel(torch, name, params, g, x, indices):
+    """PyTorch's backward without autograd: the ATen kernel its autograd formula calls."""
+    if name == "topk":
+        return torch.ops.aten.value_selecting_reduction_backward(g, params["dim"], indices, x.shape, True)
+    return torch.ops.aten.cummaxmin_backward(g, x, indices, params["dim"])
+
+
 def run(torch, np, symgrad, name, params, shape, runs) -> None:
     modules = {backend: symgrad.load(name, convention="torch", backend=backend, **params)
                for backend in ("cpu", "numpy")}
@@ -61,12 +75,11 @@ def run(torch, np, symgrad, name, params, shape, runs) -> None:
             grad = module.backward(g, saves[backend])[0]
             assert np.array_equal(grad.view(np.uint32), tx.grad.numpy().view(np.uint32)), f"{backend}: gradient"
     tg = torch.from_numpy(g)
-    with torch.no_grad():
-        plain = torch.tensor(x)
+    plain = torch.from_numpy(x)
     graph = {}
 
     def torch_forward():
-        graph["t"] = torch.tensor(x, requires_grad=True)
+        graph["t"] = torch.from_numpy(x).requires_grad_()  # (no copy: the op's own time)
         graph["y"] = torch_call(torch, name, params, graph["t"])[0]
 
     def torch_backward():
@@ -80,7 +93,8 @@ def run(torch, np, symgrad, name, params, shape, runs) -> None:
         "numpy backward": lambda: modules["numpy"].backward(g, saves["numpy"]),
         "torch forward": torch_forward,
         "torch forward+backward": torch_backward,
-        "torch forward (no_grad)": lambda: torch_call(torch, name, params, plain),
+        "torch forward (no_grad)": lambda: no_grad(torch, torch_call, name, params, plain),
+        "torch backward (kernel)": lambda: torch_backward_kernel(torch, name, params, tg, plain, ti),
     }, runs)
     torch_bwd = times["torch forward+backward"] - times["torch forward"]
     print(f"{name}{params} on {shape} float32, median process CPU time of {runs} interleaved runs:")
@@ -88,10 +102,12 @@ def run(torch, np, symgrad, name, params, shape, runs) -> None:
         for backend in ("cpu", "numpy"):
             ours = times[f"{backend} {label}"]
             print(f"  {label:<9} symgrad {backend:<5} {ours * 1e3:9.2f} ms   PyTorch {theirs * 1e3:9.2f} ms   "
-                  f"ratio {ours / theirs:6.2f}x")
-    plain_forward = times["torch forward (no_grad)"]
-    print(f"  (PyTorch forward without autograd, on a tensor made beforehand: {plain_forward * 1e3:.2f} ms; "
-          f"symgrad cpu's forward over it: {times['cpu forward'] / plain_forward:.2f}x)")
+                  f"ratio {ours / theirs:6.2f}x   (PyTorch with autograd set up)")
+    for label, theirs in (("forward", times["torch forward (no_grad)"]),
+                          ("backward", times["torch backward (kernel)"])):
+        ours = times[f"cpu {label}"]
+        print(f"  {label:<9} symgrad cpu   {ours * 1e3:9.2f} ms   PyTorch {theirs * 1e3:9.2f} ms   "
+              f"ratio {ours / theirs:6.2f}x   (PyTorch without autograd: the bare kernel)")
 
 
 def main() -> None:

@@ -198,14 +198,31 @@ def _axis(shape: tuple) -> int:
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
-    """The array with the ranked dim last (a 0-d array as a row of 1)."""
-    return np.moveaxis(a.reshape(a.shape or (1,)), _axis(a.shape), -1)
+    """The array with the ranked dim last (a 0-d array as a row of 1; the array itself where
+    the dim is already last: no view, no call per row)."""
+    axis = _axis(a.shape)
+    if not a.shape:
+        return a.reshape(1)
+    return a if axis == a.ndim - 1 else np.moveaxis(a, axis, -1)
 
 
 def _unrows(a: np.ndarray, shape: tuple) -> np.ndarray:
-    """A result in rows back in the input's layout (0-d where the input is)."""
-    out = np.moveaxis(a, -1, _axis(shape))
-    return out.reshape(()) if not shape else np.ascontiguousarray(out)
+    """A result in rows back in the input's layout (0-d where the input is; the result itself
+    where the dim is last and it is contiguous)."""
+    if not shape:
+        return a.reshape(())
+    axis = _axis(shape)
+    if axis == len(shape) - 1 and a.flags.c_contiguous:
+        return a
+    return np.ascontiguousarray(np.moveaxis(a, -1, axis))
+
+
+def _rows_shape(shape: tuple) -> tuple:
+    """The shape _rows gives an array of this shape (computed, no array made)."""
+    if not shape:
+        return (1,)
+    axis = _axis(shape)
+    return tuple(shape[:axis]) + tuple(shape[axis + 1:]) + (shape[axis],)
 
 
 def _reduced(a: np.ndarray, shape: tuple) -> np.ndarray:
@@ -264,7 +281,7 @@ def forward(x: np.ndarray) -> tuple:
 
 def _checked_picked(saved: Saved) -> np.ndarray:
     """saved.indices, checked: int64 of shape (rows, 2), each in 0 .. n - 1."""
-    shape = _rows(np.empty(saved.input_shape, dtype=np.bool_)).shape
+    shape = _rows_shape(saved.input_shape)
     want = shape[:-1] + (2,)
     i = saved.indices
     if i.dtype != np.int64 or i.shape != want or (i.size and (i.min() < 0 or i.max() >= shape[-1])):
@@ -281,7 +298,7 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     g = _per_row(grad_output, saved.input_shape)[..., None]
     g = np.where(np.isnan(np.take_along_axis(_rows(_saved_array(saved, "x", saved.input_shape)), picked[..., :1], axis=-1)), 0, g)  # NaN rule 'propagate': a NaN output sends nothing
     half = 0 + g * np.asarray(0.5, saved.dtype)
-    grad = np.zeros(_rows(np.empty(saved.input_shape, dtype=np.bool_)).shape, dtype=saved.dtype)
+    grad = np.zeros(_rows_shape(saved.input_shape), dtype=saved.dtype)
     np.put_along_axis(grad, picked[..., 1:], half, axis=-1)
     np.put_along_axis(grad, picked[..., :1], np.where(picked[..., :1] == picked[..., 1:], half + half, half), axis=-1)
     return (_unrows(grad, saved.input_shape),)

@@ -204,6 +204,11 @@ def _unrows(a: np.ndarray, shape: tuple) -> np.ndarray:
     return a.reshape(shape)
 
 
+def _rows_shape(shape: tuple) -> tuple:
+    """The shape _rows gives an array of this shape (computed, no array made)."""
+    return (int(np.prod(shape, dtype=np.int64)),)
+
+
 def _reduced(a: np.ndarray, shape: tuple) -> np.ndarray:
     """The row's result: 0-d, or with every dim kept with size 1 (KEEPDIM)."""
     return a.reshape((1,) * len(shape)) if KEEPDIM else a.reshape(())
@@ -259,7 +264,7 @@ def forward(x: np.ndarray) -> tuple:
 
 def _checked_picked(saved: Saved) -> np.ndarray:
     """saved.indices, checked: int64 of shape (rows, 1), each in 0 .. n - 1."""
-    shape = _rows(np.empty(saved.input_shape, dtype=np.bool_)).shape
+    shape = _rows_shape(saved.input_shape)
     want = shape[:-1] + (1,)
     i = saved.indices
     if i.dtype != np.int64 or i.shape != want or (i.size and (i.min() < 0 or i.max() >= shape[-1])):

@@ -194,14 +194,31 @@ def _axis(shape: tuple) -> int:
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
-    """The array with the ranked dim last (a 0-d array as a row of 1)."""
-    return np.moveaxis(a.reshape(a.shape or (1,)), _axis(a.shape), -1)
+    """The array with the ranked dim last (a 0-d array as a row of 1; the array itself where
+    the dim is already last: no view, no call per row)."""
+    axis = _axis(a.shape)
+    if not a.shape:
+        return a.reshape(1)
+    return a if axis == a.ndim - 1 else np.moveaxis(a, axis, -1)
 
 
 def _unrows(a: np.ndarray, shape: tuple) -> np.ndarray:
-    """A result in rows back in the input's layout (0-d where the input is)."""
-    out = np.moveaxis(a, -1, _axis(shape))
-    return out.reshape(()) if not shape else np.ascontiguousarray(out)
+    """A result in rows back in the input's layout (0-d where the input is; the result itself
+    where the dim is last and it is contiguous)."""
+    if not shape:
+        return a.reshape(())
+    axis = _axis(shape)
+    if axis == len(shape) - 1 and a.flags.c_contiguous:
+        return a
+    return np.ascontiguousarray(np.moveaxis(a, -1, axis))
+
+
+def _rows_shape(shape: tuple) -> tuple:
+    """The shape _rows gives an array of this shape (computed, no array made)."""
+    if not shape:
+        return (1,)
+    axis = _axis(shape)
+    return tuple(shape[:axis]) + tuple(shape[axis + 1:]) + (shape[axis],)
 
 
 def _key(v: np.ndarray) -> np.ndarray:
@@ -248,7 +265,7 @@ def forward(x: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], Saved]:
 def _checked_blocks(saved: Saved) -> tuple:
     """(order, block_start, block_size) of saved, checked: int64 rows of n, a permutation's indices
     and blocks inside 0 .. n - 1."""
-    shape = _rows(np.empty(saved.input_shape, dtype=np.bool_)).shape
+    shape = _rows_shape(saved.input_shape)
     n = shape[-1]
     for name in ("order", "block_start", "block_size"):
         a = getattr(saved, name)
@@ -293,7 +310,7 @@ def jvp(tangent_x, saved: Saved) -> np.ndarray:
     tangent = _rows(_as_tangent("tangent_x", tangent_x, saved))
     order, block_start, block_size = _checked_blocks(saved)
     n = order.shape[-1]
-    k = _rows(np.empty(saved.output_shape, dtype=np.bool_)).shape[-1]
+    k = _rows_shape(saved.output_shape)[-1]
     ranked = np.take_along_axis(tangent, order, axis=-1)
     with np.errstate(invalid="ignore"):
         out = _weight(_block_totals(ranked, block_start, n), block_size)[..., :k]
