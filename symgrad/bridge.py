@@ -44,6 +44,9 @@ class Layout(NamedTuple):
     fields: tuple  # one Field per field of Saved
     arrays: tuple  # (shape, NumPy dtype) of every saved array, in order
     output: tuple  # (shape, NumPy dtype) of the output
+    # how many of the arrays, first, are outputs besides the output (an order statistic's
+    # (values, indices): its indices), returned by the op too
+    extra_outputs: int = 0
 
     @property
     def used(self) -> Used:
@@ -59,23 +62,35 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 
 def split(inputs: list, output, saved) -> tuple[Layout, list]:
     """The layout of a forward's result and the saved arrays to return: those that are neither an
-    input nor the output (which the operators pass by reference, never twice)."""
-    fields, arrays = [], []
+    input nor the output (which the operators pass by reference, never twice).  A tuple output
+    (an order statistic's (values, indices)) is its first array; the others (integer, no
+    gradient) come first among the arrays."""
+    extra = list(output[1:]) if isinstance(output, tuple) else []
+    output = output[0] if isinstance(output, tuple) else output
+    fields, arrays = [], [contiguous(a) for a in extra]
     for value in saved:
         if isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
             k = next((k for k, x in enumerate(inputs) if value is x), None)
+            j = next((j for j, x in enumerate(extra) if value is x), None)
             if k is not None:
                 fields.append(Field("input", k))
             elif value is output:
                 fields.append(Field("output"))
+            elif j is not None:
+                fields.append(Field("array", j))
             else:
                 fields.append(Field("array", len(arrays)))
                 arrays.append(contiguous(value) if isinstance(value, np.ndarray) else value)
         else:
             fields.append(Field("value", value=value))
     layout = Layout(tuple(fields), tuple((tuple(a.shape), np.dtype(a.dtype)) for a in arrays),
-                    (tuple(output.shape), np.dtype(output.dtype)))
+                    (tuple(output.shape), np.dtype(output.dtype)), len(extra))
     return layout, arrays
+
+
+def first(output):
+    """The output of a forward's result (of a tuple, its first array: the values)."""
+    return output[0] if isinstance(output, tuple) else output
 
 
 def join(module, layout: Layout, inputs: list, output, arrays: list):

@@ -273,7 +273,7 @@ class _Op:
                 exc.symgrad_reraised = getattr(_EAGER, "active", False)  # JAX need not log it
                 raise
             _, arrays = bridge.split(xs, output, saved)
-            return (np.asarray(output),) + tuple(np.asarray(a).astype(s.dtype, copy=False)
+            return (np.asarray(bridge.first(output)),) + tuple(np.asarray(a).astype(s.dtype, copy=False)
                                                  for a, s in zip(arrays, shapes[1:]))
 
         out, *arrays = jax.pure_callback(host, shapes, *xs, vmap_method="sequential")
@@ -362,7 +362,10 @@ class _Op:
                 else np.zeros(a.shape, jax.dtypes.float0) for a in arrays))
 
         def fn(*xs):
-            return forward(*xs)[0]
+            """The output (with the module's other outputs, an order statistic's indices: a tuple)."""
+            out, arrays = forward(*xs)
+            extra = me.layouts.get(me._signature(xs)).extra_outputs
+            return (out, *arrays[:extra]) if extra else out
 
         return fn
 
@@ -419,7 +422,8 @@ _OPS_LOCK = threading.Lock()
 
 def wrap(module):
     """A module that symgrad.load or symgrad.load_expr returned as a JAX function: a jax backend
-    module natively, a NumPy module through host callbacks."""
+    module natively, a NumPy module through host callbacks (an order statistic's (values,
+    indices) as both, the indices integers without a gradient)."""
     if getattr(module, "__name__", None) is not None and getattr(module, "BACKEND", None) == "jax":
         wrapper = _Native
     else:

@@ -177,12 +177,17 @@ class SymgradOp:
             elif tensors[0].device.type != "cpu" or self._native_only:  # every device: the torch backend's module
                 return self._native[0].apply(*tensors)
         if torch.compiler.is_compiling():  # the registered operators, which tracing sees
-            output, *_ = self._ops[0](list(tensors))
-            return output
+            return self._returned(self._ops[0](list(tensors)), tensors)
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-            return self._forward_impl(list(tensors))[0]  # no graph to record: the implementation
+            return self._returned(self._forward_impl(list(tensors)), tensors)  # no graph: the implementation
         # eagerly, the same implementations through autograd.Function: no dispatcher round trips
         return _Forward.apply(self, *tensors)
+
+    def _returned(self, results: list, tensors):
+        """What the op returns of the forward operator's [output, *arrays]: the output, or with
+        the module's other outputs (an order statistic's int64 indices, no gradient) a tuple."""
+        extra = self._layout(tensors).extra_outputs
+        return (results[0], *results[1:1 + extra]) if extra else results[0]
 
     def _check_tensor(self, k: int, name: str, t) -> None:
         if not isinstance(t, torch.Tensor):
@@ -233,7 +238,7 @@ class SymgradOp:
         signature = _signature(tensors)
         if not layouts.known(signature):
             layouts.remember(signature, layout)
-        out = from_array(output)
+        out = from_array(bridge.first(output))
         if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
             out = out.clone()  # an operator's output never aliases its input
         return [out] + [from_array(a) for a in extra]
@@ -376,10 +381,13 @@ class _Forward(torch.autograd.Function):
         out, *arrays = op._forward_impl(list(tensors))
         ctx.op, ctx.n_inputs = op, len(tensors)
         ctx.save_for_backward(*tensors, out, *arrays)
-        return out
+        returned = op._returned([out, *arrays], tensors)
+        if isinstance(returned, tuple):
+            ctx.mark_non_differentiable(*returned[1:])
+        return returned
 
     @staticmethod
-    def backward(ctx, grad_output):
+    def backward(ctx, grad_output, *_):  # (an order statistic's indices: no gradient)
         op = ctx.op
 
         def backward(g, tensors, out, arrays):
@@ -535,7 +543,9 @@ def _wrap(module, cuda_loader, cpu_loader=None, torch_loader=None) -> SymgradOp:
 
 def wrap(module, cuda_module=None) -> SymgradOp:
     """A module that symgrad.load or symgrad.load_expr returned (NumPy backend) as torch
-    operators; ``cuda_module`` is the same op's CUDA module, for CUDA tensors."""
+    operators; ``cuda_module`` is the same op's CUDA module, for CUDA tensors.  An order
+    statistic whose forward returns (values, indices) returns both (the indices int64, without a
+    gradient)."""
     bridge.require_module(module, "symgrad.torch.wrap")
 
     def cuda():
