@@ -14,7 +14,7 @@ from ... import naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALUE, SUM, V, Y, ElementwiseKernel, UnpoolKernel, WindowKernel, kernel_form,
-                     backward_plan, skips_nan)
+                     backward_plan, beats_start, skips_nan)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
@@ -347,6 +347,9 @@ def _cuda_context_rest(op: Op, kernel, ctx: dict) -> dict:
     if isinstance(kernel, ElementwiseKernel):
         return _cuda_elementwise(op, kernel, ctx)
     assert isinstance(kernel, WindowKernel)
+    if kernel.windows == "segments":  # scatter_max, segment_max: cuda/segment.py
+        from .segment import segment_context
+        return segment_context(op, kernel, ctx)
     return _cuda_window_context(op, kernel, ctx)
 
 
@@ -751,14 +754,15 @@ _FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans"
 
 
 # the kernel forms this backend builds (lower.kernel_form; Backend.builds reads it): not yet the
-# segments (scatter_max, segment_max) nor the order statistics (sort, topk, cummax): the NumPy backend has them
+# order statistics (sort, topk, cummax): the NumPy backend has them
 FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
-         "sampled")
+         "sampled", "segments")
 
 
 def refuses(op) -> bool:
-    """Whether it refuses an op of a form it builds (Backend.builds): a reduction that skips NaN."""
-    return skips_nan(op)
+    """Whether it refuses an op of a form it builds (Backend.builds): a reduction that skips NaN,
+    the pyg preset of segments (lower.beats_start)."""
+    return skips_nan(op) or beats_start(op)
 
 
 def render(art: Artifacts) -> dict[str, str]:
