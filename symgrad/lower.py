@@ -1260,3 +1260,10 @@ def _lower_bag(d: Derivation) -> BagKernel:
 
 LOWERINGS["bag"] = _lower_bag
 KERNEL_TYPES["bag"] = BagKernel
+
+
+def bag_layout(op) -> str | None:
+    """A bag op's layout before it is lowered (BagRule.layout; None: no bag op): a framework
+    backend that builds some layouts only refuses the others (its ``refuses``)."""
+    from .kinds.bag import LAYOUTS
+    return LAYOUTS.get(op.name, {}).get("partial")

