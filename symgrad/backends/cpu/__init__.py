@@ -39,7 +39,7 @@ from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, adaptive_window_code, b
                     host_partials, preamble_context)
 from ..host.printer import numpy_code
 from ..printing import pool_axis_code, python_integer_code
-from .printer import C_REAL_TYPES, c_code, c_integer_code
+from .printer import C_REAL_TYPES, c_code, c_integer_code, uses_exp
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -682,6 +682,9 @@ def _elementwise_context(art: Artifacts) -> dict:
         "inputs": list(kernel.inputs), "inputs_tuple": repr(tuple(kernel.inputs)),
         "c_inputs": [c_identifiers(n) for n in kernel.inputs],
         "real_types": real_types, "half_helpers": half_helpers, "dtypes": dtypes, "broadcast": kernel.broadcast,
+        # the branch-free exp and expm1 the printer calls (cpu/_exp.c.jinja), where the op has them
+        "exp_helpers": uses_exp([kernel.output, *(a.expr for a in (*kernel.intermediates, *back_inter, *adjoints,
+                                                                    *grads))]),
         "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),

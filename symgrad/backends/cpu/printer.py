@@ -28,6 +28,22 @@ class CPrinter(CFamilyPrinter):
         one, zero = f"({self.real_type})1", f"({self.real_type})0"
         return "(" + " + ".join(f"({bare(self._print(a))} ? {one} : {zero})" for a in expr.args) + ")"
 
+    # exp and expm1 as the .c file's branch-free sg_exp_f/sg_expm1_f (templates/_exp.c.jinja, placed
+    # where the op's expressions hold them: uses_exp), which the elementwise loops vectorize
+    # (the C library's expf/expm1f are calls, which keep a loop scalar: elu 16M float32, 183 ms)
+    def _print_exp(self, expr):
+        return f"sg_exp_{self.real_type[0]}({self._print(expr.args[0])})"
+
+    def _print_expm1(self, expr):
+        return f"sg_expm1_{self.real_type[0]}({self._print(expr.args[0])})"
+
+
+def uses_exp(exprs) -> bool:
+    """Whether any of exprs holds exp or expm1 (the printer's sg_exp_*/sg_expm1_*, which the .c
+    file then defines: templates/_exp.c.jinja)."""
+    from sympy.codegen.cfunctions import expm1
+    return any(sp.sympify(e).has(sp.exp, expm1) for e in exprs)
+
 
 def c_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_constants: bool = False) -> str:
     """One expression as C in the compute type real_type, without outer parentheses; names:
