@@ -178,7 +178,7 @@ def _ptx_entries(ptx: str) -> dict[str, str]:
 # ----------------------------------------------------------------------------- nvcc
 
 def _cuda_entries() -> list:
-    """The catalog's ops the cuda backend builds (the order statistics: NumPy only so far)."""
+    """The catalog's ops the cuda backend builds."""
     from symgrad import backends
     return [op for op in catalog.entries() if backends.get("cuda").builds(op)]
 
@@ -242,11 +242,16 @@ def test_no_atomic_instruction_in_any_backward_kernel(nvcc_builds):
 
 def test_float_kernels_do_no_double_math(nvcc_builds):
     """No .f64 instruction in the PTX of a float32, float16 or bfloat16 kernel (and float64
-    kernels do use .f64, so the check can see it)."""
+    kernels do use .f64, so the check can see it), except the backward and jvp kernels of an
+    order statistic's tie blocks, which add a block's gradients in float64 as the NumPy module
+    does (their .cu says so)."""
     f64_seen = False
     for cu in (cu for cu in CATALOG_CU if cu.name in nvcc_builds):
         _, _, keep = nvcc_builds[cu.name]
+        blocks = "a tie block's gradients are added in float64" in cu.read_text()
         for name, body in _ptx_entries(_ptx(keep, cu, ARCHS[0]).read_text()).items():
+            if blocks and re.search(r"_(backward|jvp)_", name):
+                continue
             if re.search(r"_(f32|f16|bf16)(_|$)", name):
                 assert ".f64" not in body, f"{name} does double-precision math"
             elif "_f64" in name:

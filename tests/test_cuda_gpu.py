@@ -7,7 +7,8 @@
 * PyTorch CUDA, where its convention is one of symgrad's policies (see tests/test_torch.py),
   with integer gradients so that sums are exact whatever their order; the bfloat16 kernels
   against PyTorch's bfloat16 pooling;
-* the GPU kernels of the CuPy loader take and return device arrays (no host round trip).
+* the GPU kernels of the CuPy loader take and return device arrays (no host round trip);
+* the order statistics (tests/cuda_harness/order.py's cases) against the NumPy module.
 
 Run them with `python -m pytest -m gpu` on a machine with a GPU and `pip install ".[cuda]" from the checkout`.
 """
@@ -20,6 +21,7 @@ import pytest
 import symgrad
 from conftest import POLICIES, case_id
 from cuda_harness.check import CONVENTIONS, cases, every_comparison, nan_cases, to_device
+from cuda_harness.order import assert_same_module, every_case as every_order_case, shapes_of as order_shapes
 
 pytestmark = pytest.mark.gpu
 
@@ -198,3 +200,11 @@ def test_bfloat16_kernels_equal_pytorch_cuda():
     m._launch(cp, "backward_bf16_nchw_i32", grad.size, (gbits, index, grad, *sizes))
     assert np.array_equal(cp.asnumpy(out), y.detach().view(torch.int16).cpu().numpy().view(np.uint16))
     assert np.array_equal(cp.asnumpy(grad), x.grad.view(torch.int16).cpu().numpy().view(np.uint16))
+
+
+@pytest.mark.parametrize("name,params", list(every_order_case()), ids=lambda v: v if isinstance(v, str) else "")
+def test_order_statistics_on_the_device_equal_numpy_bit_for_bit(name, params):
+    """sort, topk, cummax, cummin, kthvalue, median, nanmedian (one thread a row) on the device:
+    every policy and preset, float16/32/64 (CuPy has no bfloat16 arrays), outputs, saved arrays,
+    backward and jvp."""
+    assert_same_module(name, params, shapes=order_shapes(name, params), seed=1, device=cp.asarray, host=cp.asnumpy)

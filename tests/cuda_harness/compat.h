@@ -2,7 +2,7 @@
 // kernels run on the CPU.  A kernel becomes an ordinary function; the harness's launcher calls it
 // once per (block, thread) of the launch grid, serially, setting blockIdx and threadIdx first.
 // Only what the generated kernels use is mapped: the qualifiers, the four index variables and
-// the two bit-cast intrinsics, and the one atomic the unpooling kernels use (atomicMax on
+// the three bit-cast intrinsics, and the one atomic the unpooling kernels use (atomicMax on
 // unsigned long long, whose result does not depend on the order of the threads); <cmath> gives
 // the math functions of expression kernels (expf, exp, tanhf, ...), which CUDA's device code and
 // NVRTC have built in.  The kernels use no shared memory, no barriers and no warp intrinsics, so
@@ -34,6 +34,12 @@ static inline float __uint_as_float(unsigned int u) {
 static inline unsigned int __float_as_uint(float f) {
   unsigned int u;
   std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static inline long long __double_as_longlong(double d) {
+  long long u;
+  std::memcpy(&u, &d, sizeof u);
   return u;
 }
 

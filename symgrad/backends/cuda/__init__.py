@@ -17,7 +17,7 @@ from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, M_SHIFT, MAX_VALU
                      backward_plan, beats_start, skips_nan)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
-from ..common import (docstring, environment, grad_start_comment, header, python_geometry,
+from ..common import (docstring, environment, grad_start_comment, header, order_docstring, python_geometry,
                       special_docstring, wrap)
 from ..host import CUPY_ARRAYS, dtype_constants, preamble_context
 from ..printing import pool_axis_code, python_integer_code
@@ -308,6 +308,9 @@ def _saved_signature(kernel: WindowKernel, index: tuple[str, str], count: tuple[
 def context(art: Artifacts) -> dict:
     """The template context of an op's .cu source and loader: finished strings only."""
     op, kernel = art.op, art.kernel
+    if kernel_form(kernel) == "OrderKernel":  # sort, topk, cummax, ...: cuda/order.py
+        from .order import order_context
+        return order_context(art, _cuda_base_context(op, art.derivation, kernel))
     ctx = _cuda_base_context(op, art.derivation, kernel)
     ctx["piecewise_linear"] = art.piecewise_linear
     if op.spec.strategy.special:
@@ -319,7 +322,8 @@ def context(art: Artifacts) -> dict:
 def _cuda_base_context(op: Op, d, kernel) -> dict:
     return {
         "header": ["//" + line[1:] for line in header(op, "cuda")],
-        "docstring": (special_docstring(op, d, kernel) if op.spec.strategy.special
+        "docstring": (order_docstring(op, d, kernel) if kernel_form(kernel) == "OrderKernel"
+                      else special_docstring(op, d, kernel) if op.spec.strategy.special
                       else docstring(op, d, kernel)),
         "op": op.name,
         "ties": op.ties,
@@ -754,9 +758,16 @@ _FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans"
 
 
 # the kernel forms this backend builds (lower.kernel_form; Backend.builds reads it): not yet the
+<<<<<<< HEAD
 # order statistics (sort, topk, cummax): the NumPy backend has them
 FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
          "sampled", "segments")
+=======
+# segments (scatter_max, segment_max): the NumPy backend has them
+FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
+         "sampled",
+         "OrderKernel")  # (the order statistics, sort, topk, cummax, ...: cuda/order.py)
+>>>>>>> h-cuord
 
 
 def refuses(op) -> bool:
