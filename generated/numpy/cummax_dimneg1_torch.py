@@ -269,15 +269,17 @@ def backward(grad_output: np.ndarray, saved: Saved) -> tuple[np.ndarray]:
     grad_output = _rows(_check_backward(grad_output, saved))
     indices = _checked_indices(saved)
     n = indices.shape[-1]
-    g, winners = grad_output.reshape(-1, n), indices.reshape(-1, n)  # one row after another
+    count = int(np.prod(indices.shape[:-1], dtype=np.int64))  # the rows (a row of length 0 too)
+    g, winners = grad_output.reshape(count, n), indices.reshape(count, n)  # one row after another
     grad = np.zeros(g.shape, dtype=saved.dtype)
     rows = np.arange(g.shape[0])
     run = np.zeros(g.shape[0], dtype=saved.dtype)  # the running sum of the current winner's outputs
-    for i in range(n):
-        fresh = winners[:, i] != winners[:, i - 1] if i else np.ones(run.shape, dtype=bool)
-        run = np.where(fresh, np.zeros((), saved.dtype) + g[:, i], run + g[:, i])
-        last = winners[:, i] != winners[:, i + 1] if i + 1 < n else np.ones(run.shape, dtype=bool)
-        grad[rows[last], winners[last, i]] = run[last]  # each winner written once, at its run's end
+    with np.errstate(over="ignore", invalid="ignore"):  # inf - inf: NaN, as the other backends, silently
+        for i in range(n):
+            fresh = winners[:, i] != winners[:, i - 1] if i else np.ones(run.shape, dtype=bool)
+            run = np.where(fresh, np.zeros((), saved.dtype) + g[:, i], run + g[:, i])
+            last = winners[:, i] != winners[:, i + 1] if i + 1 < n else np.ones(run.shape, dtype=bool)
+            grad[rows[last], winners[last, i]] = run[last]  # each winner written once, at its run's end
     return (_unrows(grad.reshape(indices.shape), saved.input_shape),)
 
 
