@@ -259,10 +259,11 @@ def test_cli_generate_and_derive(tmp_path):
     assert r.returncode == 0 and "segment" in r.stdout, r.stderr
     r = run("generate", "scatter_max", "--backend", "all", "--out", str(tmp_path / "all"))
     assert r.returncode == 0, r.stderr
-    # the backends that build segments: numpy, cpu (its .c source and loader), torch and jax
+    # the backends that build segments: numpy, cpu (its .c source and loader), cuda (its .cu
+    # source and CuPy loader), torch and jax
     assert sorted(p.name for p in (tmp_path / "all").iterdir()) == [
-        "scatter_max_first.c", "scatter_max_first.py", "scatter_max_first_cpu.py",
-        "scatter_max_first_jax.py", "scatter_max_first_torch.py"]
+        "scatter_max_first.c", "scatter_max_first.cu", "scatter_max_first.py", "scatter_max_first_cpu.py",
+        "scatter_max_first_cuda.py", "scatter_max_first_jax.py", "scatter_max_first_torch.py"]
 
 
 # ----------------------------------------------------------------------------- framework ops

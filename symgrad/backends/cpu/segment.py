@@ -7,22 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import sympy as sp
-
-from ...lower import EXTREMUM, V, Quotient, WindowKernel
+from ...lower import WindowKernel
+from ..cfamily.segment import PICK_DOCS, picked, rounds_apart_in_float16
 from ..host import host_partials
 from ..host.segment import SEGMENT_INITIAL, layout_of, refuse_start
 from .printer import c_code
 
 if TYPE_CHECKING:
     from ...lower import Artifacts
-
-# the sorted position of the element the output is, per (segment, column): -1 the initial
-# element, e >= 0 src row e (first/last/preferred: forward's running hits)
-_PICKED = {"first": "first[o]", "second": "last[o]", "ordered": "preferred[o] != -2 ? preferred[o] : first[o]"}
-_PICK_DOCS = {"first": "is the first hit", "second": "is the last hit",
-              "ordered": "is the first hit that is +0 where the extremum is a zero (-0 below +0)"}
-
 
 def _reads(scan: bool, ctype: str) -> str:
     """What backward and jvp read, as the kernels' parameters (after grad_output or the tangents)."""
@@ -54,13 +46,6 @@ def _saves(kernel: WindowKernel, dt: dict) -> list[str]:
             "  // the initial element counted where it takes no part (the framework's count)"]
 
 
-def _rounds_apart_in_float16(kernel: WindowKernel) -> bool:
-    """The weight takes 1 / count (JAX's g * (1 / count)): NumPy rounds the reciprocal to float16
-    before the product, the kernels (float16 computed in float) do not."""
-    weight = kernel.selection.weight
-    return weight is not None and any(q.args[0] == sp.S.One for q in weight.atoms(Quotient))
-
-
 def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[dict]) -> dict:
     """The .c source's and loader's finished strings, over the backend's base context (base) and
     printed selection (selection: _selection's docs and functions, to which the hit is added)."""
@@ -76,7 +61,6 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
                                     "params": f"const {rt['name']} v, const {rt['name']} extremum",
                                     "body": [f"return {c_code(rule.hit, rt['name'])};"]})
     pick = sel.order if scan else rule.zeros
-    pick = {"last": "second"}.get(pick, pick)
     sign = "!signbit(v)" if sel.extremum == "max" else "signbit(v)"
     count_arg = {dt["name"]: (f", ({dt['acc']})count[o]" if sel.counts else "") for dt in dtypes}
     grads = {dt["name"]: _gradients(scan, dt, count_arg[dt["name"]]) for dt in dtypes}
@@ -86,7 +70,9 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "template": "cpu/segment.c.jinja", "loader_template": "cpu/loader_segment.py.jinja",
         "selection_doc": docs, "real_types": real_types, "scan": scan,
         "constants": [f"#define PREFERRED(v) ({sign})  // the preferred sign of a tied zero ('ordered' zeros rule)"],
-        "picked": _PICKED[pick], "pick_doc": _PICK_DOCS[pick],
+        # the sorted position of the element the output is, per (segment, column): -1 the initial
+        # element, e >= 0 src row e (first/last/preferred: forward's running hits)
+        "picked": picked(pick, "first[o]", "last[o]", "preferred[o]"), "pick_doc": PICK_DOCS[pick],
         "saves": {dt["name"]: _saves(kernel, dt) for dt in dtypes},
         "saved_doc": ("each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)"
                       if scan else "each segment's count of hits per column"),
@@ -99,7 +85,7 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "extremum": sel.extremum, "fill": f"np.{rule.fill}".replace("np.-inf", "-np.inf"),
         "index_name": index_name, "src_name": [n for n in inputs if n not in op.spec.constant_inputs][-1],
         "forward_params": ", ".join(inputs),
-        "float16_refused": repr(_rounds_apart_in_float16(kernel)),
+        "float16_refused": repr(rounds_apart_in_float16(kernel)),
         # a scan's winners in [-2, E) (jvp reads src row winner), in _reads's names
         "winner_check": ("\n            or (arrays[1].size and (arrays[1].min() < -2 or arrays[1].max() >= rows))"
                          if scan else ""),
