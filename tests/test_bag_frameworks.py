@@ -29,11 +29,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 
-def _cases(dtype: np.dtype, padding_idx, include_last_offset: bool, count: int = 4):
-    """Tie-heavy (rows, weight, offsets, g, t): NaN, +-inf, +-0, repeats, empty bags."""
+def _cases(dtype: np.dtype, padding_idx, include_last_offset: bool, count: int = 4, length=None):
+    """Tie-heavy (rows, weight, offsets, g, t): NaN, +-inf, +-0, repeats, empty bags (length: the
+    index list's, random where None)."""
     rng = np.random.default_rng(23)
     for seed in range(count):
-        rows, weight, offsets = _case(rng, np.float64, length=int(rng.integers(0, 14)))
+        rows, weight, offsets = _case(rng, np.float64, length=int(rng.integers(0, 14)) if length is None else length)
         offsets = np.minimum(offsets, rows.size)
         if include_last_offset:
             offsets[-1] = rows.size
@@ -62,25 +63,34 @@ def _from_torch(t):
     return t.numpy()
 
 
-def _compare(framework, to, back, settings: dict, padding_idx=None, include_last_offset=False, dtypes=DTYPES):
-    """The framework module against the NumPy module, forward, backward and jvp, bit for bit."""
+def _three(fw):
+    """(output, grad_weight, jvp) of a module for (rows, weight, offsets, g, t)."""
+    def run(rows, weight, offsets, g, t):
+        out, saved = fw.forward(rows, weight, offsets)
+        return out, fw.backward(g, saved)[1], fw.jvp(None, t, None, saved)
+    return run
+
+
+def _compare(framework, to, back, settings: dict, padding_idx=None, include_last_offset=False, dtypes=DTYPES,
+             calls=_three, length=None):
+    """The framework module against the NumPy module, forward, backward and jvp, bit for bit
+    (calls: the module's (output, grad_weight, jvp) as run, e.g. jitted)."""
     params = dict(padding_idx=padding_idx, include_last_offset=include_last_offset)
     mod = symgrad.load(OP, **settings, **params)
-    fw = symgrad.load(OP, backend=framework, **settings, **params)
+    run = calls(symgrad.load(OP, backend=framework, **settings, **params))
     for name in dtypes:
         dtype = _numpy_dtype(name)
-        for seed, rows, weight, offsets, g, t in _cases(dtype, padding_idx, include_last_offset):
+        for seed, rows, weight, offsets, g, t in _cases(dtype, padding_idx, include_last_offset, length=length):
             what = f"{settings} {params} {name} case {seed}"
             out, saved = mod.forward(rows, weight, offsets)
-            got, got_saved = fw.forward(to(rows), to(weight), to(offsets))
-            _same_bits(_bits(back(got)), _bits(out), f"output {what}")
-            _same_bits(_bits(back(fw.backward(to(g), got_saved)[1])), _bits(mod.backward(g, saved)[1]),
-                       f"grad_weight {what}")
-            _same_bits(_bits(back(fw.jvp(None, to(t), None, got_saved))), _bits(mod.jvp(None, t, None, saved)),
-                       f"jvp {what}")
+            got = run(*(to(a) for a in (rows, weight, offsets, g, t)))
+            want = (out, mod.backward(g, saved)[1], mod.jvp(None, t, None, saved))
+            for part, a, b in zip(("output", "grad_weight", "jvp"), got, want):
+                _same_bits(_bits(back(a)), _bits(b), f"{part} {what}")
 
 
-SETTINGS = [({"ties": "first"}, None, False), ({"convention": "torch"}, 2, True), ({"ties": "split"}, -1, False),
+SETTINGS = [pytest.param({"ties": "first"}, None, False, marks=_slow),
+            pytest.param({"convention": "torch"}, 2, True, marks=_slow), ({"ties": "split"}, -1, False),
             pytest.param({"convention": "jax"}, None, True, marks=_slow),
             pytest.param({"ties": "last"}, 1, False, marks=_slow),
             pytest.param({"ties": "all"}, None, False, marks=_slow),
@@ -145,3 +155,58 @@ def test_symgrad_torch_embedding_bag_compiles_natively():
     assert not any("symgrad." in str(n.target) for gm in seen for n in gm.graph.nodes)
     _same_bits(z.detach().numpy(), y.detach().numpy(), "compiled output")
     _same_bits(bag.weight.grad.numpy(), want.numpy(), "compiled grad")
+
+
+# the jax backend ------------------------------------------------------------------------------
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+jnp = jax.numpy
+
+
+def _to_jax(a):
+    return None if a is None else jnp.asarray(a)
+
+
+def _from_jax(a):
+    return np.asarray(a)
+
+
+def _jitted(fw):
+    return jax.jit(_three(fw))  # (one compile a dtype)
+
+
+def test_jax_module_is_the_numpy_modules_bit_for_bit():
+    """The default run's case: split with padding_idx, float32, jitted (one compile); every
+    setting and dtype in the slow test below."""
+    _compare("jax", _to_jax, _from_jax, {"ties": "split"}, -1, False, dtypes=("float32",), calls=_jitted,
+             length=12)
+
+
+@_slow  # (each setting jitted once per dtype, an index list of one length: about 8 s a setting)
+@pytest.mark.parametrize("settings,padding_idx,include_last_offset",
+                         [p.values if hasattr(p, "values") else p for p in SETTINGS])
+def test_jax_module_every_setting_and_dtype(settings, padding_idx, include_last_offset):
+    _compare("jax", _to_jax, _from_jax, settings, padding_idx, include_last_offset, calls=_jitted, length=12)
+
+
+@_slow
+def test_symgrad_jax_op_runs_the_module_natively():
+    """symgrad.jax.op('embedding_bag_max') is the jax backend's module (no callback): under jit,
+    its grad is the NumPy module's backward bit for bit, vmap over tables gives each table's
+    output, and jvp its jvp."""
+    import symgrad.jax as sj
+    fn = sj.op(OP, ties="first", padding_idx=2)
+    assert "native" in repr(fn)
+    mod = symgrad.load(OP, ties="first", padding_idx=2)
+    (_, rows, weight, offsets, g, t), = _cases(np.dtype(np.float64), 2, False, count=1, length=12)
+    out, saved = mod.forward(rows, weight, offsets)
+    y, vjp = jax.vjp(jax.jit(lambda w: fn(rows, w, offsets)), jnp.asarray(weight))
+    _same_bits(np.asarray(y), out, "output")
+    _same_bits(np.asarray(vjp(jnp.asarray(g))[0]), mod.backward(g, saved)[1], "grad")
+    _, y_dot = jax.jvp(lambda w: fn(rows, w, offsets), (jnp.asarray(weight),), (jnp.asarray(t),))
+    _same_bits(np.asarray(y_dot), mod.jvp(None, t, None, saved), "jvp")
+    tables = np.stack([weight, weight[::-1]])
+    batched = jax.jit(jax.vmap(lambda w: fn(rows, w, offsets)))(jnp.asarray(tables))
+    for k in range(2):
+        _same_bits(np.asarray(batched[k]), mod.forward(rows, tables[k], offsets)[0], f"vmap {k}")
