@@ -33,7 +33,7 @@ import sympy as sp
 
 from ... import naming
 from ...lower import (BEST, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
-                     bag_layout, beats_start)
+                     bag_layout)
 from ..common import docstring, environment, grad_start_comment, header, order_docstring, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -74,9 +74,9 @@ def _form(kernel) -> str:
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    segment_max without num_segments, a segment op under the pyg preset (beats_start), a bag op
-    of a layout it has no partial for (bag.builds_layout)."""
-    return segment.refuses(op) or beats_start(op) or not bag.builds_layout(bag_layout(op))
+    segment_max without num_segments, a bag op of a layout it has no partial for
+    (bag.builds_layout)."""
+    return segment.refuses(op) or not bag.builds_layout(bag_layout(op))
 
 
 def _template(art: Artifacts) -> str | None:
