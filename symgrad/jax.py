@@ -451,7 +451,7 @@ def _native(spec, params: dict) -> bool:
         return True
     if spec.strategy.lowering in NATIVE_SPECIAL:
         return True
-    return (spec.strategy.lowering in ("window", "segment") and spec.strategy.windows in jax_backend.WINDOW_FORMS
+    return (spec.strategy.lowering in ("window", "segment", "bag") and spec.strategy.windows in jax_backend.WINDOW_FORMS
             and not params.get("return_indices"))
 
 

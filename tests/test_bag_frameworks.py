@@ -1,9 +1,10 @@
-"""embedding_bag_max in the torch and jax backends (issue 33, items 3-4): their modules against the
-NumPy module (itself checked against the definition and PyTorch in test_bag.py) bit for bit,
-forward, backward and jvp, float16/32/64 and bfloat16, every policy and preset, on tie-heavy
-tables with NaN, +-inf, +-0, empty bags, padding_idx and include_last_offset; the torch preset
-against F.embedding_bag itself; symgrad.torch's EmbeddingBag and symgrad.jax's op taking the
-native path (torch.compile(fullgraph=True), jit, vmap, grad)."""
+"""embedding_bag_max and the segments' pyg preset in the torch and jax backends (issue 33, items
+3-4): their modules against the NumPy module (itself checked against the definition and PyTorch in
+test_bag.py, against torch_scatter's rule in test_segment_pyg.py) bit for bit, forward, backward
+and jvp, float16/32/64 and bfloat16, every policy and preset, on tie-heavy inputs with NaN, +-inf,
++-0, empty bags and segments, padding_idx and include_last_offset; the torch preset against
+F.embedding_bag itself; symgrad.torch's EmbeddingBag and symgrad.jax's op taking the native path
+(torch.compile(fullgraph=True), jit, vmap, grad)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import symgrad
+from conftest import examples
 from test_bag import VALUES, _case, _same_bits
 
 OP = "embedding_bag_max"
@@ -29,11 +31,12 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
 
 
-def _cases(dtype: np.dtype, padding_idx, include_last_offset: bool, count: int = 4):
-    """Tie-heavy (rows, weight, offsets, g, t): NaN, +-inf, +-0, repeats, empty bags."""
+def _cases(dtype: np.dtype, padding_idx, include_last_offset: bool, count: int = examples(2, 4), length=None):
+    """Tie-heavy (rows, weight, offsets, g, t): NaN, +-inf, +-0, repeats, empty bags (length: the
+    index list's, random where None)."""
     rng = np.random.default_rng(23)
     for seed in range(count):
-        rows, weight, offsets = _case(rng, np.float64, length=int(rng.integers(0, 14)))
+        rows, weight, offsets = _case(rng, np.float64, length=int(rng.integers(0, 14)) if length is None else length)
         offsets = np.minimum(offsets, rows.size)
         if include_last_offset:
             offsets[-1] = rows.size
@@ -62,25 +65,34 @@ def _from_torch(t):
     return t.numpy()
 
 
-def _compare(framework, to, back, settings: dict, padding_idx=None, include_last_offset=False, dtypes=DTYPES):
-    """The framework module against the NumPy module, forward, backward and jvp, bit for bit."""
+def _three(fw):
+    """(output, grad_weight, jvp) of a module for (rows, weight, offsets, g, t)."""
+    def run(rows, weight, offsets, g, t):
+        out, saved = fw.forward(rows, weight, offsets)
+        return out, fw.backward(g, saved)[1], fw.jvp(None, t, None, saved)
+    return run
+
+
+def _compare(framework, to, back, settings: dict, padding_idx=None, include_last_offset=False, dtypes=DTYPES,
+             calls=_three, length=None):
+    """The framework module against the NumPy module, forward, backward and jvp, bit for bit
+    (calls: the module's (output, grad_weight, jvp) as run, e.g. jitted)."""
     params = dict(padding_idx=padding_idx, include_last_offset=include_last_offset)
     mod = symgrad.load(OP, **settings, **params)
-    fw = symgrad.load(OP, backend=framework, **settings, **params)
+    run = calls(symgrad.load(OP, backend=framework, **settings, **params))
     for name in dtypes:
         dtype = _numpy_dtype(name)
-        for seed, rows, weight, offsets, g, t in _cases(dtype, padding_idx, include_last_offset):
+        for seed, rows, weight, offsets, g, t in _cases(dtype, padding_idx, include_last_offset, length=length):
             what = f"{settings} {params} {name} case {seed}"
             out, saved = mod.forward(rows, weight, offsets)
-            got, got_saved = fw.forward(to(rows), to(weight), to(offsets))
-            _same_bits(_bits(back(got)), _bits(out), f"output {what}")
-            _same_bits(_bits(back(fw.backward(to(g), got_saved)[1])), _bits(mod.backward(g, saved)[1]),
-                       f"grad_weight {what}")
-            _same_bits(_bits(back(fw.jvp(None, to(t), None, got_saved))), _bits(mod.jvp(None, t, None, saved)),
-                       f"jvp {what}")
+            got = run(*(to(a) for a in (rows, weight, offsets, g, t)))
+            want = (out, mod.backward(g, saved)[1], mod.jvp(None, t, None, saved))
+            for part, a, b in zip(("output", "grad_weight", "jvp"), got, want):
+                _same_bits(_bits(back(a)), _bits(b), f"{part} {what}")
 
 
-SETTINGS = [({"ties": "first"}, None, False), ({"convention": "torch"}, 2, True), ({"ties": "split"}, -1, False),
+SETTINGS = [pytest.param({"ties": "first"}, None, False, marks=_slow),
+            pytest.param({"convention": "torch"}, 2, True, marks=_slow), ({"ties": "split"}, -1, False),
             pytest.param({"convention": "jax"}, None, True, marks=_slow),
             pytest.param({"ties": "last"}, 1, False, marks=_slow),
             pytest.param({"ties": "all"}, None, False, marks=_slow),
@@ -145,3 +157,117 @@ def test_symgrad_torch_embedding_bag_compiles_natively():
     assert not any("symgrad." in str(n.target) for gm in seen for n in gm.graph.nodes)
     _same_bits(z.detach().numpy(), y.detach().numpy(), "compiled output")
     _same_bits(bag.weight.grad.numpy(), want.numpy(), "compiled grad")
+
+
+# the jax backend ------------------------------------------------------------------------------
+
+jax = pytest.importorskip("jax")
+jax.config.update("jax_enable_x64", True)
+jnp = jax.numpy
+
+
+def _to_jax(a):
+    return None if a is None else jnp.asarray(a)
+
+
+def _from_jax(a):
+    return np.asarray(a)
+
+
+def _jitted(fw):
+    return jax.jit(_three(fw))  # (one compile a dtype)
+
+
+def test_jax_module_is_the_numpy_modules_bit_for_bit():
+    """The default run's case: split with padding_idx, float32, jitted (one compile); every
+    setting and dtype in the slow test below."""
+    _compare("jax", _to_jax, _from_jax, {"ties": "split"}, -1, False, dtypes=("float32",), calls=_jitted,
+             length=12)
+
+
+@_slow  # (each setting jitted once per dtype, an index list of one length: about 8 s a setting)
+@pytest.mark.parametrize("settings,padding_idx,include_last_offset",
+                         [p.values if hasattr(p, "values") else p for p in SETTINGS])
+def test_jax_module_every_setting_and_dtype(settings, padding_idx, include_last_offset):
+    _compare("jax", _to_jax, _from_jax, settings, padding_idx, include_last_offset, calls=_jitted, length=12)
+
+
+@_slow
+def test_symgrad_jax_op_runs_the_module_natively():
+    """symgrad.jax.op('embedding_bag_max') is the jax backend's module (no callback): under jit,
+    its grad is the NumPy module's backward bit for bit, vmap over tables gives each table's
+    output, and jvp its jvp."""
+    import symgrad.jax as sj
+    fn = sj.op(OP, ties="first", padding_idx=2)
+    assert "native" in repr(fn)
+    mod = symgrad.load(OP, ties="first", padding_idx=2)
+    (_, rows, weight, offsets, g, t), = _cases(np.dtype(np.float64), 2, False, count=1, length=12)
+    out, saved = mod.forward(rows, weight, offsets)
+    y, vjp = jax.vjp(jax.jit(lambda w: fn(rows, w, offsets)), jnp.asarray(weight))
+    _same_bits(np.asarray(y), out, "output")
+    _same_bits(np.asarray(vjp(jnp.asarray(g))[0]), mod.backward(g, saved)[1], "grad")
+    _, y_dot = jax.jvp(lambda w: fn(rows, w, offsets), (jnp.asarray(weight),), (jnp.asarray(t),))
+    _same_bits(np.asarray(y_dot), mod.jvp(None, t, None, saved), "jvp")
+    tables = np.stack([weight, weight[::-1]])
+    batched = jax.jit(jax.vmap(lambda w: fn(rows, w, offsets)))(jnp.asarray(tables))
+    for k in range(2):
+        _same_bits(np.asarray(batched[k]), mod.forward(rows, tables[k], offsets)[0], f"vmap {k}")
+
+
+
+# the pyg preset of the segments (torch_scatter's CPU rule) ------------------------------------
+
+def _pyg_cases(op: str, dtype, count: int = examples(3, 6)):
+    """(inputs after src, src, g, t) of segment_max/min (ids into 6 segments) or their csr form
+    (indptr of 6 segments), on test_segment_pyg's tie-heavy rows with NaN, +-inf, +-0 and the start."""
+    from test_segment_pyg import _pyg_inputs
+    rng = np.random.default_rng(31)
+    ext = "min" if "min" in op else "max"
+    for _ in range(count):
+        src = _pyg_inputs(rng, dtype, ext)
+        if op.endswith("csr"):
+            index = np.sort(rng.integers(0, 13, 7))
+            index[0], index[-1] = 0, 12
+        else:
+            index = rng.integers(0, 6, 12)
+        g = np.array(rng.choice([1.0, -3.0, 0.5, -0.0], (6, 2)), dtype=dtype)
+        yield src, index, g, np.array(rng.choice([2.0, -1.0, np.inf], src.shape), dtype=dtype)
+
+
+def _compare_pyg(framework, to, back, op, dtypes, jit=lambda f: f):
+    params = {} if op.endswith("csr") else {"num_segments": 6}
+    mod = symgrad.load(op, convention="pyg", **params)
+    fw = symgrad.load(op, backend=framework, convention="pyg", **params)
+
+    def run(src, index, g, t):
+        out, saved = fw.forward(src, index)
+        return out, fw.backward(g, saved)[0], fw.jvp(t, None, saved)
+    run = jit(run)
+    for dtype in dtypes:
+        for k, (src, index, g, t) in enumerate(_pyg_cases(op, dtype)):
+            out, saved = mod.forward(src, index)
+            want = (out, mod.backward(g, saved)[0], mod.jvp(t, None, saved))
+            got = run(*(to(a) for a in (src, index, g, t)))
+            for part, a, b in zip(("output", "grad_src", "jvp"), got, want):
+                _same_bits(back(a), b, f"{op} {framework} {part} {np.dtype(dtype)} case {k}")
+
+
+@pytest.mark.parametrize("op", ["segment_max", "segment_min_csr", pytest.param("segment_min", marks=_slow),
+                                pytest.param("segment_max_csr", marks=_slow)])
+def test_torch_pyg_preset_is_the_numpy_modules_bit_for_bit(op):
+    _compare_pyg("torch", _to_torch, _from_torch, op, (np.float32, np.float64))
+
+
+@_slow  # (jitted: about 3 s an op at load 12 on 2 cores)
+@pytest.mark.parametrize("op", ["segment_max_csr", "segment_max", "segment_min", "segment_min_csr"])
+def test_jax_pyg_preset_is_the_numpy_modules_bit_for_bit(op):
+    _compare_pyg("jax", _to_jax, _from_jax, op, (np.float32, np.float64), jit=jax.jit)
+
+
+@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=_slow)])
+def test_framework_pyg_preset_refuses_half_precision_in_one_line(framework):
+    lib = torch if framework == "torch" else jnp
+    fw = symgrad.load("segment_max_csr", backend=framework, convention="pyg")
+    with pytest.raises(TypeError, match="float32 or float64") as err:
+        fw.forward(lib.zeros(2, dtype=lib.float16), lib.asarray(np.array([0, 2])))
+    assert "\n" not in str(err.value)

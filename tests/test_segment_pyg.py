@@ -151,7 +151,6 @@ def test_pyg_preset_is_torch_scatter_segment_csr_but_its_stale_arg(ext):
 
 def test_pyg_preset_refusals_are_one_line():
     for kw, error, what in (({"backend": "cpu"}, ValueError, "backend='numpy'"),
-                            ({"backend": "torch"}, ValueError, "backend='numpy'"),
                             ({"ties": "last"}, ValueError, "ties 'first'"),
                             ({"nan": "dominate"}, ValueError, "nan 'keep'")):
         with pytest.raises(error, match=what) as err:

@@ -92,3 +92,26 @@ def framework_names(op, rule) -> dict:
         "returns": names["returns"], "grads_doc": names["grads_doc"], "forward_doc": names["forward_doc"],
         "fill": {"-inf": "-math.inf", "inf": "math.inf"}[rule.fill],
     }
+
+
+
+def framework_start(op, rule, extremum: str, lib: str, folder: str, empty: str) -> dict:
+    """The pyg preset's strings in a framework module (lower.SegmentRule.beats_start:
+    torch_scatter's scan start, which an element must beat strictly, and the output of a segment
+    none beats; <folder>/_segment_start.py.jinja), empty lists otherwise.  ``lib``: the array
+    module's name ("torch" or "jnp"); ``empty``: its expression of the output elements no src
+    element reaches (csr: an empty segment)."""
+    if not rule.beats_start:
+        return {"start_partials": [], "start_lines": [], "unbeaten_call": []}
+    big = extremum == "max"
+    csr = layout_of(op, rule) == "csr"
+    start = f"{lib}.finfo(lay.src.dtype).{'min' if big else 'max'}"
+    return {"start_partials": [f"{folder}/_segment_start.py.jinja"], "start_lines": ["lay = _beating(lay)"],
+            "unbeaten_call": ["out, picked = _unbeaten(out, picked, lay)"],
+            "start": start, "beats": ">" if big else "<",
+            "start_doc": "lowest finite value" if big else "largest finite value",
+            "never_doc": "-inf, the lowest value" if big else "+inf, the largest value",
+            "unbeaten_doc": "0" if not csr else "0 where the segment is empty, else the start",
+            "unbeaten_lines": ([f"out = {lib}.where(none, 0, out)"] if not csr else
+                               [f"empty = {empty}",
+                                f"out = {lib}.where(none & empty, 0, {lib}.where(none, {start}, out))"])}

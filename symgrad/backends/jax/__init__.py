@@ -33,7 +33,7 @@ import sympy as sp
 
 from ... import naming
 from ...lower import (BEST, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
-                     beats_start)
+                     bag_layout)
 from ..common import docstring, environment, grad_start_comment, header, order_docstring, python_geometry
 from ..host import preamble_context
 from ..printing import python_integer_code
@@ -46,6 +46,7 @@ JAX_NOTE = [
     "XLA adds in its own order: the same bits where the sums are exact)."]
 from .printer import jax_code, jax_extremum_reduce, jax_fold_winner, jax_scan_winner
 from . import segment  # noqa: E402  (segments: windows given by an index)
+from . import bag  # noqa: E402  (bags: windows given by offsets into table rows)
 
 if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
     from ...lower import Artifacts
@@ -59,6 +60,7 @@ _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.
                      "spans": "jax/adaptive.py.jinja",  # (spans: adaptive.py)
                      "sampled": "jax/fractional.py.jinja"}  # (sampled: fractional.py)
 _WINDOW_TEMPLATES["segments"] = "jax/segment.py.jinja"  # windows given by an index (segment.py)
+_WINDOW_TEMPLATES["bags"] = "jax/bag.py.jinja"  # windows given by offsets into table rows (bag.py)
 WINDOW_FORMS = tuple(_WINDOW_TEMPLATES)  # the forms of windows it builds (symgrad.jax's native path)
 FORMS = tuple(t.__name__ for t in _TEMPLATES) + WINDOW_FORMS  # (lower.kernel_form)
 
@@ -72,14 +74,15 @@ def _form(kernel) -> str:
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    segment_max without num_segments or a segment op under the pyg preset (beats_start)."""
-    return segment.refuses(op) or beats_start(op)
+    segment_max without num_segments, a bag op of a layout it has no partial for
+    (bag.builds_layout)."""
+    return segment.refuses(op) or not bag.builds_layout(bag_layout(op))
 
 
 def _template(art: Artifacts) -> str | None:
     """The template of an op's module, or None where the jax backend does not build its kernel."""
     kernel = art.kernel
-    if segment.refuses(art.op):  # segment_max without num_segments
+    if segment.refuses(art.op) or not bag.builds_layout(bag_layout(art.op)):  # (a variant it does not build)
         return None
     if isinstance(kernel, WindowKernel):
         return _WINDOW_TEMPLATES.get(kernel.windows)
@@ -105,7 +108,7 @@ def render(art: Artifacts) -> dict[str, str]:
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
                          f"expressions), max pooling (strided, adaptive and fractional), maxout, reductions, "
-                         f"segments, unpooling and order statistics only, not a {_form(art.kernel)}; use "
+                         f"segments, embedding bags, unpooling and order statistics only, not a {_form(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
         from .adaptive import adaptive_context
@@ -263,11 +266,13 @@ def window_context(art: Artifacts) -> dict:
     """The template context of a window op's JAX module (window.py.jinja): the selection's strings
     (the scan's take or the mask's hit and weight, the fold), the geometry's, the gradient's start."""
     op, d, kernel = art.op, art.derivation, art.kernel
-    if kernel.segment is not None:  # windows given by an index (segment.py)
+    if kernel.segment is not None:  # windows given by an index (segment.py) or bags (bag.py)
+        form = (bag.bag_context(op, kernel, _weight_lines) if kernel.windows == "bags" else
+                segment.segment_context(op, kernel, _weight_lines(kernel.selection)))
         return {**preamble_context(header(op, "jax"), None, ()), "docstring": docstring(op, d, kernel),
                 "op": op.name, "ties": op.ties, "params": repr(op.params),
                 "piecewise_linear": art.piecewise_linear, "inputs_tuple": repr(tuple(op.spec.inputs)),
-                **segment.segment_context(op, kernel, _weight_lines(kernel.selection))}
+                **form}
     sel, g = kernel.selection, kernel.axes
     scan = sel.form == "scan"
     bfloat16_adds = kernel.bfloat16_adds == "bfloat16"

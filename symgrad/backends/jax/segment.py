@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
+from ..host.segment import SYMBOLS, framework_names, framework_pick, framework_start, layout_of
 from ..host.segment import sized_by_values as refuses  # noqa: F401 (segment.refuses: jax/__init__)
 from .printer import jax_code
 
@@ -26,6 +26,9 @@ _INITIAL_TANGENT = {
               '_flat(_as_given("tangent_input", tangent_input, saved.output_shape, saved.dtype), saved.dim)'),
     "fill": "jnp.zeros(saved.taking.shape, work)",
 }
+
+# the pyg preset's output elements that no src element reaches (csr: an empty segment)
+_EMPTY = "jnp.zeros(out.shape, jnp.int32).at[lay.key].add(1) == 0"
 
 # the paragraph the module's docstring ends with
 SEGMENT_NOTE = [
@@ -41,7 +44,6 @@ SEGMENT_NOTE = [
 def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
     """segment.py.jinja's finished strings (weight_lines: the mask's weight's first lines)."""
     sel, rule = kernel.selection, kernel.segment
-    refuse_start(op, rule, "jax")
     mask = sel.form == "mask"
     fields = (["src: jax.Array  # the src elements",
                "initial: jax.Array  # the initial elements",
@@ -66,4 +68,5 @@ def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
                           if rule.count_initial else []),
         **framework_names(op, rule),
         "initial_tangent": _INITIAL_TANGENT[rule.initial],
+        **framework_start(op, rule, sel.extremum, "jnp", "jax", _EMPTY),
     }

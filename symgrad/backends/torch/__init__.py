@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import naming
-from ...lower import (BagKernel, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan, beats_start,
+from ...lower import (BagKernel, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
                      bag_layout, kernel_form)
 from ..common import docstring, environment, expression_docstring, expression_header, header, order_docstring
 from ..host import preamble_context
@@ -72,9 +72,9 @@ FORMS = ("ElementwiseKernel", "strided", "blocks", "rows", "segments", "spans", 
 
 def refuses(op) -> bool:
     """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    segment_max without num_segments, a segment op under the pyg preset (beats_start), a bag op
-    of a layout it has no partial for (bag.builds_layout)."""
-    return segment.refuses(op) or beats_start(op) or not bag.builds_layout(bag_layout(op))
+    segment_max without num_segments, a bag op of a layout it has no partial for
+    (bag.builds_layout)."""
+    return segment.refuses(op) or not bag.builds_layout(bag_layout(op))
 
 # the paragraph a reduction's module docstring ends with: where its bits can differ from the NumPy
 # module's on the CPU

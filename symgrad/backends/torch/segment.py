@@ -13,7 +13,7 @@ from __future__ import annotations
 
 
 from ...lower import WindowKernel
-from ..host.segment import SYMBOLS, framework_names, framework_pick, layout_of, refuse_start
+from ..host.segment import SYMBOLS, framework_names, framework_pick, framework_start, layout_of
 from ..host.segment import sized_by_values as refuses
 from .window import GEOMETRY, _code
 
@@ -29,6 +29,9 @@ _INITIAL_TANGENT = {
               'else _flat(_as_given("tangent_input", tangent_input, saved.output_shape, saved.dtype), saved.dim)'),
     "fill": "torch.zeros(saved.taking.shape, dtype=work, device=saved.key.device)",
 }
+
+# the pyg preset's output elements that no src element reaches (csr: an empty segment)
+_EMPTY = "torch.zeros(out.shape, dtype=torch.int64, device=out.device).index_add(0, lay.key, torch.ones_like(lay.key)) == 0"
 
 # the paragraph the module's docstring ends with
 SEGMENT_NOTE = [
@@ -49,7 +52,6 @@ def segment_context(op, kernel: WindowKernel) -> dict:
                          f"(the output's size is not read from the ids' values); pass num_segments, "
                          f"or use backend='numpy'")
     sel, rule = kernel.selection, kernel.segment
-    refuse_start(op, rule, "torch")
     mask = sel.form == "mask"
     fields = (["src: torch.Tensor  # the src elements",
                "initial: torch.Tensor  # the initial elements",
@@ -73,4 +75,5 @@ def segment_context(op, kernel: WindowKernel) -> dict:
                           if rule.count_initial else []),
         **framework_names(op, rule),
         "initial_tangent": _INITIAL_TANGENT[rule.initial],
+        **framework_start(op, rule, sel.extremum, "torch", "torch", _EMPTY),
     }
