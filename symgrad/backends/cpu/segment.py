@@ -17,9 +17,17 @@ from .printer import c_code
 if TYPE_CHECKING:
     from ...lower import Artifacts
 
-# the sorted position of the element the output is, per (segment, column): -1 the initial
-# element, e >= 0 src row e (first/last/preferred: forward's running hits)
-_PICKED = {"first": "first[o]", "second": "last[o]", "ordered": "preferred[o] != -2 ? preferred[o] : first[o]"}
+# what a src hit (row e, column col) does to the saved winner or count (kept) and the output row
+# (row), by the element the output is; the output stays the extremum where it is NaN
+_TAKES = "if (!sg_isnan(er[col])) row[col] = sr[col];"
+_HIT_LINES = {  # (formats: load the dtype's, takes _TAKES)
+    ("scan", "first"): ["if (kept[col] == -2) {{ kept[col] = e; {takes} }}"],
+    ("scan", "second"): ["kept[col] = e;", "{takes}"],
+    ("mask", "first"): ["if (kept[col] == 0) {takes}", "kept[col] += 1;"],
+    ("mask", "second"): ["{takes}", "kept[col] += 1;"],
+    ("mask", "ordered"): ["if (kept[col] == 0 || (PREFERRED({load}(sr[col])) && !PREFERRED({load}(row[col])))) {takes}",
+                          "kept[col] += 1;"],
+}
 _PICK_DOCS = {"first": "is the first hit", "second": "is the last hit",
               "ordered": "is the first hit that is +0 where the extremum is a zero (-0 below +0)"}
 
@@ -43,14 +51,12 @@ def _gradients(scan: bool, dt: dict, count_arg: str) -> tuple[str, str]:
 
 
 def _saves(kernel: WindowKernel, dt: dict) -> list[str]:
-    """forward's last lines per output o: the winner saved (scan), or the count of hits (mask),
-    with the initial element counted where it takes no part under the framework's rule."""
-    if kernel.selection.form == "scan":
-        return ["saved[o] = has[j] ? at : -2;"]
-    if not kernel.segment.count_initial:
-        return ["saved[o] = count[o];"]
+    """forward's last lines per output o (none but under a framework's rule): the initial element
+    counted where it takes no part."""
+    if kernel.selection.form == "scan" or not kernel.segment.count_initial:
+        return []
     load = f"sg_load_{dt['name']}"
-    return [f"saved[o] = count[o] + (!taking[j] && sg_hit_{dt['acc']}({load}(initial[o]), {load}(out[o])));"
+    return [f"saved[o] += !taking[j] && sg_hit_{dt['acc']}({load}(initial[o]), {load}(out[o]));"
             "  // the initial element counted where it takes no part (the framework's count)"]
 
 
@@ -86,7 +92,9 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "template": "cpu/segment.c.jinja", "loader_template": "cpu/loader_segment.py.jinja",
         "selection_doc": docs, "real_types": real_types, "scan": scan,
         "constants": [f"#define PREFERRED(v) ({sign})  // the preferred sign of a tied zero ('ordered' zeros rule)"],
-        "picked": _PICKED[pick], "pick_doc": _PICK_DOCS[pick],
+        "hit_lines": {dt["name"]: [line.format(load=f"sg_load_{dt['name']}", takes=_TAKES)
+                                   for line in _HIT_LINES[sel.form, pick]] for dt in dtypes},
+        "initial_saved": "hit ? -1 : -2" if scan else "hit", "pick_doc": _PICK_DOCS[pick],
         "saves": {dt["name"]: _saves(kernel, dt) for dt in dtypes},
         "saved_doc": ("each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)"
                       if scan else "each segment's count of hits per column"),
