@@ -11,7 +11,7 @@ import sympy as sp
 
 from ...lower import EXTREMUM, V, Quotient, WindowKernel
 from ..host import host_partials
-from ..host.segment import SEGMENT_INITIAL, layout_of, refuse_start
+from ..host.segment import SEGMENT_INITIAL, layout_of, start_context
 from .printer import c_code
 
 if TYPE_CHECKING:
@@ -72,7 +72,6 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
     printed selection (selection: _selection's docs and functions, to which the hit is added)."""
     op, kernel = art.op, art.kernel
     sel, rule = kernel.selection, kernel.segment
-    refuse_start(op, rule, "cpu")
     scan = sel.form == "scan"
     docs, real_types = selection
     if scan:  # the mask's selection has the hit; a scan's winner is a hit too
@@ -88,7 +87,8 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
     grads = {dt["name"]: _gradients(scan, dt, count_arg[dt["name"]]) for dt in dtypes}
     inputs = op.spec.inputs
     index_name = next(n for n in inputs if n in op.spec.constant_inputs)
-    return base | SEGMENT_INITIAL[layout_of(op, rule)] | host_partials(kernel) | {
+    return base | SEGMENT_INITIAL[layout_of(op, rule)] | host_partials(kernel) | start_context(
+            rule, sel.extremum, layout_of(op, rule), "kept") | {
         "template": "cpu/segment.c.jinja", "loader_template": "cpu/loader_segment.py.jinja",
         "selection_doc": docs, "real_types": real_types, "scan": scan,
         "constants": [f"#define PREFERRED(v) ({sign})  // the preferred sign of a tied zero ('ordered' zeros rule)"],
