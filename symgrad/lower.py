@@ -1205,8 +1205,8 @@ LOWERINGS["segment"] = _lower_segment
 
 def beats_start(op) -> bool:
     """Whether a segment op's preset starts each scan at the dtype's lowest value (the pyg preset,
-    SegmentRule.beats_start), which only the NumPy backend builds (--backend all leaves the others
-    out)."""
+    SegmentRule.beats_start), which only the NumPy and cpu backends build (--backend all leaves
+    the others out)."""
     from .kinds.segment import FRAMEWORK_RULES
     return bool(FRAMEWORK_RULES.get(op.convention or "", {}).get("beats_start"))  # (segment ops only)
 KERNEL_TYPES["segment"] = WindowKernel

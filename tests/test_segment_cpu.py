@@ -59,7 +59,12 @@ def _modules(op, policy, include_self):
 
 
 def _compare(numpy_mod, cpu_mod, op, dtype, rng, rows=0):
-    inputs, out_shape, src_shape = _inputs(op, rng, dtype, rows)
+    inputs, out_shape, _ = _inputs(op, rng, dtype, rows)
+    _compare_on(numpy_mod, cpu_mod, inputs, out_shape, dtype, rng)
+
+
+def _compare_on(numpy_mod, cpu_mod, inputs, out_shape, dtype, rng):
+    """Forward, Saved, backward and jvp of the cpu module on these inputs equal the NumPy module's."""
     want, want_saved = numpy_mod.forward(*inputs)
     got, got_saved = cpu_mod.forward(*inputs)
     _same(got, want, "output")
@@ -94,6 +99,17 @@ def test_cpu_is_the_numpy_module_bit_for_bit(op, include_self, policy, dtype):
         _compare(numpy_mod, cpu_mod, op, dtype, rng)
     if op.startswith("scatter"):
         _compare(numpy_mod, cpu_mod, op, dtype, rng, rows=1)
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: next(iter(p.values())))
+def test_rows_wider_than_a_block_are_the_numpy_module(policy):
+    """Rows of 70 features (forward tests the hits 64 columns at a time: a block's edge and the
+    tail past it) segmented whole by an expanded index (stride 0, as PyTorch's index.expand)."""
+    numpy_mod, cpu_mod = _modules("scatter_max", policy, False)
+    rng = np.random.default_rng(11)
+    index = np.broadcast_to(rng.integers(0, 3, (6, 1)), (6, 70))
+    inputs = (rng.choice(VALUES, (3, 70)), index, rng.choice(VALUES, (6, 70)))
+    _compare_on(numpy_mod, cpu_mod, inputs, (3, 70), np.float64, rng)
 
 
 @pytest.mark.parametrize("policy", [{"ties": "split"}, {"convention": "torch"}, {"ties": "first"}],

@@ -150,7 +150,7 @@ def test_pyg_preset_is_torch_scatter_segment_csr_but_its_stale_arg(ext):
 
 
 def test_pyg_preset_refusals_are_one_line():
-    for kw, error, what in (({"backend": "cpu"}, ValueError, "backend='numpy'"),
+    for kw, error, what in (({"backend": "cuda"}, ValueError, "backend='numpy'"),
                             ({"ties": "last"}, ValueError, "ties 'first'"),
                             ({"nan": "dominate"}, ValueError, "nan 'keep'")):
         with pytest.raises(error, match=what) as err:
@@ -160,8 +160,10 @@ def test_pyg_preset_refusals_are_one_line():
         symgrad.load("scatter_max", convention="pyg")
     with pytest.raises(ValueError, match="convention='pyg'"):
         symgrad.load("segment_max", ties="first", nan="keep", num_segments=2)
-    with pytest.raises(TypeError, match="float32 or float64"):
-        symgrad.load("segment_max_csr", convention="pyg").forward(np.zeros(2, np.float16), np.array([0, 2]))
+    for backend in ("numpy", "cpu"):
+        with pytest.raises(TypeError, match="float32 or float64"):
+            symgrad.load("segment_max_csr", convention="pyg", backend=backend).forward(
+                np.zeros(2, np.float16), np.array([0, 2]))
 
 
 def test_where_torch_scatter_is_no_tie_policy():
@@ -182,3 +184,35 @@ def test_where_torch_scatter_is_no_tie_policy():
     assert out[:, 0].tolist() == [1.0, 0.0, np.finfo(f32).min, np.finfo(f32).min, 3.0]
     # segments 2 and 3 (no element took over) send 4 and 8 to row 0, segment 0's winner, written last
     assert grad.ravel().tolist() == [8.0, 0.0, 0.0, 0.0, 16.0, 0.0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("op", ["segment_max_csr", pytest.param("segment_max", marks=pytest.mark.slow),
+                                pytest.param("segment_min", marks=pytest.mark.slow),
+                                pytest.param("segment_min_csr", marks=pytest.mark.slow)])
+def test_cpu_pyg_preset_is_torch_scatter_and_the_numpy_module(op, dtype):
+    """The cpu backend's pyg preset: output and gradient as torch_scatter's (the oracle above; csr:
+    its gradient where a segment has a winner), and forward, Saved, backward and jvp as the NumPy
+    module's bit for bit, on rows with NaN, +-inf, +-0 and the start value, empty segments included."""
+    ext, csr = op.split("_")[1], op.endswith("csr")
+    params = {} if csr else {"num_segments": 6}
+    cpu = symgrad.load(op, convention="pyg", backend="cpu", **params)
+    numpy_mod = symgrad.load(op, convention="pyg", backend="numpy", **params)
+    rng = np.random.default_rng(24)
+    for _ in range(10):
+        src = _pyg_inputs(rng, dtype, ext)
+        index = np.sort(rng.integers(0, 13, 7)) if csr else rng.integers(0, 6, 12)
+        if csr:
+            index[0], index[-1] = 0, 12
+        g = np.array(rng.choice([1.0, -3.0, 0.5], (6, 2)), dtype=dtype)
+        want, _ = (torch_scatter_segment_csr(src, index, g, ext) if csr else
+                   torch_scatter_scatter(src, index, 6, g, ext))
+        want_grad = (torch_scatter_segment_csr(src, index, g, ext, beaten_only=True)[1] if csr else
+                     torch_scatter_scatter(src, index, 6, g, ext)[1])
+        (y, saved), (y_np, saved_np) = cpu.forward(src, index), numpy_mod.forward(src, index)
+        _same_bits(y, want)
+        _same_bits(y, y_np)
+        assert all(np.array_equal(a, b) for a, b in zip(saved, saved_np) if isinstance(b, np.ndarray))
+        _same_bits(cpu.backward(g, saved)[0], want_grad)
+        tangent = np.array(rng.choice([1.0, -2.0, 0.25], src.shape), dtype=dtype)
+        _same_bits(cpu.jvp(tangent, None, saved), numpy_mod.jvp(tangent, None, saved_np))

@@ -269,11 +269,14 @@ def _layout(input, index, src) -> _Layout:
     initial = np.moveaxis(input, d, 0).reshape(m, -1)
     r = initial.shape[1]
     idx = np.moveaxis(index, d, 0).reshape(length, r)
-    if idx.size and (idx.min() < 0 or idx.max() >= m):
+    # an expanded index (stride 0 along the columns) is whole rows at a glance
+    whole = r <= 1 or idx.strides[1] == 0 or np.array_equal(idx, np.broadcast_to(idx[:, :1], idx.shape))
+    checked = idx[:, 0] if whole and r else idx  # (a whole row's index read once)
+    if checked.size and (checked.min() < 0 or checked.max() >= m):
         raise ValueError(f"{OP}: index must be in [0, {m}) (input's size along dim {d}), got values in "
-                         f"[{idx.min()}, {idx.max()}]")
+                         f"[{checked.min()}, {checked.max()}]")
     src = np.moveaxis(src, d, 0).reshape(length, r)
-    if r > 1 and not np.array_equal(idx, np.broadcast_to(idx[:, :1], idx.shape)):  # element by element
+    if not whole:  # element by element
         key, initial, src = (idx * r + np.arange(r)).reshape(-1), initial.reshape(-1, 1), src.reshape(-1, 1)
     else:  # whole rows: the index is the same along every column
         key = idx[:, 0] if r else np.zeros(length, dtype=np.int64)

@@ -29,7 +29,7 @@ from ... import geometry, naming
 from ...geometry import ADAPTIVE
 from ...indicators import MaxOf, MinOf
 from ...lower import (BEST, COUNT, EXTREMUM, GRAD_OUTPUT, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel,
-                     WindowKernel, backward_plan, beats_start, form_of, kernel_form)
+                     WindowKernel, backward_plan, form_of, kernel_form)
 from ..cfamily import padding_strings
 from ..cfamily.naming import c_identifiers, c_names
 from ..common import (docstring, environment, expression_docstring, expression_header, grad_start_comment,
@@ -161,12 +161,6 @@ def loader_name(op: Op) -> str:
 def file_names(op: Op) -> tuple[str, ...]:
     """The C source and the loader (imported last)."""
     return (source_name(op), loader_name(op))
-
-
-def refuses(op: Op) -> bool:
-    """Whether it refuses an op of a form it builds (Backend.builds: --backend all leaves it out):
-    the pyg preset of segments (lower.beats_start)."""
-    return beats_start(op)
 
 
 def check_form(op: Op) -> None:

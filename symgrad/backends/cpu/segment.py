@@ -8,13 +8,26 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...lower import WindowKernel
-from ..cfamily.segment import PICK_DOCS, picked, rounds_apart_in_float16
+from ..cfamily.segment import PICK_DOCS, rounds_apart_in_float16
 from ..host import host_partials
-from ..host.segment import SEGMENT_INITIAL, layout_of, refuse_start
+from ..host.segment import SEGMENT_INITIAL, layout_of, start_context
 from .printer import c_code
 
 if TYPE_CHECKING:
     from ...lower import Artifacts
+
+# what a src hit (row e, column col) does to the saved winner or count (kept) and the output row
+# (row), by the element the output is; the output stays the extremum where it is NaN
+_TAKES = "if (!sg_isnan(er[col])) row[col] = sr[col];"
+_HIT_LINES = {  # (formats: load the dtype's, takes _TAKES)
+    ("scan", "first"): ["if (kept[col] == -2) {{ kept[col] = e; {takes} }}"],
+    ("scan", "second"): ["kept[col] = e;", "{takes}"],
+    ("mask", "first"): ["if (kept[col] == 0) {takes}", "kept[col] += 1;"],
+    ("mask", "second"): ["{takes}", "kept[col] += 1;"],
+    ("mask", "ordered"): ["if (kept[col] == 0 || (PREFERRED({load}(sr[col])) && !PREFERRED({load}(row[col])))) {takes}",
+                          "kept[col] += 1;"],
+}
+
 
 def _reads(scan: bool, ctype: str) -> str:
     """What backward and jvp read, as the kernels' parameters (after grad_output or the tangents)."""
@@ -35,14 +48,12 @@ def _gradients(scan: bool, dt: dict, count_arg: str) -> tuple[str, str]:
 
 
 def _saves(kernel: WindowKernel, dt: dict) -> list[str]:
-    """forward's last lines per output o: the winner saved (scan), or the count of hits (mask),
-    with the initial element counted where it takes no part under the framework's rule."""
-    if kernel.selection.form == "scan":
-        return ["saved[o] = has[j] ? at : -2;"]
-    if not kernel.segment.count_initial:
-        return ["saved[o] = count[o];"]
+    """forward's last lines per output o (none but under a framework's rule): the initial element
+    counted where it takes no part."""
+    if kernel.selection.form == "scan" or not kernel.segment.count_initial:
+        return []
     load = f"sg_load_{dt['name']}"
-    return [f"saved[o] = count[o] + (!taking[j] && sg_hit_{dt['acc']}({load}(initial[o]), {load}(out[o])));"
+    return [f"saved[o] += !taking[j] && sg_hit_{dt['acc']}({load}(initial[o]), {load}(out[o]));"
             "  // the initial element counted where it takes no part (the framework's count)"]
 
 
@@ -51,7 +62,6 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
     printed selection (selection: _selection's docs and functions, to which the hit is added)."""
     op, kernel = art.op, art.kernel
     sel, rule = kernel.selection, kernel.segment
-    refuse_start(op, rule, "cpu")
     scan = sel.form == "scan"
     docs, real_types = selection
     if scan:  # the mask's selection has the hit; a scan's winner is a hit too
@@ -61,18 +71,20 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
                                     "params": f"const {rt['name']} v, const {rt['name']} extremum",
                                     "body": [f"return {c_code(rule.hit, rt['name'])};"]})
     pick = sel.order if scan else rule.zeros
+    pick = {"last": "second"}.get(pick, pick)
     sign = "!signbit(v)" if sel.extremum == "max" else "signbit(v)"
     count_arg = {dt["name"]: (f", ({dt['acc']})count[o]" if sel.counts else "") for dt in dtypes}
     grads = {dt["name"]: _gradients(scan, dt, count_arg[dt["name"]]) for dt in dtypes}
     inputs = op.spec.inputs
     index_name = next(n for n in inputs if n in op.spec.constant_inputs)
-    return base | SEGMENT_INITIAL[layout_of(op, rule)] | host_partials(kernel) | {
+    return base | SEGMENT_INITIAL[layout_of(op, rule)] | host_partials(kernel) | start_context(
+            rule, sel.extremum, layout_of(op, rule), "kept") | {
         "template": "cpu/segment.c.jinja", "loader_template": "cpu/loader_segment.py.jinja",
         "selection_doc": docs, "real_types": real_types, "scan": scan,
         "constants": [f"#define PREFERRED(v) ({sign})  // the preferred sign of a tied zero ('ordered' zeros rule)"],
-        # the sorted position of the element the output is, per (segment, column): -1 the initial
-        # element, e >= 0 src row e (first/last/preferred: forward's running hits)
-        "picked": picked(pick, "first[o]", "last[o]", "preferred[o]"), "pick_doc": PICK_DOCS[pick],
+        "hit_lines": {dt["name"]: [line.format(load=f"sg_load_{dt['name']}", takes=_TAKES)
+                                   for line in _HIT_LINES[sel.form, pick]] for dt in dtypes},
+        "initial_saved": "hit ? -1 : -2" if scan else "hit", "pick_doc": PICK_DOCS[pick],
         "saves": {dt["name"]: _saves(kernel, dt) for dt in dtypes},
         "saved_doc": ("each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)"
                       if scan else "each segment's count of hits per column"),

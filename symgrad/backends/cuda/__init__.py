@@ -757,17 +757,10 @@ _FORM_STRINGS = {"strided": _strided_strings, "blocks": _blocks_strings, "spans"
                  "sampled": _cuda_fractional}
 
 
-# the kernel forms this backend builds (lower.kernel_form; Backend.builds reads it): not yet the
-<<<<<<< HEAD
-# order statistics (sort, topk, cummax): the NumPy backend has them
+# the kernel forms this backend builds (lower.kernel_form; Backend.builds reads it)
 FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
-         "sampled", "segments")
-=======
-# segments (scatter_max, segment_max): the NumPy backend has them
-FORMS = ("ElementwiseKernel", "UnpoolKernel", "LogSumExpKernel", "strided", "rows", "blocks", "spans",
-         "sampled",
+         "sampled", "segments",
          "OrderKernel")  # (the order statistics, sort, topk, cummax, ...: cuda/order.py)
->>>>>>> h-cuord
 
 
 def refuses(op) -> bool:

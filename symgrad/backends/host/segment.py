@@ -44,6 +44,26 @@ def refuse_start(op, rule, backend: str) -> None:
                          f"(torch_scatter's rule); use backend='numpy'")
 
 
+def start_context(rule, extremum: str, layout: str, winner: str = "winner") -> dict:
+    """The pyg preset's strings (lower.SegmentRule.beats_start: torch_scatter's scan start and the
+    output of a segment no element beats), the NumPy module's and the cpu loader's (partial
+    host/_segment_start; winner: the name of forward's winners); empty lists otherwise."""
+    if not rule.beats_start:
+        return {"start_partials": [], "start_lines": [], "unbeaten_call": []}
+    big = extremum == "max"
+    start = f"np.finfo(lay.src.dtype).{'min' if big else 'max'}"
+    unbeaten = (["out[none] = 0"] if layout != "csr" else
+                ["empty = np.broadcast_to((np.bincount(lay.key, minlength=out.shape[0]) == 0)[:, None], out.shape)",
+                 f"out[none] = np.where(empty, 0, {start.replace('lay.src', 'out')})[none]"])
+    return {"start_partials": ["host/_segment_start.py.jinja"], "start_lines": ["lay = _beating(lay)"],
+            "unbeaten_call": [f"out, {winner} = _unbeaten(out, {winner}, lay)"],
+            "start": start, "beats": ">" if big else "<",
+            "start_doc": "lowest finite value" if big else "largest finite value",
+            "never_doc": "-inf, the lowest value" if big else "+inf, the largest value",
+            "unbeaten_doc": ("0" if layout != "csr" else "0 where the segment is empty, else the start"),
+            "unbeaten_lines": unbeaten}
+
+
 def layout_of(op, rule) -> str:
     """The key of the op's layout partial: "csr" where an indptr gives the segments, else the
     initial element's (lower.SegmentRule.initial: "input" or "fill")."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ...lower import WindowKernel
 from ..host.printer import numpy_code
-from ..host.segment import SEGMENT_INITIAL, SYMBOLS, layout_of
+from ..host.segment import SEGMENT_INITIAL, SYMBOLS, layout_of, start_context
 
 # which hit the output (and a scan's winner) is: its sorted position per segment
 _PICKS = {
@@ -25,25 +25,6 @@ def _ordered(extremum: str) -> list[str]:
     return ["first = np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)",
             f"preferred = np.minimum.reduceat(np.where(hit & {sign}, pos, n), starts, axis=0)",
             "return np.where(preferred < n, preferred, first)"]
-
-
-def _start(rule, extremum: str, layout: str) -> dict:
-    """The pyg preset's strings (lower.SegmentRule.beats_start: torch_scatter's scan start and the
-    output of a segment no element beats); empty lists otherwise."""
-    if not rule.beats_start:
-        return {"start_partials": [], "start_lines": [], "unbeaten_call": []}
-    big = extremum == "max"
-    start = f"np.finfo(lay.src.dtype).{'min' if big else 'max'}"
-    unbeaten = (["out[none] = 0"] if layout != "csr" else
-                ["empty = np.broadcast_to((np.bincount(lay.key, minlength=out.shape[0]) == 0)[:, None], out.shape)",
-                 f"out[none] = np.where(empty, 0, {start.replace('lay.src', 'out')})[none]"])
-    return {"start_partials": ["numpy/_segment_start.py.jinja"], "start_lines": ["lay = _beating(lay)"],
-            "unbeaten_call": ["out, winner = _unbeaten(out, winner, lay)"],
-            "start": start, "beats": ">" if big else "<",
-            "start_doc": "lowest finite value" if big else "largest finite value",
-            "never_doc": "-inf, the lowest value" if big else "+inf, the largest value",
-            "unbeaten_doc": ("0" if layout != "csr" else "0 where the segment is empty, else the start"),
-            "unbeaten_lines": unbeaten}
 
 
 def segment_context(op, kernel: WindowKernel) -> dict:
@@ -82,5 +63,5 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "index_name": next(n for n in inputs if n in op.spec.constant_inputs),
         "src_name": float_inputs[-1],
         **SEGMENT_INITIAL[layout_of(op, rule)],
-        **_start(rule, sel.extremum, layout_of(op, rule)),
+        **start_context(rule, sel.extremum, layout_of(op, rule)),
     }
