@@ -271,7 +271,7 @@ def _saved_arrays(saved: Saved) -> list:
     selected rank (PICKS a row)."""
     shape = _row_shape(tuple(saved.input_shape))
     arrays = [("indices", shape[:-1] + (PICKS,), np.int64, max(shape[-1], 1))]
-    return arrays + [("x", tuple(saved.input_shape), saved.dtype, None)] * 0
+    return arrays
 
 
 def forward(x) -> tuple:

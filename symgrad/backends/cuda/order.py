@@ -62,10 +62,22 @@ def order_context(art: Artifacts, base: dict) -> dict:
             "whole": kernel.select == "one" and art.op.params["dim"] is None,
             "piecewise_linear": art.piecewise_linear}
     if "one_form" in ctx:
-        form = ctx["one_form"]
-        ctx |= {"one_backward": f"cuda/_order_one_{form}.cu.jinja",
-                "one_helpers": ["cuda/_order_one_block_helpers.cu.jinja"] if form == "block" else []}
+        ctx |= _one_strings(ctx, kernel)
     return ctx
+
+
+def _one_strings(ctx: dict, kernel: OrderKernel) -> dict:
+    """kthvalue, median, nanmedian: the backward partial, and the loader's output, its saved
+    input (where backward reads it) and the words on it."""
+    form = ctx["one_form"]
+    keeps_x = len(kernel.saved) > 1
+    return {"one_backward": f"cuda/_order_one_{form}.cu.jinja",
+            "one_helpers": ["cuda/_order_one_block_helpers.cu.jinja"] if form == "block" else [],
+            "cuda_output": "values" if ctx["whole"] else "(values, _reduced(cp, picked[..., 0], tuple(x.shape)))",
+            "cuda_saved_args": "picked, _dense(x)" if keeps_x else "picked",
+            "x_array": ' + [("x", tuple(saved.input_shape), saved.dtype, None)]' if keeps_x else "",
+            "x_rows": "_rows(cp, saved.x)" if keeps_x else "cp.empty(1, dtype=saved.dtype)  # (x not read)",
+            "x_doc": " and the input" if keeps_x else ""}
 
 
 def _dtype_strings(name: str) -> dict:
