@@ -146,6 +146,22 @@ def test_harness_is_the_numpy_module_bit_for_bit(cp, op, include_self, policy, d
         _compare(numpy_mod, cuda_mod, op, dtype, rng, rows=True)
 
 
+NAN_POLICIES = [{"ties": t, "nan": n} for n, ties in (("zero", ("split", "all")), ("nan", ("split",)),
+                                                      ("each", ("split",)), ("dominate", ("all",))) for t in ties]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", NAN_POLICIES, ids=lambda p: f"{p['nan']}-{p['ties']}")
+@pytest.mark.parametrize("op, include_self", [("scatter_max", True), ("segment_min_csr", False)])
+def test_every_nan_rule_is_the_numpy_module_bit_for_bit(cp, op, include_self, policy):
+    """The NaN rules a segment takes besides the presets' (zero, nan, each; pyg's keep is NumPy-only)."""
+    numpy_mod, cuda_mod = _modules(op, policy, include_self)
+    rng = np.random.default_rng(11)
+    for dtype in (np.float32, np.float64):
+        for _ in range(2):
+            _compare(numpy_mod, cuda_mod, op, dtype, rng)
+
+
 @pytest.mark.parametrize("op, policy, include_self", [
     ("scatter_max", {"convention": "torch"}, False),
     *[pytest.param(op, p, True, marks=pytest.mark.slow) for op in ("scatter_max", "segment_min")
@@ -171,15 +187,23 @@ EDGES = [("scatter_max", {"dim": 0, "include_self": False},
          ("segment_max_csr", {}, (np.array([[-0.0], [0.0], [np.nan]]), np.array([0, 0, 2, 3, 3])))]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("policy", [{"ties": "last"}, {"ties": "split"}, {"convention": "torch"},
-                                    {"convention": "jax"}], ids=lambda p: next(iter(p.values())))
+# the edges the DEFAULT sources take (no src rows; empty segments, tied zeros and NaN in CSR rows)
+DEFAULT_EDGES = [("scatter_max", {"convention": "torch", "dim": 0, "include_self": False}, EDGES[0][2]),
+                 ("segment_max_csr", {"ties": "first"}, EDGES[-1][2])]
+
+
+@pytest.mark.parametrize("policy", [
+    *[pytest.param(p, marks=pytest.mark.slow) for p in
+      ({"ties": "last"}, {"ties": "split"}, {"convention": "torch"}, {"convention": "jax"})], None],
+    ids=lambda p: next(iter(p.values())) if p else "default")
 def test_empty_segments_dim_size_and_another_dim_are_the_numpy_module(cp, policy):
     """No src rows, no segments, empty segments between used ones, the size from the ids, dim 1 and
-    -1, tied zeros: forward, Saved, backward and jvp as the NumPy module's."""
-    for op, params, inputs in EDGES:
-        numpy_mod = symgrad.load(op, backend="numpy", **policy, **params)
-        cuda_mod = symgrad.load(op, backend="cuda", **policy, **params)
+    -1, tied zeros: forward, Saved, backward and jvp as the NumPy module's (policy None: the
+    DEFAULT sources' edges, in the default run)."""
+    edges = DEFAULT_EDGES if policy is None else [(op, {**params, **policy}, x) for op, params, x in EDGES]
+    for op, params, inputs in edges:
+        numpy_mod = symgrad.load(op, backend="numpy", **params)
+        cuda_mod = symgrad.load(op, backend="cuda", **params)
         want, got = numpy_mod.forward(*inputs), cuda_mod.forward(*inputs)
         _same(got[0], want[0], op)
         for a, b in zip(got[1], want[1]):
@@ -258,6 +282,10 @@ def test_cuda_builds_the_segments_and_refuses_pyg_in_one_line(cp):
         cuda_mod.jvp(np.ones((3, 2)), np.ones(3), saved)
     with pytest.raises(ValueError, match="saved"):  # a winner past src's rows: never read
         cuda_mod.jvp(np.ones((3, 2)), None, saved._replace(winner=np.full((2, 2), 7)))
+    with pytest.raises(TypeError, match="integers"):
+        cuda_mod.forward(np.ones((3, 2)), np.array([0.0, 1.0, 3.0]))
+    with pytest.raises(ValueError, match="indptr must ascend"):
+        cuda_mod.forward(np.ones((3, 2)), np.array([0, 2, 1]))
     with pytest.raises(ValueError, match="saved"):  # a key past the segments
         cuda_mod.backward(np.ones((2, 2)), saved._replace(key=np.array([0, 1, 2])))
     with pytest.raises(TypeError, match="backend='numpy'"):  # JAX's 1 / count in float16

@@ -44,14 +44,16 @@
 // a segment) order (E,) and each segment's start in it offsets (K + 1,), the output rows (K, C):
 //   scatter_max_first_forward_<DT>(const T* initial, const T* src, const long long* order, const long long* offsets, const unsigned char* taking, T* out, long long* saved, long long K, long long C)
 //       K * C threads, one per (segment, column): its extremum (NaN spreading), the output
-//       is the first hit in index order (the extremum where it is NaN); saved: each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)
+//       is the first hit in index order (the extremum where it is NaN); saved: per output,
+//       its segment's winner (-2 none, -1 the initial element, e >= 0 src row e)
 //   scatter_max_first_backward_<DT>(const T* grad_output, const long long* key, const long long* winner, T* grad_src, T* grad_initial, long long K, long long E, long long C)
 //       E * C + K * C threads, one per element of src and of the initial rows: each reads its
 //       segment's winner (a gather: each element written once, no atomics)
 //   scatter_max_first_jvp_<DT>(const T* tangent_src, const T* tangent_initial, const long long* order, const long long* offsets, const long long* winner, T* out, long long K, long long C)
 //       K * C threads, one per output: the tangent of each segment's winner
-// Saved state: each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e), and the keys; backward in gather form reads them (and
-// grad_output), jvp also the CSR order the loader makes again from the keys.
+// Saved state: each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row
+// e), and the keys; backward in gather form reads them (and grad_output), jvp also the CSR order
+// the loader makes again from the keys.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
 // results bit for bit.  Backward kernels are in gather form: each thread writes only its own

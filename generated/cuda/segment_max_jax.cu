@@ -50,14 +50,16 @@
 // a segment) order (E,) and each segment's start in it offsets (K + 1,), the output rows (K, C):
 //   segment_max_jax_forward_<DT>(const T* initial, const T* src, const long long* order, const long long* offsets, const unsigned char* taking, T* out, long long* saved, long long K, long long C)
 //       K * C threads, one per (segment, column): its extremum (NaN spreading), the output
-//       is the first hit that is +0 where the extremum is a zero (-0 below +0) in index order (the extremum where it is NaN); saved: the src and initial rows, the output rows and each segment's count of hits per column
+//       is the first hit that is +0 where the extremum is a zero (-0 below +0) in index order (the extremum where it is NaN); saved: per output,
+//       its segment's count of hits
 //   segment_max_jax_backward_<DT>(const T* grad_output, const long long* key, const unsigned char* taking, const T* src, const T* initial, const T* output, const long long* count, T* grad_src, T* grad_initial, long long K, long long E, long long C)
 //       E * C + K * C threads, one per element of src and of the initial rows: each reads its
 //       segment's output and count (a gather: each element written once, no atomics)
 //   segment_max_jax_jvp_<DT>(const T* tangent_src, const T* tangent_initial, const long long* order, const long long* offsets, const unsigned char* taking, const T* src, const T* initial, const T* output, const long long* count, T* out, long long K, long long C)
 //       K * C threads, one per output: each segment's weights applied to the tangents, added in index order, the initial element first
-// Saved state: the src and initial rows, the output rows and each segment's count of hits per column, and the keys; backward in gather form reads them (and
-// grad_output), jvp also the CSR order the loader makes again from the keys.
+// Saved state: the src and initial rows, the output rows and each segment's count of hits per
+// column, and the keys; backward in gather form reads them (and grad_output), jvp also the CSR
+// order the loader makes again from the keys.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
 // results bit for bit.  Backward kernels are in gather form: each thread writes only its own

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ...lower import EXTREMUM, GRAD_OUTPUT, V, COUNT, WindowKernel
 from ..cfamily.segment import PICK_DOCS, picked, rounds_apart_in_float16
+from ..common import wrap
 from ..host.segment import SEGMENT_INITIAL, layout_of, refuse_start
 from .printer import CUDA_REAL_TYPES, cuda_code
 
@@ -75,6 +76,8 @@ def segment_context(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
     src_gradient, initial_gradient = _gradients(scan, sel.counts)
     inputs = op.spec.inputs
     layout = layout_of(op, rule)
+    saved_doc = ("each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)" if scan
+                 else "the src and initial rows, the output rows and each segment's count of hits per column")
     reads = ([("long long", "winner")] if scan else
              [("unsigned char", "taking"), ("T", "src"), ("T", "initial"), ("T", "output"),
               ("long long", "count")])
@@ -88,8 +91,12 @@ def segment_context(op: Op, kernel: WindowKernel, ctx: dict) -> dict:
         "saves": _saves(kernel),
         # where the extremum is NaN the output is it (the NaN rule's winner need not be NaN)
         "nan_extremum": "sg_isnan(ext)",
-        "saved_doc": ("each segment's winner per column (-2 none, -1 its initial element, e >= 0 src row e)"
-                      if scan else "the src and initial rows, the output rows and each segment's count of hits per column"),
+        "saved_state": wrap(f"Saved state: {saved_doc}, and the keys; backward in gather form reads them "
+                            f"(and grad_output), jvp also the CSR order the loader makes again from the keys.",
+                            96, ""),
+        "saved_param_doc": ("its segment's winner (-2 none, -1 the initial element, e >= 0 src row e)"
+                            if scan else "its segment's count of hits"),
+        "saved_doc": saved_doc,
         "gather_doc": "winner" if scan else "output and count",
         "jvp_doc": ("the tangent of each segment's winner" if scan else
                     "each segment's weights applied to the tangents, added in index order, the initial element first"),
