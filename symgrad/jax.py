@@ -10,7 +10,8 @@ arguments, checked the same way).  Each op takes one of two paths:
   input, not differentiated); maxout; the reductions amax, amin, max, min, nanmax, nanmin; unpooling,
   max_unpool1d/2d/3d; the order statistics sort, topk, cummax, cummin, kthvalue, median,
   nanmedian, whose (values, indices) outputs give the indices a float0 tangent (split/all sum tie
-  blocks in float64: jax_enable_x64);
+  blocks in float64: jax_enable_x64); the segments (the pyg preset included), embedding_bag_max and
+  roi_max_pool;
   under every policy, NaN rule and preset but those named below): the jax backend's generated
   module (``symgrad.load(..., backend="jax")``), plain jax.numpy and lax code, traced into the
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs

@@ -17,7 +17,9 @@ from test_bag import VALUES, _case, _same_bits
 
 OP = "embedding_bag_max"
 _slow = pytest.mark.slow
-DTYPES = ("float16", "float32", "float64", "bfloat16")
+# the dtypes compared: every one in a slow run, the two rounded apart from NumPy's float code
+# (float16 in float16, bfloat16 through float32) in the default run
+DTYPES = ("float16", "float32", "float64", "bfloat16") if examples(0, 1) else ("float16", "bfloat16")
 
 
 def _numpy_dtype(name: str) -> np.dtype:
@@ -271,3 +273,90 @@ def test_framework_pyg_preset_refuses_half_precision_in_one_line(framework):
     with pytest.raises(TypeError, match="float32 or float64") as err:
         fw.forward(lib.zeros(2, dtype=lib.float16), lib.asarray(np.array([0, 2])))
     assert "\n" not in str(err.value)
+
+
+# roi_max_pool (bins of boxes: the same modules, each bin an H x W grid of candidates) ----------
+
+def _roi_cases(dtype, size, count: int = examples(2, 4)):
+    """test_roi's tie-heavy inputs (NaN, +-inf, +-0, -FLT_MAX) and boxes (overlapping, empty and
+    outside bins), with g and t."""
+    from test_roi import _case as roi_case
+    rng = np.random.default_rng(37)
+    for k in range(count):
+        x, boxes = roi_case(rng, np.float64)
+        g = rng.choice([1.0, -2.5, 0.5, 3.0, -0.0], size=(boxes.shape[0], x.shape[1]) + size)
+        t = rng.choice([1.0, -2.5, 0.5, -0.0], size=x.shape)
+        with np.errstate(over="ignore"):  # (-FLT_MAX is -inf in float16)
+            yield k, x.astype(dtype), boxes.astype(dtype), g.astype(dtype), t.astype(dtype)
+
+
+def _compare_roi(framework, to, back, settings: dict, size=(2, 3), scale=0.5, dtypes=DTYPES, jit=lambda f: f):
+    params = dict(output_size=size, spatial_scale=scale)
+    mod = symgrad.load("roi_max_pool", **settings, **params)
+    fw = symgrad.load("roi_max_pool", backend=framework, **settings, **params)
+
+    def run(x, boxes, g, t):
+        out, saved = fw.forward(x, boxes)
+        return out, fw.backward(g, saved)[0], fw.jvp(t, None, saved)
+    run = jit(run)
+    for name in dtypes:
+        for k, x, boxes, g, t in _roi_cases(_numpy_dtype(name), size):
+            with np.errstate(over="ignore"):  # (the NumPy module's float16 check of the boxes)
+                out, saved = mod.forward(x, boxes)
+            want = (out, mod.backward(g, saved)[0], mod.jvp(t, None, saved))
+            got = run(*(to(a) for a in (x, boxes, g, t)))
+            for part, a, b in zip(("output", "grad_input", "jvp"), got, want):
+                _same_bits(_bits(back(a)), _bits(b), f"roi {framework} {settings} {part} {name} case {k}")
+
+
+ROI_SETTINGS = [{"convention": "torch"}, pytest.param({"ties": "split"}, marks=_slow),
+                pytest.param({"ties": "first"}, marks=_slow), pytest.param({"ties": "last", "nan": "keep"}, marks=_slow),
+                pytest.param({"ties": "all", "nan": "zero"}, marks=_slow),
+                pytest.param({"ties": "split", "nan": "nan"}, marks=_slow)]
+
+
+@pytest.mark.parametrize("settings", ROI_SETTINGS)
+def test_torch_roi_module_is_the_numpy_modules_bit_for_bit(settings):
+    _compare_roi("torch", _to_torch, _from_torch, settings)
+
+
+@_slow  # (jitted once per dtype: about 3 s a setting at load 12 on 2 cores)
+@pytest.mark.parametrize("settings", [{"ties": "first"}, {"ties": "split"}, {"ties": "last", "nan": "keep"},
+                                      {"ties": "all", "nan": "zero"}])
+def test_jax_roi_module_is_the_numpy_modules_bit_for_bit(settings):
+    _compare_roi("jax", _to_jax, _from_jax, settings, jit=jax.jit)
+
+
+@_slow  # (torch.compile's first compile: about 15 s on the loaded 2-core machine)
+def test_symgrad_torch_roipool_compiles_natively():
+    """RoIPool under torch.compile(fullgraph=True) from the first call runs the torch backend's
+    module (no registered operator in the graph), with torchvision's bits (the torch preset)."""
+    import symgrad.torch as st
+    from test_roi import _case as roi_case
+    from test_roi import _torchvision
+    x, boxes = roi_case(np.random.default_rng(41), np.float32)
+    g = np.ones((boxes.shape[0], x.shape[1], 2, 2), np.float32)
+    want_out, want_grad = _torchvision(x, boxes, (2, 2), 0.5, g)
+    pool = st.RoIPool(2, 0.5, convention="torch")
+    assert pool.fn._native is not None
+    seen = []
+    compiled = torch.compile(pool, fullgraph=True, backend=lambda gm, _: seen.append(gm) or gm.forward)
+    xt = torch.tensor(x, requires_grad=True)
+    y = compiled(xt, torch.tensor(boxes))
+    y.backward(torch.tensor(g))
+    assert seen and not any("symgrad." in str(n.target) for gm in seen for n in gm.graph.nodes)
+    _same_bits(y.detach().numpy(), want_out, "compiled output")
+    _same_bits(xt.grad.numpy(), want_grad, "compiled grad")
+
+
+@_slow
+def test_symgrad_jax_roi_op_runs_natively():
+    import symgrad.jax as sj
+    fn = sj.op("roi_max_pool", ties="split", output_size=2)
+    assert "native" in repr(fn)
+    (_, x, boxes, g, _), = _roi_cases(np.dtype(np.float64), (2, 2), count=1)
+    mod = symgrad.load("roi_max_pool", ties="split", output_size=2)
+    out, saved = mod.forward(x, boxes)
+    y, vjp = jax.vjp(jax.jit(lambda a: fn(a, boxes)), jnp.asarray(x))
+    _same_bits(np.asarray(y), out, "output")
+    _same_bits(np.asarray(vjp(jnp.asarray(g))[0]), mod.backward(g, saved)[0], "grad")
