@@ -157,3 +157,20 @@ def test_long_arrays_equal_the_numpy_module_bit_for_bit(op, params):
         assert _same(ya, yb).all(), (op, dtype, "forward")
         for a, b in zip(cpu.backward(g, sa), ref.backward(g, sb)):
             assert _same(a, b).all(), (op, dtype, "backward")
+
+
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler")
+def test_large_outputs_start_on_a_huge_page_boundary():
+    """forward's output, backward's gradients and jvp's output of 4 MiB or more start at a 2 MiB
+    boundary (NumPy's own arrays start where malloc's mapping does: part of each faulted in 4 KiB
+    pages), with the NumPy module's values, shape and dtype; a small one is NumPy's own."""
+    cpu, ref = symgrad.load("relu", backend="cpu"), symgrad.load("relu")
+    x = np.random.default_rng(5).standard_normal((2, 1 << 19), dtype=np.float32)[:, ::-1].T  # not C order
+    (y, saved), (want, want_saved) = cpu.forward(x), ref.forward(x)
+    (gx,), (want_gx,) = cpu.backward(y, saved), ref.backward(want, want_saved)
+    t, want_t = cpu.jvp(x, saved), ref.jvp(x, want_saved)
+    for got, expected in ((y, want), (gx, want_gx), (t, want_t)):
+        assert got.ctypes.data % (1 << 21) == 0
+        assert got.shape == expected.shape and got.dtype == expected.dtype and _same(got, expected).all()
+    small, _ = cpu.forward(x[:1000])
+    assert small.base is None or small.base.nbytes == small.nbytes
