@@ -1,8 +1,9 @@
 """The cpu backend's elementwise loops vectorize (issues 28 and 30: at most 1.0x PyTorch one thread).
 
 Oracles: GCC's own vectorizer report (-fopt-info-vec-optimized) on each generated .c compiled with
-the loader's flags: every float32/float64 forward and backward loop is vectorized (elu's and celu's
-were scalar loops calling expf/expm1f); exp through an expression against the exact value (float64's
+the loader's flags: every float32/float64 forward and backward loop is vectorized, in AVX-512's
+64-byte vectors on x86-64 with glibc (elu's and celu's were scalar loops calling expf/expm1f; the
+others used SSE2's 16 bytes only); exp through an expression against the exact value (float64's
 exp of the float32 input; long double's for float64); elu and celu against the NumPy module: bit
 for bit at the kink (+-0), NaN, +-inf and x > 0, within the ulps stated below on the smooth piece
 (the C file's exp and expm1 are not NumPy's: tests/test_elu30.py states the frameworks' bounds).
@@ -12,6 +13,7 @@ Skipped without GCC (the report is GCC's), or without a C compiler for the modul
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -42,9 +44,13 @@ OPS = [("relu", {}), ("leaky_relu", {}), ("clamp", {"min": -1.0, "max": 1.0}), (
 DEFAULT = {"elu"}
 
 
+# x86-64 with glibc: those kernels are also compiled for AVX-512 (target_clones), 64-byte vectors
+WIDTH = r"64" if platform.machine() in ("x86_64", "AMD64") and platform.libc_ver()[0] == "glibc" else r"\d+"
+
+
 def _unvectorized(op: str, params: dict, tmp_path: Path) -> list[str]:
     """The float32/float64 forward and backward kernels of the op's .c whose loop GCC did not
-    vectorize (compiled with the loader's flags)."""
+    vectorize (compiled with the loader's flags), in WIDTH-byte vectors."""
     spec = resolve(op, convention="torch", **params)
     ((name, source),) = [(k, v) for k, v in render(spec, backends.get("cpu")).items() if k.endswith(".c")]
     path = tmp_path / name
@@ -55,7 +61,7 @@ def _unvectorized(op: str, params: dict, tmp_path: Path) -> list[str]:
     starts = {k + 1: m.group(1) for k, line in enumerate(lines)
               if (m := re.match(r"(?:\w+ )*int \w+_((?:forward|backward)_f(?:32|64))\(", line))}
     done = set()
-    for m in re.finditer(r":(\d+):\d+: optimized: loop vectorized", report):
+    for m in re.finditer(rf":(\d+):\d+: optimized: loop vectorized using {WIDTH} byte vectors", report):
         at = int(m.group(1))
         start = max((s for s in starts if s <= at), default=None)
         if start is not None:
@@ -127,3 +133,44 @@ def test_elu_celu_equal_the_numpy_module_within_ulps(op, alpha, convention):
             with np.errstate(invalid="ignore"):
                 diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
             assert (ok | (diff <= ulps * _ulp(scale, dtype))).all(), (op, dtype, what, "beyond", ulps, "ulps")
+
+
+# the piecewise-linear ops stay bit for bit with the NumPy module in the wide clones: long enough
+# arrays (every lane and the loop's remainder) of tie-heavy values with +-0, NaN and +-inf
+EXACT = [o for o in OPS if o[0] not in ("elu", "celu")]
+
+
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler")
+@pytest.mark.parametrize("op,params", [pytest.param(o, p, id=o, marks=() if o == "hardswish" else SLOW)
+                                       for o, p in EXACT])
+def test_long_arrays_equal_the_numpy_module_bit_for_bit(op, params):
+    cpu = symgrad.load(op, backend="cpu", convention="torch", **params)
+    ref = symgrad.load(op, convention="torch", **params)
+    rng = np.random.default_rng(3)
+    levels = np.array([-np.inf, -6.0, -3.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 3.0, 6.0, np.inf, np.nan])
+    n = 4099  # a remainder after every vector width
+    for dtype in (np.float32, np.float64):
+        args = [np.where(rng.random(n) < 0.5, rng.choice(levels, n), rng.normal(0, 4, n)).astype(dtype)
+                for _ in cpu.INPUTS]
+        g = rng.normal(0, 1, n).astype(dtype)
+        (ya, sa), (yb, sb) = cpu.forward(*args), ref.forward(*args)
+        assert _same(ya, yb).all(), (op, dtype, "forward")
+        for a, b in zip(cpu.backward(g, sa), ref.backward(g, sb)):
+            assert _same(a, b).all(), (op, dtype, "backward")
+
+
+@pytest.mark.skipif(COMPILER is None, reason="no C compiler")
+def test_large_outputs_start_on_a_huge_page_boundary():
+    """forward's output, backward's gradients and jvp's output of 4 MiB or more start at a 2 MiB
+    boundary (NumPy's own arrays start where malloc's mapping does: part of each faulted in 4 KiB
+    pages), with the NumPy module's values, shape and dtype; a small one is NumPy's own."""
+    cpu, ref = symgrad.load("relu", backend="cpu"), symgrad.load("relu")
+    x = np.random.default_rng(5).standard_normal((2, 1 << 19), dtype=np.float32)[:, ::-1].T  # not C order
+    (y, saved), (want, want_saved) = cpu.forward(x), ref.forward(x)
+    (gx,), (want_gx,) = cpu.backward(y, saved), ref.backward(want, want_saved)
+    t, want_t = cpu.jvp(x, saved), ref.jvp(x, want_saved)
+    for got, expected in ((y, want), (gx, want_gx), (t, want_t)):
+        assert got.ctypes.data % (1 << 21) == 0
+        assert got.shape == expected.shape and got.dtype == expected.dtype and _same(got, expected).all()
+    small, _ = cpu.forward(x[:1000])
+    assert small.base is None or small.base.nbytes == small.nbytes

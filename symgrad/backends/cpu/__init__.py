@@ -667,8 +667,10 @@ def _elementwise_context(art: Artifacts) -> dict:
                         "// to float16, as NumPy's float16 computes them",
                         "SG_INLINE float sg_hround(const float v) { return sg_half_to_float(sg_float_to_half(v)); }",
                         ""]
-    dtypes = [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st, "fn": half_fn if n == "f16" else a}
-              for n, c, a, ld, st in C_DTYPES]
+    # float32 and float64 forward and backward compiled for each SIMD width (SG_SIMD_CLONES: the
+    # template's); float16 (a bit conversion per element) and jvp once, for the compile time
+    dtypes = [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st, "fn": half_fn if n == "f16" else a,
+               "clones": "" if n == "f16" else "SG_SIMD_CLONES "} for n, c, a, ld, st in C_DTYPES]
     wrt = tuple(kernel.wrt or kernel.inputs)
     many = len(kernel.inputs) > 1
     return _base_context(art) | {
