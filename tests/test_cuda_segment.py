@@ -290,3 +290,33 @@ def test_cuda_builds_the_segments_and_refuses_pyg_in_one_line(cp):
         cuda_mod.backward(np.ones((2, 2)), saved._replace(key=np.array([0, 1, 2])))
     with pytest.raises(TypeError, match="backend='numpy'"):  # JAX's 1 / count in float16
         _modules("segment_max", {"convention": "jax"})[1].forward(np.ones(3, np.float16), np.array([0, 0, 1]))
+
+
+@pytest.mark.slow
+def test_nvcc_compiles_every_variant_without_atomics_in_backward(tmp_path):
+    """Every segment op under every policy, preset and NaN rule, rendered and compiled by nvcc for
+    compute_80 (PTX, no warning): no backward kernel has an atom or red instruction (the catalog's
+    segment files get the same check, sm_80 and sm_90, in test_cuda.py)."""
+    import re
+    import subprocess
+    from test_cuda import _ptx_entries
+    nvcc = harness.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH: compiling the .cu files needs the CUDA toolkit")
+    sources = {}
+    for op in OPS:
+        for policy in POLICIES + NAN_POLICIES:
+            spec = resolve(op, **_params(op, True), **policy)
+            sources[cuda_backend.source_name(spec)] = _source(op, **_params(op, True), **policy)
+    backward = 0
+    for name, text in sources.items():
+        cu = tmp_path / name
+        cu.write_text(text)
+        proc = subprocess.run([nvcc, "--ptx", "-arch=compute_80", "--fmad=false", str(cu), "-o",
+                               str(cu.with_suffix(".ptx"))], capture_output=True, text=True)
+        assert proc.returncode == 0 and "warning" not in proc.stderr.lower(), (name, proc.stderr[-2000:])
+        for kernel, body in _ptx_entries(cu.with_suffix(".ptx").read_text()).items():
+            if "_backward_" in kernel:
+                backward += 1
+                assert not re.search(r"^\s*(@!?%p\d+\s+)?(atom|red)\.", body, re.M), kernel
+    assert backward == 4 * len(sources) >= 4 * 60
