@@ -75,6 +75,7 @@ def test_elementwise_loops_vectorize(op, params, tmp_path):
     assert _unvectorized(op, params, tmp_path) == []
 
 
+@SLOW
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
 def test_exp_within_an_ulp_of_the_exact_value():
     """exp(x) through an expression, forward (exp) and backward (g * exp): within 1 ulp of the exact
@@ -136,13 +137,13 @@ def test_elu_celu_equal_the_numpy_module_within_ulps(op, alpha, convention):
 
 
 # the piecewise-linear ops stay bit for bit with the NumPy module in the wide clones: long enough
-# arrays (every lane and the loop's remainder) of tie-heavy values with +-0, NaN and +-inf
+# arrays (every lane and the loop's remainder) of tie-heavy values with +-0, NaN and +-inf (slow:
+# tests/test_cpu_kinds.py compares every elementwise op in the default run on short arrays)
 EXACT = [o for o in OPS if o[0] not in ("elu", "celu")]
 
 
 @pytest.mark.skipif(COMPILER is None, reason="no C compiler")
-@pytest.mark.parametrize("op,params", [pytest.param(o, p, id=o, marks=() if o == "hardswish" else SLOW)
-                                       for o, p in EXACT])
+@pytest.mark.parametrize("op,params", [pytest.param(o, p, id=o, marks=SLOW) for o, p in EXACT])
 def test_long_arrays_equal_the_numpy_module_bit_for_bit(op, params):
     cpu = symgrad.load(op, backend="cpu", convention="torch", **params)
     ref = symgrad.load(op, convention="torch", **params)
@@ -163,9 +164,11 @@ def test_long_arrays_equal_the_numpy_module_bit_for_bit(op, params):
 def test_large_outputs_start_on_a_huge_page_boundary():
     """forward's output, backward's gradients and jvp's output of 4 MiB or more start at a 2 MiB
     boundary (NumPy's own arrays start where malloc's mapping does: part of each faulted in 4 KiB
-    pages), with the NumPy module's values, shape and dtype; a small one is NumPy's own."""
-    cpu, ref = symgrad.load("relu", backend="cpu"), symgrad.load("relu")
-    x = np.random.default_rng(5).standard_normal((2, 1 << 19), dtype=np.float32)[:, ::-1].T  # not C order
+    pages), with the NumPy module's values, shape and dtype; a small one is NumPy's own (elu: the
+    module the test above compiled)."""
+    cpu, ref = (symgrad.load("elu", backend=b, convention="torch") for b in ("cpu", "numpy"))
+    # not C order; x >= 0, where elu is x, bit for bit
+    x = np.abs(np.random.default_rng(5).standard_normal((2, 1 << 19), dtype=np.float32))[:, ::-1].T
     (y, saved), (want, want_saved) = cpu.forward(x), ref.forward(x)
     (gx,), (want_gx,) = cpu.backward(y, saved), ref.backward(want, want_saved)
     t, want_t = cpu.jvp(x, saved), ref.jvp(x, want_saved)
