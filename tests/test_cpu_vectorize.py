@@ -41,7 +41,7 @@ SLOW = pytest.mark.slow
 OPS = [("relu", {}), ("leaky_relu", {}), ("clamp", {"min": -1.0, "max": 1.0}), ("hardtanh", {}), ("relu6", {}),
        ("abs", {}), ("maximum", {}), ("minimum", {}), ("rrelu", {}), ("softshrink", {}), ("hardsigmoid", {}),
        ("threshold", {"threshold": 1.0, "value": 5.0}), ("hardswish", {}), ("elu", {}), ("celu", {"alpha": 0.5})]
-DEFAULT = {"elu"}
+DEFAULT = {"leaky_relu"}  # (issue 28 item 6; elu and the rest: slow)
 
 
 # x86-64 with glibc: those kernels are also compiled for AVX-512 (target_clones), 64-byte vectors
