@@ -198,9 +198,9 @@ def _jitted(fw):
 
 
 def test_jax_module_is_the_numpy_modules_bit_for_bit():
-    """The default run's case: split with padding_idx, float32, jitted (one compile); every
-    setting and dtype in the slow test below."""
-    _compare("jax", _to_jax, _from_jax, {"ties": "split"}, -1, False, dtypes=("float32",), calls=_jitted,
+    """The default run's case: first with padding_idx, float32, jitted (one compile: 1.7 s at load
+    average 10 on 2 cores, split's mask 3.0 s); every setting and dtype in the slow test below."""
+    _compare("jax", _to_jax, _from_jax, {"ties": "first"}, -1, False, dtypes=("float32",), calls=_jitted,
              length=12)
 
 
@@ -271,8 +271,8 @@ def _compare_pyg(framework, to, back, op, dtypes, jit=lambda f: f):
                 _same_bits(back(a), b, f"{op} {framework} {part} {np.dtype(dtype)} case {k}")
 
 
-@pytest.mark.parametrize("op", ["segment_max", "segment_min_csr", pytest.param("segment_min", marks=_slow),
-                                pytest.param("segment_max_csr", marks=_slow)])
+@pytest.mark.parametrize("op", ["segment_min_csr", pytest.param("segment_max", marks=_slow),
+                                pytest.param("segment_min", marks=_slow), pytest.param("segment_max_csr", marks=_slow)])
 def test_torch_pyg_preset_is_the_numpy_modules_bit_for_bit(op):
     _compare_pyg("torch", _to_torch, _from_torch, op, (np.float32, np.float64))
 
