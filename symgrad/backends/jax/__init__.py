@@ -11,8 +11,10 @@ blocks (maxout: the same template, each piece of a group one slice) and of
 rows (the reductions amax, amin, max, min: ``rows.py.jinja``, the NumPy module's closed forms
 per row; under the torch preset of amax/amin jvp adds in PyTorch's at::sum order, as the NumPy
 module, each sequential sum a lax.scan: ``_torch_sum.py.jinja``; nanmax/nanmin too) and
-of segments (scatter_max, segment_max: ``segment.py``, backward in gather form; segment_max with
-num_segments given only) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
+of segments (scatter_max, segment_max: ``segment.py``, the pyg preset included, backward in gather
+form; segment_max with num_segments given only), of bags (embedding_bag_max, roi_max_pool:
+``bag.py``, every element kept in place, backward a gather per gathered row, then a scatter-add
+onto the table in index order) and of spans (adaptive max pooling: ``adaptive.py``, the NumPy module's
 box passes as gathers, backward in gather form over each element's holding windows), of
 sampled windows (fractional max pooling: ``fractional.py``, each plane's window starts computed
 from its samples as the NumPy module computes them, then adaptive pooling's fold and gathers),

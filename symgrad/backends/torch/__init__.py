@@ -25,8 +25,10 @@ first/last; the input and output for split/all), and the reductions amax, amin, 
 (windows "rows": ``rows.py``, the NumPy module's closed forms per row; under the torch preset of
 amax/amin jvp adds by torch.sum, the at::sum order the NumPy module reproduces; nanmax/nanmin,
 which skip NaN, under every NaN rule and preset too), segments (windows
-"segments": ``segment.py``, scatter_max/segment_max; backward in gather form; segment_max with
-num_segments given only) and adaptive max pooling (windows "spans": ``adaptive.py``, the NumPy
+"segments": ``segment.py``, scatter_max/segment_max, the pyg preset included; backward in gather
+form; segment_max with num_segments given only), bags (windows "bags": ``bag.py``,
+embedding_bag_max and roi_max_pool, every element kept in place so no shape is read from the
+values; backward a gather per gathered row, then index_add onto the table in index order) and adaptive max pooling (windows "spans": ``adaptive.py``, the NumPy
 module's box passes as gathers, backward in gather form over each element's holding windows),
 unpooling (``lower.UnpoolKernel``: ``unpool.py``, the writer that stays in each slot found by
 an integer scatter_reduce, forward, backward and jvp as gathers but the jvp of ties='all', which
