@@ -134,7 +134,7 @@ def _variants(default: set):
     return out
 
 
-@pytest.mark.parametrize("backend,params,settings,dtype", _variants({("torch", 1, 0, "float32"), ("torch", 0, 1, "float16")}))
+@pytest.mark.parametrize("backend,params,settings,dtype", _variants({("torch", 1, 0, "float32")}))
 def test_backend_module_within_the_ulps_of_the_numpy_module(backend, params, settings, dtype):
     _compare({"torch": _torch_run, "jax": _jax_run}[backend](params, settings, dtype), params, settings, dtype,
              xla=backend == "jax")
