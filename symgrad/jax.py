@@ -8,7 +8,8 @@ arguments, checked the same way).  Each op takes one of two paths:
   abs; every expression; max pooling, max_pool1d/2d/3d, adaptive max pooling,
   adaptive_max_pool1d/2d/3d, and fractional max pooling, fractional_max_pool2d/3d (the samples an
   input, not differentiated); maxout; the reductions amax, amin, max, min, nanmax, nanmin; unpooling,
-  max_unpool1d/2d/3d; the order statistics sort, topk, cummax, cummin, kthvalue, median,
+  max_unpool1d/2d/3d; logsumexp (within a few ulps of the NumPy module: XLA's exp, and its division by
+  the temperature); the order statistics sort, topk, cummax, cummin, kthvalue, median,
   nanmedian, whose (values, indices) outputs give the indices a float0 tangent (split/all sum tie
   blocks in float64: jax_enable_x64); the segments (the pyg preset included), embedding_bag_max and
   roi_max_pool;
@@ -17,7 +18,7 @@ arguments, checked the same way).  Each op takes one of two paths:
   caller's program: XLA fuses it with its neighbours, ``vmap`` batches it natively, and it runs
   on every device JAX has (CPU, GPU, TPU).  Its results equal the NumPy backend's module bit for
   bit on the CPU (the modules' docstrings name the exceptions).
-* **callback** (where the jax backend builds no module: logsumexp; pooling's return_indices,
+* **callback** (where the jax backend builds no module: the bags and RoI pooling; pooling's return_indices,
   refused): the generated NumPy module (or, for
   float32/float64, the cpu backend's compiled C module) in a ``jax.pure_callback`` on the host:
   CPU only, vmapped sequentially (``vmap_method="sequential"``: a module's leading axes have
@@ -440,7 +441,7 @@ def wrap(module):
 # the lowerings whose kernel the jax backend builds (lower.ElementwiseKernel): these ops and
 # expressions take the native path; window ops where the jax backend builds their form of windows
 # (backends.jax.WINDOW_FORMS) too; the others the callback path
-NATIVE_LOWERINGS = ("elementwise", "expression", "order")  # (order: the order statistics)
+NATIVE_LOWERINGS = ("elementwise", "expression", "order", "logsumexp")  # (order: the order statistics)
 NATIVE_SPECIAL = ("scatter",)  # the special kernels it builds (unpooling: lower.UnpoolKernel)
 
 

@@ -558,7 +558,7 @@ def wrap(module, cuda_module=None) -> SymgradOp:
 
 def _torch_module(loader):
     """The torch backend's module from loader(), or None where that backend does not build the
-    op's kernel yet (windows, unpooling, logsumexp: they keep the registered operators).  Loaded
+    op's kernel yet (the bags, RoI pooling: they keep the registered operators).  Loaded
     when the op is made, eagerly, never while torch.compile traces."""
     if loader is None:
         return None

@@ -199,18 +199,18 @@ def test_generate_backend_all_writes_every_backend(cli, tmp_path):
 
 
 def test_generate_backend_all_writes_the_backends_that_build_the_op(cli, tmp_path):
-    """A backend that does not build an op's kernel form (torch: logsumexp) is left
+    """A backend that does not build an op's kernel form (torch: RoI pooling) is left
     out of --backend all, whose files the others write; asked alone, it refuses in one line (status 2)."""
     from symgrad import backends
     from symgrad.ops import resolve
-    op = resolve("logsumexp")
-    r = cli("generate", "logsumexp", "--backend", "all", "--out", tmp_path / "out")
+    op = resolve("roi_max_pool", output_size=2)
+    r = cli("generate", "roi_max_pool", "--output-size", "2", "--backend", "all", "--out", tmp_path / "out")
     assert_ok(r)
     building = [b for b in backends.REGISTRY.values() if b.builds(op)]
-    assert {"numpy", "cpu", "cuda"} <= {b.name for b in building} < set(backends.REGISTRY)
+    assert "numpy" in {b.name for b in building} < set(backends.REGISTRY)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         name for b in building for name in b.file_names(op))
-    r = cli("generate", "logsumexp", "--backend", "torch", "--out", tmp_path / "t")
+    r = cli("generate", "roi_max_pool", "--output-size", "2", "--backend", "torch", "--out", tmp_path / "t")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "numpy" in r.stderr
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
 

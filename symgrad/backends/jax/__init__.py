@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ... import naming
-from ...lower import (BEST, HIT, V, ElementwiseKernel, OrderKernel, UnpoolKernel, WindowKernel, backward_plan,
-                     bag_layout)
-from ..common import docstring, environment, grad_start_comment, header, order_docstring, python_geometry
+from ...lower import (BEST, HIT, V, ElementwiseKernel, LogSumExpKernel, OrderKernel, UnpoolKernel, WindowKernel,
+                     backward_plan, bag_layout)
+from ..common import (docstring, environment, grad_start_comment, header, order_docstring, python_geometry,
+                      special_docstring)
 from ..host import preamble_context
 from ..printing import python_integer_code
 
@@ -57,7 +58,8 @@ if TYPE_CHECKING:  # the lowering hands its Artifacts to the backends
 # the templates, by the type of the lowered kernel (window kernels: by the form of the windows,
 # lower.WINDOW_FORMS)
 _TEMPLATES = {ElementwiseKernel: "jax/elementwise.py.jinja", UnpoolKernel: "jax/unpool.py.jinja",  # (unpool.py)
-              OrderKernel: "jax/order.py.jinja"}  # (order statistics: order.py)
+              OrderKernel: "jax/order.py.jinja",  # (order statistics: order.py)
+              LogSumExpKernel: "jax/logsumexp.py.jinja"}  # (logsumexp.py)
 _WINDOW_TEMPLATES = {"strided": "jax/window.py.jinja", "blocks": "jax/window.py.jinja", "rows": "jax/rows.py.jinja",
                      "spans": "jax/adaptive.py.jinja",  # (spans: adaptive.py)
                      "sampled": "jax/fractional.py.jinja"}  # (sampled: fractional.py)
@@ -110,7 +112,7 @@ def render(art: Artifacts) -> dict[str, str]:
     if template is None:
         raise ValueError(f"{art.op.name}: the jax backend builds elementwise kernels (ops and "
                          f"expressions), max pooling (strided, adaptive and fractional), maxout, reductions, "
-                         f"segments, embedding bags, unpooling and order statistics only, not a {_form(art.kernel)}; use "
+                         f"segments, embedding bags, unpooling, order statistics and logsumexp only, not a {_form(art.kernel)}; use "
                          f"backend='numpy' (symgrad.jax.op runs it through a host callback)")
     if isinstance(art.kernel, WindowKernel):
         from .adaptive import adaptive_context
@@ -120,6 +122,8 @@ def render(art: Artifacts) -> dict[str, str]:
         ctx = _order_context(art)
     elif isinstance(art.kernel, UnpoolKernel):
         ctx = _unpool_context(art)
+    elif isinstance(art.kernel, LogSumExpKernel):
+        ctx = _logsumexp_context(art)
     else:
         ctx = context(art)
     return {file_names(art.op)[0]: _templates().get_template(template).render(**ctx)}
@@ -132,6 +136,15 @@ def _order_context(art: Artifacts) -> dict:
     return {**preamble_context(header(op, "jax"), JAX_NOTE, ()),
             "docstring": order_docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
             "params": repr(op.params), "piecewise_linear": art.piecewise_linear, **order_context(op, art.kernel)}
+
+
+def _logsumexp_context(art: Artifacts) -> dict:
+    """The template context of logsumexp's module (logsumexp.py)."""
+    from .logsumexp import logsumexp_context
+    op = art.op
+    return {**preamble_context(header(op, "jax"), JAX_NOTE, ()),
+            "docstring": special_docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
+            "params": repr(op.params), "piecewise_linear": art.piecewise_linear, **logsumexp_context(op, art.kernel)}
 
 
 def _unpool_context(art: Artifacts) -> dict:
