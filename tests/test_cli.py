@@ -199,7 +199,7 @@ def test_generate_backend_all_writes_every_backend(cli, tmp_path):
 
 
 def test_generate_backend_all_writes_the_backends_that_build_the_op(cli, tmp_path):
-    """A backend that does not build an op's kernel form (torch: RoI pooling) is left
+    """A backend that does not build an op's kernel form (cuda: RoI pooling) is left
     out of --backend all, whose files the others write; asked alone, it refuses in one line (status 2)."""
     from symgrad import backends
     from symgrad.ops import resolve
@@ -210,7 +210,7 @@ def test_generate_backend_all_writes_the_backends_that_build_the_op(cli, tmp_pat
     assert "numpy" in {b.name for b in building} < set(backends.REGISTRY)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         name for b in building for name in b.file_names(op))
-    r = cli("generate", "roi_max_pool", "--output-size", "2", "--backend", "torch", "--out", tmp_path / "t")
+    r = cli("generate", "roi_max_pool", "--output-size", "2", "--backend", "cuda", "--out", tmp_path / "t")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "numpy" in r.stderr
     assert not (tmp_path / "t").exists() or not any((tmp_path / "t").iterdir())
 

@@ -315,10 +315,12 @@ def test_rendering_is_deterministic():
     assert render(op, backends.get("jax")) == render(op, backends.get("jax"))
 
 
-def test_kernels_it_does_not_build_are_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^roi_max_pool: the jax backend builds elementwise kernels "
-                                         r".* use backend='numpy'") as err:
-        symgrad.load("roi_max_pool", backend="jax", output_size=2)
+def test_a_variant_it_refuses_is_refused_in_one_line():
+    """Every kernel form is built (RoI pooling and logsumexp since issues 32 and 33); segment_max
+    without num_segments is refused (jax.ops.segment_max needs it under jit)."""
+    with pytest.raises(ValueError, match=r"^segment_max: the jax backend builds segments with num_segments given "
+                                         r"only .* use backend='numpy'") as err:
+        symgrad.load("segment_max", backend="jax")
     assert "\n" not in str(err.value)
 
 
