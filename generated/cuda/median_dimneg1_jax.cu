@@ -190,6 +190,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -204,11 +205,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -295,22 +296,21 @@ namespace sg_median_dimneg1_jax {
 // the pairs arranged so that a[k] holds rank k, those before it ranking before it (a quickselect:
 // the middle of three as the pivot; the order being total, the result is the sort's); a range
 // still left after 64 partitions is merge-sorted through tmp
-__device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n, const long long k) {
-  long long lo = 0, hi = n - 1;
+__device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n, const I k) {
+  I lo = 0, hi = n - 1;
   for (int depth = 0; hi - lo >= 16; ++depth) {
     if (depth == 64) {
       const sg_pair* sorted = sg_sort_pairs(a + lo, tmp, hi - lo + 1);
-      if (sorted != a + lo)
-        for (long long i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];
+      if (sorted != a + lo) for (I i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];
       return;
     }
-    const long long mid = lo + (hi - lo) / 2;
+    const I mid = lo + (hi - lo) / 2;
     sg_pair t;
     if (SG_BEFORE(a[mid], a[lo])) { t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
     if (SG_BEFORE(a[hi], a[lo])) { t = a[hi]; a[hi] = a[lo]; a[lo] = t; }
     if (SG_BEFORE(a[hi], a[mid])) { t = a[hi]; a[hi] = a[mid]; a[mid] = t; }
     const sg_pair pivot = a[mid];
-    long long i = lo, j = hi;
+    I i = lo, j = hi;
     while (i <= j) {
       while (SG_BEFORE(a[i], pivot)) ++i;
       while (SG_BEFORE(pivot, a[j])) --j;
@@ -324,9 +324,9 @@ __device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ t
     else if (k >= i) lo = i;
     else return;  // between the two parts: the pivot itself
   }
-  for (long long i = lo + 1; i <= hi; ++i) {  // a short range: insertion
+  for (I i = lo + 1; i <= hi; ++i) {  // a short range: insertion
     const sg_pair p = a[i];
-    long long j = i;
+    I j = i;
     for (; j > lo && SG_BEFORE(p, a[j - 1]); --j) a[j] = a[j - 1];
     a[j] = p;
   }

@@ -182,6 +182,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -196,11 +197,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];

@@ -36,6 +36,10 @@ _DTYPES = {
     "f32": ("__float_as_uint(v)", "float", "v", "(float)w", "computed in float"),
     "f64": ("(unsigned long long)__double_as_longlong(v)", "double", "v", "w", "computed in double")}
 
+# how the C family's shared helpers (cfamily/templates/_order_*.jinja) are spelled in CUDA
+_CUDA_SPELLING = {"c_static": "__device__", "c_inline": "__device__ __forceinline__", "c_restrict": "__restrict__",
+                  "c_copy_sorted": "if (sorted != a + lo) for (I i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];"}
+
 
 def order_context(art: Artifacts, base: dict) -> dict:
     """The .cu source's and loader's finished strings, over the backend's base context."""
@@ -54,6 +58,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
             name, a = dt["name"], dt["acc"]
             chosen = [f"sg_load_{name}(row[ranked[{rank}].at])" for rank in ("low", "next")]
             dt["value"] = f"sg_store_{name}(sg_r_{name}({chosen[0]} + {chosen[1]}) * ({a})0.5)"
+    ctx |= _CUDA_SPELLING
     ctx |= {"template": "cuda/order.cu.jinja", "body": f"cuda/_order_{body}.cu.jinja",
             "loader_geometry_partial": "cuda/_loader_order.py.jinja",
             "loader_body": f"cuda/_loader_order_{'one' if body == 'one' else body}.py.jinja",
