@@ -284,8 +284,9 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 //   output i the max of the row's x[0..i] (NaN once one is met) and the index of its
 //   winner: a scan replacing the winner by an element whose key is >= the winner's
 // cummax_dimneg1_torch_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n):
-//   each winner gathers the gradients of the outputs it holds (a run of consecutive outputs),
-//   added from +0 in output order, rounded at each add as the NumPy module; the other elements +0
+//   each winner gathers the gradients of the outputs it holds (a run of consecutive outputs from
+//   its own), added from +0 in output order, rounded at each add as the NumPy module; the other
+//   elements +0; each element written once
 // cummax_dimneg1_torch_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n):
 //   the tangent of each prefix's winner (a gather)
 
@@ -318,12 +319,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f16(const sg_half* __re
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_f16(grad_output[r * n + i]);
-      run = sg_r_f16((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f16(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f16(run + sg_load_f16(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f16(run);
     }
   }
 }
@@ -364,12 +363,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_bf16(const sg_bfloat16*
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_bf16(grad_output[r * n + i]);
-      run = sg_r_bf16((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_bf16(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_bf16(run + sg_load_bf16(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_bf16(run);
     }
   }
 }
@@ -410,12 +407,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f32(const float* __rest
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_f32(grad_output[r * n + i]);
-      run = sg_r_f32((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f32(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f32(run + sg_load_f32(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f32(run);
     }
   }
 }
@@ -456,12 +451,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f64(const double* __res
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    double run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const double g = sg_load_f64(grad_output[r * n + i]);
-      run = sg_r_f64((i == 0 || w[i] != w[i - 1] ? (double)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f64(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      double run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f64(run + sg_load_f64(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f64(run);
     }
   }
 }

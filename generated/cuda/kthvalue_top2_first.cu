@@ -361,8 +361,8 @@ extern "C" __global__ void kthvalue_top2_first_backward_f16(const sg_half* __res
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_f16(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    grad[r * n + at] = sg_store_f16((float)0 + g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f16(i == at ? (float)0 + g : (float)0);
   }
 }
 
@@ -414,8 +414,8 @@ extern "C" __global__ void kthvalue_top2_first_backward_bf16(const sg_bfloat16* 
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_bf16(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    grad[r * n + at] = sg_store_bf16((float)0 + g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_bf16(i == at ? (float)0 + g : (float)0);
   }
 }
 
@@ -467,8 +467,8 @@ extern "C" __global__ void kthvalue_top2_first_backward_f32(const float* __restr
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_f32(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    grad[r * n + at] = sg_store_f32((float)0 + g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f32(i == at ? (float)0 + g : (float)0);
   }
 }
 
@@ -520,8 +520,8 @@ extern "C" __global__ void kthvalue_top2_first_backward_f64(const double* __rest
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     double g = sg_load_f64(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    grad[r * n + at] = sg_store_f64((double)0 + g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f64(i == at ? (double)0 + g : (double)0);
   }
 }
 

@@ -373,9 +373,8 @@ extern "C" __global__ void median_dimneg1_jax_backward_f16(const sg_half* __rest
     float g = sg_load_f16(grad_output[r]);
     if (sg_isnan_bits_f16(x[r * n + picked[r * PICKS]])) g = 0;  // NaN rule 'propagate': a NaN output sends nothing
     const float half = sg_r_f16((float)0 + sg_r_f16(g * (float)0.5));
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    grad[r * n + high] = sg_store_f16(half);
-    grad[r * n + low] = sg_store_f16(low == high ? half + half : half);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f16(i == low && i == high ? half + half : (i == low || i == high ? half : (float)0));
   }
 }
 
@@ -433,9 +432,8 @@ extern "C" __global__ void median_dimneg1_jax_backward_bf16(const sg_bfloat16* _
     float g = sg_load_bf16(grad_output[r]);
     if (sg_isnan_bits_bf16(x[r * n + picked[r * PICKS]])) g = 0;  // NaN rule 'propagate': a NaN output sends nothing
     const float half = sg_r_bf16((float)0 + sg_r_bf16(g * (float)0.5));
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    grad[r * n + high] = sg_store_bf16(half);
-    grad[r * n + low] = sg_store_bf16(low == high ? half + half : half);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_bf16(i == low && i == high ? half + half : (i == low || i == high ? half : (float)0));
   }
 }
 
@@ -493,9 +491,8 @@ extern "C" __global__ void median_dimneg1_jax_backward_f32(const float* __restri
     float g = sg_load_f32(grad_output[r]);
     if (sg_isnan_bits_f32(x[r * n + picked[r * PICKS]])) g = 0;  // NaN rule 'propagate': a NaN output sends nothing
     const float half = sg_r_f32((float)0 + sg_r_f32(g * (float)0.5));
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    grad[r * n + high] = sg_store_f32(half);
-    grad[r * n + low] = sg_store_f32(low == high ? half + half : half);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f32(i == low && i == high ? half + half : (i == low || i == high ? half : (float)0));
   }
 }
 
@@ -553,9 +550,8 @@ extern "C" __global__ void median_dimneg1_jax_backward_f64(const double* __restr
     double g = sg_load_f64(grad_output[r]);
     if (sg_isnan_bits_f64(x[r * n + picked[r * PICKS]])) g = 0;  // NaN rule 'propagate': a NaN output sends nothing
     const double half = sg_r_f64((double)0 + sg_r_f64(g * (double)0.5));
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    grad[r * n + high] = sg_store_f64(half);
-    grad[r * n + low] = sg_store_f64(low == high ? half + half : half);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f64(i == low && i == high ? half + half : (i == low || i == high ? half : (double)0));
   }
 }
 

@@ -377,8 +377,8 @@ extern "C" __global__ void nanmedian_dimneg1_torch_backward_f16(const sg_half* _
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_f16(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    grad[r * n + at] = sg_store_f16(g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f16(i == at ? g : (float)0);
   }
 }
 
@@ -430,8 +430,8 @@ extern "C" __global__ void nanmedian_dimneg1_torch_backward_bf16(const sg_bfloat
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_bf16(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    grad[r * n + at] = sg_store_bf16(g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_bf16(i == at ? g : (float)0);
   }
 }
 
@@ -483,8 +483,8 @@ extern "C" __global__ void nanmedian_dimneg1_torch_backward_f32(const float* __r
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     float g = sg_load_f32(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    grad[r * n + at] = sg_store_f32(g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f32(i == at ? g : (float)0);
   }
 }
 
@@ -536,8 +536,8 @@ extern "C" __global__ void nanmedian_dimneg1_torch_backward_f64(const double* __
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long at = picked[r];
     double g = sg_load_f64(grad_output[r]);
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    grad[r * n + at] = sg_store_f64(g);
+    for (long long i = 0; i < n; ++i)  // each element written once
+      grad[r * n + i] = sg_store_f64(i == at ? g : (double)0);
   }
 }
 

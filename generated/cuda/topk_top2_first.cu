@@ -280,8 +280,9 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return -sg_ke
 //   the elements of ranks 0 .. k - 1 of each row and their indices: k <= SG_INSERTED by
 //   insertion into the k kept so far (an element ranking after the k-th is passed over after one
 //   comparison), else a stable merge sort of the row (work: k pairs, and 2n where it sorts)
-// topk_top2_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n, long long k):
-//   each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one)
+// topk_top2_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot):
+//   each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one),
+//   gathered: each element's rank found first (work: n long longs), then each element written once
 // topk_top2_first_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n, long long k):
 //   the tangent of the element of each rank (a gather)
 #define SG_INSERTED 32
@@ -331,14 +332,16 @@ extern "C" __global__ void topk_top2_first_forward_f16(const sg_half* __restrict
 }
 
 extern "C" __global__ void topk_top2_first_backward_f16(const sg_half* __restrict__ grad_output,
-    const long long* __restrict__ indices, sg_half* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, sg_half* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_topk_top2_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_f16(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f16((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_f16(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_f16(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -396,14 +399,16 @@ extern "C" __global__ void topk_top2_first_forward_bf16(const sg_bfloat16* __res
 }
 
 extern "C" __global__ void topk_top2_first_backward_bf16(const sg_bfloat16* __restrict__ grad_output,
-    const long long* __restrict__ indices, sg_bfloat16* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, sg_bfloat16* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_topk_top2_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_bf16(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_bf16((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_bf16(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_bf16(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -461,14 +466,16 @@ extern "C" __global__ void topk_top2_first_forward_f32(const float* __restrict__
 }
 
 extern "C" __global__ void topk_top2_first_backward_f32(const float* __restrict__ grad_output,
-    const long long* __restrict__ indices, float* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, float* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_topk_top2_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_f32(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f32((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_f32(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_f32(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -526,14 +533,16 @@ extern "C" __global__ void topk_top2_first_forward_f64(const double* __restrict_
 }
 
 extern "C" __global__ void topk_top2_first_backward_f64(const double* __restrict__ grad_output,
-    const long long* __restrict__ indices, double* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, double* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_topk_top2_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    for (long long j = 0; j < k; ++j) {
-      const double g = sg_load_f64(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f64((double)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const double g = rank_of[i] ? sg_load_f64(grad_output[r * k + rank_of[i] - 1]) : (double)0;
+      grad[r * n + i] = sg_store_f64(rank_of[i] ? (double)0 + g : (double)0);
     }
   }
 }
