@@ -41,10 +41,10 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
+// element of its row once, no two threads one element, and no atomic operation.  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
