@@ -46,8 +46,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
@@ -280,15 +281,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 }  // namespace sg_cummax_dimneg1_torch
 
 // ---------------------------------------------------------------------------- kernels
-// cummax_dimneg1_torch_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
-//   output i the max of the row's x[0..i] (NaN once one is met) and the index of its
-//   winner: a scan replacing the winner by an element whose key is >= the winner's
-// cummax_dimneg1_torch_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n):
-//   each winner gathers the gradients of the outputs it holds (a run of consecutive outputs from
-//   its own), added from +0 in output order, rounded at each add as the NumPy module; the other
-//   elements +0; each element written once
-// cummax_dimneg1_torch_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n):
-//   the tangent of each prefix's winner (a gather)
+//   cummax_dimneg1_torch_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
+//       output i the max of the row's x[0..i] (NaN once one is met) and the index of its
+//       winner: a scan replacing the winner by an element whose key is >= the winner's
+//   cummax_dimneg1_torch_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n)
+//       each winner gathers the gradients of the outputs it holds (a run of consecutive outputs from
+//       its own), added from +0 in output order, rounded at each add as the NumPy module; the other
+//       elements +0; each element written once
+//   cummax_dimneg1_torch_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n)
+//       the tangent of each prefix's winner (a gather)
 
 // ============================================================================ f16: sg_half computed in float
 extern "C" __global__ void cummax_dimneg1_torch_forward_f16(const sg_half* __restrict__ v, sg_half* __restrict__ values,

@@ -52,8 +52,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (x).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
@@ -287,13 +288,13 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_isn
 }  // namespace sg_cummin_dimneg1_jax
 
 // ---------------------------------------------------------------------------- kernels
-// cummin_dimneg1_jax_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
-//   output i the min of x[0..i] as XLA's reduce_window computes it (NaN once one is
-//   met; -0 below +0: a min of zeros is -0 once one is met), and the index of the first element holding it
-// cummin_dimneg1_jax_backward_<DT>(const T* grad_output, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
-//   the outputs' gradient through the tree's transpose, in T (each product and sum rounded)
-// cummin_dimneg1_jax_jvp_<DT>(const T* tangent, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
-//   the values' tangent through the tree (jax.jvp of lax.cummax/cummin), in T
+//   cummin_dimneg1_jax_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
+//       output i the min of x[0..i] as XLA's reduce_window computes it (NaN once one is
+//       met; -0 below +0: a min of zeros is -0 once one is met), and the index of the first element holding it
+//   cummin_dimneg1_jax_backward_<DT>(const T* grad_output, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
+//       the outputs' gradient through the tree's transpose, in T (each product and sum rounded)
+//   cummin_dimneg1_jax_jvp_<DT>(const T* tangent, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
+//       the values' tangent through the tree (jax.jvp of lax.cummax/cummin), in T
 // The tree (the NumPy module's _scan_tangent and _scan_cotangent): pairs (x[2j], x[2j+1]) combined
 // by one binary min each, whose weights are 1/2 to each of two operands equal to the
 // result, 1 to the one that is, 0 to both where it is NaN (JAX's _balanced_eq); the pairs'

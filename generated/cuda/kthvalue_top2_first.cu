@@ -41,8 +41,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
@@ -275,13 +276,13 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 }  // namespace sg_kthvalue_top2_first
 
 // ---------------------------------------------------------------------------- kernels
-// kthvalue_top2_first_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
-//   each row's output: the element of rank K - 1 (equal elements rank by index (a stable sort): a quickselect of the
-//   row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
-// kthvalue_top2_first_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
-// kthvalue_top2_first_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
-//   x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
-//   doubles where jvp adds a tie block's tangents
+//   kthvalue_top2_first_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
+//       each row's output: the element of rank K - 1 (equal elements rank by index (a stable sort): a quickselect of the
+//       row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
+//   kthvalue_top2_first_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
+//   kthvalue_top2_first_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
+//       x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
+//       doubles where jvp adds a tie block's tangents
 #define PICKS 1
 namespace sg_kthvalue_top2_first {
 // the pairs arranged so that a[k] holds rank k, those before it ranking before it (a quickselect:

@@ -55,8 +55,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices, x).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
@@ -290,13 +291,13 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 }  // namespace sg_median_torch
 
 // ---------------------------------------------------------------------------- kernels
-// median_torch_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
-//   each row's output: the element of rank (n - 1) // 2 of the row's n elements, or its first NaN's (equal elements rank by index (a stable sort): a quickselect of the
-//   row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
-// median_torch_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
-// median_torch_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
-//   x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
-//   doubles where jvp adds a tie block's tangents
+//   median_torch_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
+//       each row's output: the element of rank (n - 1) // 2 of the row's n elements, or its first NaN's (equal elements rank by index (a stable sort): a quickselect of the
+//       row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
+//   median_torch_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
+//   median_torch_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
+//       x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
+//       doubles where jvp adds a tie block's tangents
 #define PICKS 1
 namespace sg_median_torch {
 // the pairs arranged so that a[k] holds rank k, those before it ranking before it (a quickselect:

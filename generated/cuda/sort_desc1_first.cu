@@ -41,8 +41,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
@@ -275,15 +276,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return -sg_ke
 }  // namespace sg_sort_desc1_first
 
 // ---------------------------------------------------------------------------- kernels
-// sort_desc1_first_forward_<DT>(const T* v, T* values, long long* indices, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   the elements of ranks 0 .. k - 1 of each row and their indices: k <= SG_INSERTED by
-//   insertion into the k kept so far (an element ranking after the k-th is passed over after one
-//   comparison), else a stable merge sort of the row (work: k pairs, and 2n where it sorts)
-// sort_desc1_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot):
-//   each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one),
-//   gathered: each element's rank found first (work: n long longs), then each element written once
-// sort_desc1_first_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n, long long k):
-//   the tangent of the element of each rank (a gather)
+//   sort_desc1_first_forward_<DT>(const T* v, T* values, long long* indices, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       the elements of ranks 0 .. k - 1 of each row and their indices: k <= SG_INSERTED by
+//       insertion into the k kept so far (an element ranking after the k-th is passed over after one
+//       comparison), else a stable merge sort of the row (work: k pairs, and 2n where it sorts)
+//   sort_desc1_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one),
+//       gathered: each element's rank found first (work: n long longs), then each element written once
+//   sort_desc1_first_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n, long long k)
+//       the tangent of the element of each rank (a gather)
 #define SG_INSERTED 32
 
 // ============================================================================ f16: sg_half computed in float

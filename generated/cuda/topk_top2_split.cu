@@ -43,8 +43,9 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes each
-// element of its row once, no two threads one element, and no atomic operation.  float16
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (order, block_start, block_size).  float16
 // computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
 // wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
@@ -278,15 +279,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return -sg_ke
 }  // namespace sg_topk_top2_split
 
 // ---------------------------------------------------------------------------- kernels
-// topk_top2_split_forward_<DT>(const T* v, T* values, long long* indices, long long* order, long long* block_start, long long* block_size, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each row's stable merge sort (equal elements by index; work: 2n pairs): the elements of ranks
-//   0 .. k - 1 and their indices, the whole ranking (order) and each rank's tie block (the rank it
-//   starts at, how many ranks it holds)
-// topk_top2_split_backward_<DT>(const T* grad_output, const long long* order, const long long* block_start, const long long* block_size, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each element of a tie block gathers the block's total over its size (the block's output ranks' gradients added
-//   in float64 in rank order, rounded once; work: n doubles); the other elements 0
-// topk_top2_split_jvp_<DT>(const T* tangent, const long long* order, const long long* block_start, const long long* block_size, T* out, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each output of a tie block: the block's total over its size of its block's elements' tangents
+//   topk_top2_split_forward_<DT>(const T* v, T* values, long long* indices, long long* order, long long* block_start, long long* block_size, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each row's stable merge sort (equal elements by index; work: 2n pairs): the elements of ranks
+//       0 .. k - 1 and their indices, the whole ranking (order) and each rank's tie block (the rank it
+//       starts at, how many ranks it holds)
+//   topk_top2_split_backward_<DT>(const T* grad_output, const long long* order, const long long* block_start, const long long* block_size, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each element of a tie block gathers the block's total over its size (the block's output ranks' gradients added
+//       in float64 in rank order, rounded once; work: n doubles); the other elements 0
+//   topk_top2_split_jvp_<DT>(const T* tangent, const long long* order, const long long* block_start, const long long* block_size, T* out, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each output of a tie block: the block's total over its size of its block's elements' tangents
 namespace sg_topk_top2_split {
 // the gradient of each element of a tie block: the block's total over its size
 __device__ __forceinline__ double sg_weight(const double total, const long long tied) { (void)tied; return (total) / (tied); }
