@@ -162,7 +162,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);

@@ -49,8 +49,11 @@ def order_context(art: Artifacts, base: dict) -> dict:
     dtypes = [dt | _dtype_strings(dt["name"]) for dt in base["dtypes"]]
     ctx = order_strings(art, base | {"dtypes": dtypes}, _BITS, weight)
     body = ctx["body_name"]
-    if "kept_sign" in ctx:  # JAX's tree: the sign of a zero, on its bits
-        ctx["kept_sign"] = ctx["kept_sign"].replace("signbit", "sg_signbit")
+    if kernel.tree:  # JAX's tree: the sign of a zero on its bits; a binary step's winners, NaN
+        wins = ctx["wins"]  # propagating: the operands equal to its result, the running one kept
+        ctx |= {"kept_sign": ctx["kept_sign"].replace("signbit", "sg_signbit"),
+                "tree_wins": f"(!sg_isnan(a) && !sg_isnan(b) && (a) {wins} (b))",
+                "tree_keeps": f"a {wins} b || sg_isnan(a)"}
     for dt in ctx["dtypes"]:
         if "values_param" in dt:
             dt["values_param"] = dt["values_param"].replace("restrict", "__restrict__")
