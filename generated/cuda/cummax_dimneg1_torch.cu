@@ -46,10 +46,11 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices).  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
@@ -157,7 +158,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);
@@ -186,6 +187,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -200,11 +202,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -279,14 +281,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 }  // namespace sg_cummax_dimneg1_torch
 
 // ---------------------------------------------------------------------------- kernels
-// cummax_dimneg1_torch_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
-//   output i the max of the row's x[0..i] (NaN once one is met) and the index of its
-//   winner: a scan replacing the winner by an element whose key is >= the winner's
-// cummax_dimneg1_torch_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n):
-//   each winner gathers the gradients of the outputs it holds (a run of consecutive outputs),
-//   added from +0 in output order, rounded at each add as the NumPy module; the other elements +0
-// cummax_dimneg1_torch_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n):
-//   the tangent of each prefix's winner (a gather)
+//   cummax_dimneg1_torch_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
+//       output i the max of the row's x[0..i] (NaN once one is met) and the index of its
+//       winner: a scan replacing the winner by an element whose key is >= the winner's
+//   cummax_dimneg1_torch_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n)
+//       each winner gathers the gradients of the outputs it holds (a run of consecutive outputs from
+//       its own), added from +0 in output order, rounded at each add as the NumPy module; the other
+//       elements +0; each element written once
+//   cummax_dimneg1_torch_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n)
+//       the tangent of each prefix's winner (a gather)
 
 // ============================================================================ f16: sg_half computed in float
 extern "C" __global__ void cummax_dimneg1_torch_forward_f16(const sg_half* __restrict__ v, sg_half* __restrict__ values,
@@ -317,12 +320,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f16(const sg_half* __re
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_f16(grad_output[r * n + i]);
-      run = sg_r_f16((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f16(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f16(run + sg_load_f16(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f16(run);
     }
   }
 }
@@ -363,12 +364,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_bf16(const sg_bfloat16*
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_bf16(grad_output[r * n + i]);
-      run = sg_r_bf16((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_bf16(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_bf16(run + sg_load_bf16(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_bf16(run);
     }
   }
 }
@@ -409,12 +408,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f32(const float* __rest
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    float run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const float g = sg_load_f32(grad_output[r * n + i]);
-      run = sg_r_f32((i == 0 || w[i] != w[i - 1] ? (float)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f32(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      float run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f32(run + sg_load_f32(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f32(run);
     }
   }
 }
@@ -455,12 +452,10 @@ extern "C" __global__ void cummax_dimneg1_torch_backward_f64(const double* __res
   using namespace sg_cummax_dimneg1_torch;
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
     const long long* __restrict__ w = indices + r * n;
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    double run = 0;  // the running sum of the current winner's outputs, rounded at each add
-    for (long long i = 0; i < n; ++i) {
-      const double g = sg_load_f64(grad_output[r * n + i]);
-      run = sg_r_f64((i == 0 || w[i] != w[i - 1] ? (double)0 : run) + g);
-      if (i + 1 == n || w[i] != w[i + 1]) grad[r * n + w[i]] = sg_store_f64(run);  // at its run's end
+    for (long long j = 0; j < n; ++j) {  // a gather: element j holds the outputs j, j + 1, ... whose winner it is
+      double run = 0;  // their gradients added from +0 in output order, rounded at each add
+      for (long long i = j; i < n && w[i] == j; ++i) run = sg_r_f64(run + sg_load_f64(grad_output[r * n + i]));
+      grad[r * n + j] = sg_store_f64(run);
     }
   }
 }

@@ -52,10 +52,11 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (x).  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
 // rounded once, as the NumPy module adds them (its forward does no float64 math).
 //
@@ -164,7 +165,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);
@@ -193,6 +194,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -207,11 +209,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -286,13 +288,13 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_isn
 }  // namespace sg_cummin_dimneg1_jax
 
 // ---------------------------------------------------------------------------- kernels
-// cummin_dimneg1_jax_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
-//   output i the min of x[0..i] as XLA's reduce_window computes it (NaN once one is
-//   met; -0 below +0: a min of zeros is -0 once one is met), and the index of the first element holding it
-// cummin_dimneg1_jax_backward_<DT>(const T* grad_output, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
-//   the outputs' gradient through the tree's transpose, in T (each product and sum rounded)
-// cummin_dimneg1_jax_jvp_<DT>(const T* tangent, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
-//   the values' tangent through the tree (jax.jvp of lax.cummax/cummin), in T
+//   cummin_dimneg1_jax_forward_<DT>(const T* v, T* values, long long* indices, long long rows, long long n)
+//       output i the min of x[0..i] as XLA's reduce_window computes it (NaN once one is
+//       met; -0 below +0: a min of zeros is -0 once one is met), and the index of the first element holding it
+//   cummin_dimneg1_jax_backward_<DT>(const T* grad_output, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
+//       the outputs' gradient through the tree's transpose, in T (each product and sum rounded)
+//   cummin_dimneg1_jax_jvp_<DT>(const T* tangent, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
+//       the values' tangent through the tree (jax.jvp of lax.cummax/cummin), in T
 // The tree (the NumPy module's _scan_tangent and _scan_cotangent): pairs (x[2j], x[2j+1]) combined
 // by one binary min each, whose weights are 1/2 to each of two operands equal to the
 // result, 1 to the one that is, 0 to both where it is NaN (JAX's _balanced_eq); the pairs'
@@ -317,43 +319,43 @@ __device__ __forceinline__ float sg_ext_f16(const float a, const float b) {
 }
 
 // the pairs of v combined: r (their mins) and the weights of each pair's operands
-__device__ void sg_pairs_f16(const float* __restrict__ v, const long long m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
-  for (long long j = 0; j < m; ++j) {
+__device__ void sg_pairs_f16(const float* __restrict__ v, const I m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
+  for (I j = 0; j < m; ++j) {
     r[j] = sg_ext_f16(v[2 * j], v[2 * j + 1]);
     sg_weights_f16(v[2 * j], v[2 * j + 1], &wa[j], &wb[j]);
   }
 }
 
 // (the running min of v, its tangent) through the tree; scratch: 6n
-__device__ void sg_scan_tangent_f16(const float* __restrict__ v, const float* __restrict__ t, const long long n,
+__device__ void sg_scan_tangent_f16(const float* __restrict__ v, const float* __restrict__ t, const I n,
                                      float* __restrict__ ov, float* __restrict__ ot, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) {
+    for (I i = 0; i < n; ++i) {
       ov[i] = v[i];
       ot[i] = t[i];
     }
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* rt = r + m;
   float* odd = rt + m;
   float* odd_t = odd + m;
   float* w = odd_t + m;  // (wa, wb) of a level, then of the even outputs
   sg_pairs_f16(v, m, r, w, w + m);
-  for (long long j = 0; j < m; ++j)
+  for (I j = 0; j < m; ++j)
     rt[j] = sg_r_f16(sg_r_f16(t[2 * j] * w[j]) + sg_r_f16(t[2 * j + 1] * w[m + j]));
   sg_scan_tangent_f16(r, rt, m, odd, odd_t, w + 2 * m);
   // even outputs 0, 2, ...: x[0], then odd[j] combined with x[2j + 2]; each slot added into +0
   ov[0] = v[0];
   ot[0] = (float)0 + t[0];
-  for (long long j = 0; j < last; ++j) {
+  for (I j = 0; j < last; ++j) {
     float wa, wb;
     sg_weights_f16(odd[j], v[2 * j + 2], &wa, &wb);
     ov[2 * j + 2] = sg_ext_f16(odd[j], v[2 * j + 2]);
     ot[2 * j + 2] = (float)0 + sg_r_f16(sg_r_f16(odd_t[j] * wa) + sg_r_f16(t[2 * j + 2] * wb));
   }
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     ov[2 * j + 1] = odd[j];
     ot[2 * j + 1] = (float)0 + odd_t[j];
   }
@@ -361,13 +363,13 @@ __device__ void sg_scan_tangent_f16(const float* __restrict__ v, const float* __
 
 // the cotangent of v for the outputs' cotangent g: the tree's transpose, each use's cotangent
 // padded with +0 and added in JAX's order; scratch: 8n
-__device__ void sg_scan_cotangent_f16(const float* __restrict__ v, const float* __restrict__ g, const long long n,
+__device__ void sg_scan_cotangent_f16(const float* __restrict__ v, const float* __restrict__ g, const I n,
                                        float* __restrict__ out, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) out[i] = g[i];
+    for (I i = 0; i < n; ++i) out[i] = g[i];
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* wa = r + m;
   float* wb = wa + m;
@@ -377,7 +379,7 @@ __device__ void sg_scan_cotangent_f16(const float* __restrict__ v, const float* 
   float* g_r = g_odd + m;
   sg_pairs_f16(v, m, r, wa, wb);
   float odd = r[0];  // the running min of r
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     if (j > 0) odd = sg_ext_f16(odd, r[j]);
     float from_even = 0;  // the even outputs' share, padded with +0
     if (j < last) {
@@ -387,7 +389,7 @@ __device__ void sg_scan_cotangent_f16(const float* __restrict__ v, const float* 
     g_odd[j] = sg_r_f16(g[2 * j + 1] + from_even);
   }
   sg_scan_cotangent_f16(r, g_odd, m, g_r, g_r + m);
-  for (long long i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
+  for (I i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
     const float u0 = i == 0 ? g[0] : (float)0;
     const float u1 = i >= 2 && i % 2 == 0 ? sg_r_f16(g[i] * zb[(i - 2) / 2]) : (float)0;
     const float u2 = i % 2 == 1 ? sg_r_f16(g_r[i / 2] * wb[i / 2]) : (float)0;
@@ -467,43 +469,43 @@ __device__ __forceinline__ float sg_ext_bf16(const float a, const float b) {
 }
 
 // the pairs of v combined: r (their mins) and the weights of each pair's operands
-__device__ void sg_pairs_bf16(const float* __restrict__ v, const long long m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
-  for (long long j = 0; j < m; ++j) {
+__device__ void sg_pairs_bf16(const float* __restrict__ v, const I m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
+  for (I j = 0; j < m; ++j) {
     r[j] = sg_ext_bf16(v[2 * j], v[2 * j + 1]);
     sg_weights_bf16(v[2 * j], v[2 * j + 1], &wa[j], &wb[j]);
   }
 }
 
 // (the running min of v, its tangent) through the tree; scratch: 6n
-__device__ void sg_scan_tangent_bf16(const float* __restrict__ v, const float* __restrict__ t, const long long n,
+__device__ void sg_scan_tangent_bf16(const float* __restrict__ v, const float* __restrict__ t, const I n,
                                      float* __restrict__ ov, float* __restrict__ ot, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) {
+    for (I i = 0; i < n; ++i) {
       ov[i] = v[i];
       ot[i] = t[i];
     }
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* rt = r + m;
   float* odd = rt + m;
   float* odd_t = odd + m;
   float* w = odd_t + m;  // (wa, wb) of a level, then of the even outputs
   sg_pairs_bf16(v, m, r, w, w + m);
-  for (long long j = 0; j < m; ++j)
+  for (I j = 0; j < m; ++j)
     rt[j] = sg_r_bf16(sg_r_bf16(t[2 * j] * w[j]) + sg_r_bf16(t[2 * j + 1] * w[m + j]));
   sg_scan_tangent_bf16(r, rt, m, odd, odd_t, w + 2 * m);
   // even outputs 0, 2, ...: x[0], then odd[j] combined with x[2j + 2]; each slot added into +0
   ov[0] = v[0];
   ot[0] = (float)0 + t[0];
-  for (long long j = 0; j < last; ++j) {
+  for (I j = 0; j < last; ++j) {
     float wa, wb;
     sg_weights_bf16(odd[j], v[2 * j + 2], &wa, &wb);
     ov[2 * j + 2] = sg_ext_bf16(odd[j], v[2 * j + 2]);
     ot[2 * j + 2] = (float)0 + sg_r_bf16(sg_r_bf16(odd_t[j] * wa) + sg_r_bf16(t[2 * j + 2] * wb));
   }
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     ov[2 * j + 1] = odd[j];
     ot[2 * j + 1] = (float)0 + odd_t[j];
   }
@@ -511,13 +513,13 @@ __device__ void sg_scan_tangent_bf16(const float* __restrict__ v, const float* _
 
 // the cotangent of v for the outputs' cotangent g: the tree's transpose, each use's cotangent
 // padded with +0 and added in JAX's order; scratch: 8n
-__device__ void sg_scan_cotangent_bf16(const float* __restrict__ v, const float* __restrict__ g, const long long n,
+__device__ void sg_scan_cotangent_bf16(const float* __restrict__ v, const float* __restrict__ g, const I n,
                                        float* __restrict__ out, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) out[i] = g[i];
+    for (I i = 0; i < n; ++i) out[i] = g[i];
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* wa = r + m;
   float* wb = wa + m;
@@ -527,7 +529,7 @@ __device__ void sg_scan_cotangent_bf16(const float* __restrict__ v, const float*
   float* g_r = g_odd + m;
   sg_pairs_bf16(v, m, r, wa, wb);
   float odd = r[0];  // the running min of r
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     if (j > 0) odd = sg_ext_bf16(odd, r[j]);
     float from_even = 0;  // the even outputs' share, padded with +0
     if (j < last) {
@@ -537,7 +539,7 @@ __device__ void sg_scan_cotangent_bf16(const float* __restrict__ v, const float*
     g_odd[j] = sg_r_bf16(g[2 * j + 1] + from_even);
   }
   sg_scan_cotangent_bf16(r, g_odd, m, g_r, g_r + m);
-  for (long long i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
+  for (I i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
     const float u0 = i == 0 ? g[0] : (float)0;
     const float u1 = i >= 2 && i % 2 == 0 ? sg_r_bf16(g[i] * zb[(i - 2) / 2]) : (float)0;
     const float u2 = i % 2 == 1 ? sg_r_bf16(g_r[i / 2] * wb[i / 2]) : (float)0;
@@ -617,43 +619,43 @@ __device__ __forceinline__ float sg_ext_f32(const float a, const float b) {
 }
 
 // the pairs of v combined: r (their mins) and the weights of each pair's operands
-__device__ void sg_pairs_f32(const float* __restrict__ v, const long long m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
-  for (long long j = 0; j < m; ++j) {
+__device__ void sg_pairs_f32(const float* __restrict__ v, const I m, float* __restrict__ r, float* __restrict__ wa, float* __restrict__ wb) {
+  for (I j = 0; j < m; ++j) {
     r[j] = sg_ext_f32(v[2 * j], v[2 * j + 1]);
     sg_weights_f32(v[2 * j], v[2 * j + 1], &wa[j], &wb[j]);
   }
 }
 
 // (the running min of v, its tangent) through the tree; scratch: 6n
-__device__ void sg_scan_tangent_f32(const float* __restrict__ v, const float* __restrict__ t, const long long n,
+__device__ void sg_scan_tangent_f32(const float* __restrict__ v, const float* __restrict__ t, const I n,
                                      float* __restrict__ ov, float* __restrict__ ot, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) {
+    for (I i = 0; i < n; ++i) {
       ov[i] = v[i];
       ot[i] = t[i];
     }
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* rt = r + m;
   float* odd = rt + m;
   float* odd_t = odd + m;
   float* w = odd_t + m;  // (wa, wb) of a level, then of the even outputs
   sg_pairs_f32(v, m, r, w, w + m);
-  for (long long j = 0; j < m; ++j)
+  for (I j = 0; j < m; ++j)
     rt[j] = sg_r_f32(sg_r_f32(t[2 * j] * w[j]) + sg_r_f32(t[2 * j + 1] * w[m + j]));
   sg_scan_tangent_f32(r, rt, m, odd, odd_t, w + 2 * m);
   // even outputs 0, 2, ...: x[0], then odd[j] combined with x[2j + 2]; each slot added into +0
   ov[0] = v[0];
   ot[0] = (float)0 + t[0];
-  for (long long j = 0; j < last; ++j) {
+  for (I j = 0; j < last; ++j) {
     float wa, wb;
     sg_weights_f32(odd[j], v[2 * j + 2], &wa, &wb);
     ov[2 * j + 2] = sg_ext_f32(odd[j], v[2 * j + 2]);
     ot[2 * j + 2] = (float)0 + sg_r_f32(sg_r_f32(odd_t[j] * wa) + sg_r_f32(t[2 * j + 2] * wb));
   }
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     ov[2 * j + 1] = odd[j];
     ot[2 * j + 1] = (float)0 + odd_t[j];
   }
@@ -661,13 +663,13 @@ __device__ void sg_scan_tangent_f32(const float* __restrict__ v, const float* __
 
 // the cotangent of v for the outputs' cotangent g: the tree's transpose, each use's cotangent
 // padded with +0 and added in JAX's order; scratch: 8n
-__device__ void sg_scan_cotangent_f32(const float* __restrict__ v, const float* __restrict__ g, const long long n,
+__device__ void sg_scan_cotangent_f32(const float* __restrict__ v, const float* __restrict__ g, const I n,
                                        float* __restrict__ out, float* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) out[i] = g[i];
+    for (I i = 0; i < n; ++i) out[i] = g[i];
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   float* r = scratch;
   float* wa = r + m;
   float* wb = wa + m;
@@ -677,7 +679,7 @@ __device__ void sg_scan_cotangent_f32(const float* __restrict__ v, const float* 
   float* g_r = g_odd + m;
   sg_pairs_f32(v, m, r, wa, wb);
   float odd = r[0];  // the running min of r
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     if (j > 0) odd = sg_ext_f32(odd, r[j]);
     float from_even = 0;  // the even outputs' share, padded with +0
     if (j < last) {
@@ -687,7 +689,7 @@ __device__ void sg_scan_cotangent_f32(const float* __restrict__ v, const float* 
     g_odd[j] = sg_r_f32(g[2 * j + 1] + from_even);
   }
   sg_scan_cotangent_f32(r, g_odd, m, g_r, g_r + m);
-  for (long long i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
+  for (I i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
     const float u0 = i == 0 ? g[0] : (float)0;
     const float u1 = i >= 2 && i % 2 == 0 ? sg_r_f32(g[i] * zb[(i - 2) / 2]) : (float)0;
     const float u2 = i % 2 == 1 ? sg_r_f32(g_r[i / 2] * wb[i / 2]) : (float)0;
@@ -767,43 +769,43 @@ __device__ __forceinline__ double sg_ext_f64(const double a, const double b) {
 }
 
 // the pairs of v combined: r (their mins) and the weights of each pair's operands
-__device__ void sg_pairs_f64(const double* __restrict__ v, const long long m, double* __restrict__ r, double* __restrict__ wa, double* __restrict__ wb) {
-  for (long long j = 0; j < m; ++j) {
+__device__ void sg_pairs_f64(const double* __restrict__ v, const I m, double* __restrict__ r, double* __restrict__ wa, double* __restrict__ wb) {
+  for (I j = 0; j < m; ++j) {
     r[j] = sg_ext_f64(v[2 * j], v[2 * j + 1]);
     sg_weights_f64(v[2 * j], v[2 * j + 1], &wa[j], &wb[j]);
   }
 }
 
 // (the running min of v, its tangent) through the tree; scratch: 6n
-__device__ void sg_scan_tangent_f64(const double* __restrict__ v, const double* __restrict__ t, const long long n,
+__device__ void sg_scan_tangent_f64(const double* __restrict__ v, const double* __restrict__ t, const I n,
                                      double* __restrict__ ov, double* __restrict__ ot, double* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) {
+    for (I i = 0; i < n; ++i) {
       ov[i] = v[i];
       ot[i] = t[i];
     }
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   double* r = scratch;
   double* rt = r + m;
   double* odd = rt + m;
   double* odd_t = odd + m;
   double* w = odd_t + m;  // (wa, wb) of a level, then of the even outputs
   sg_pairs_f64(v, m, r, w, w + m);
-  for (long long j = 0; j < m; ++j)
+  for (I j = 0; j < m; ++j)
     rt[j] = sg_r_f64(sg_r_f64(t[2 * j] * w[j]) + sg_r_f64(t[2 * j + 1] * w[m + j]));
   sg_scan_tangent_f64(r, rt, m, odd, odd_t, w + 2 * m);
   // even outputs 0, 2, ...: x[0], then odd[j] combined with x[2j + 2]; each slot added into +0
   ov[0] = v[0];
   ot[0] = (double)0 + t[0];
-  for (long long j = 0; j < last; ++j) {
+  for (I j = 0; j < last; ++j) {
     double wa, wb;
     sg_weights_f64(odd[j], v[2 * j + 2], &wa, &wb);
     ov[2 * j + 2] = sg_ext_f64(odd[j], v[2 * j + 2]);
     ot[2 * j + 2] = (double)0 + sg_r_f64(sg_r_f64(odd_t[j] * wa) + sg_r_f64(t[2 * j + 2] * wb));
   }
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     ov[2 * j + 1] = odd[j];
     ot[2 * j + 1] = (double)0 + odd_t[j];
   }
@@ -811,13 +813,13 @@ __device__ void sg_scan_tangent_f64(const double* __restrict__ v, const double* 
 
 // the cotangent of v for the outputs' cotangent g: the tree's transpose, each use's cotangent
 // padded with +0 and added in JAX's order; scratch: 8n
-__device__ void sg_scan_cotangent_f64(const double* __restrict__ v, const double* __restrict__ g, const long long n,
+__device__ void sg_scan_cotangent_f64(const double* __restrict__ v, const double* __restrict__ g, const I n,
                                        double* __restrict__ out, double* __restrict__ scratch) {
   if (n < 2) {
-    for (long long i = 0; i < n; ++i) out[i] = g[i];
+    for (I i = 0; i < n; ++i) out[i] = g[i];
     return;
   }
-  const long long m = n / 2, last = m - (n % 2 == 0);
+  const I m = n / 2, last = m - (n % 2 == 0);
   double* r = scratch;
   double* wa = r + m;
   double* wb = wa + m;
@@ -827,7 +829,7 @@ __device__ void sg_scan_cotangent_f64(const double* __restrict__ v, const double
   double* g_r = g_odd + m;
   sg_pairs_f64(v, m, r, wa, wb);
   double odd = r[0];  // the running min of r
-  for (long long j = 0; j < m; ++j) {
+  for (I j = 0; j < m; ++j) {
     if (j > 0) odd = sg_ext_f64(odd, r[j]);
     double from_even = 0;  // the even outputs' share, padded with +0
     if (j < last) {
@@ -837,7 +839,7 @@ __device__ void sg_scan_cotangent_f64(const double* __restrict__ v, const double
     g_odd[j] = sg_r_f64(g[2 * j + 1] + from_even);
   }
   sg_scan_cotangent_f64(r, g_odd, m, g_r, g_r + m);
-  for (long long i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
+  for (I i = 0; i < n; ++i) {  // x's four uses, in the order JAX adds them
     const double u0 = i == 0 ? g[0] : (double)0;
     const double u1 = i >= 2 && i % 2 == 0 ? sg_r_f64(g[i] * zb[(i - 2) / 2]) : (double)0;
     const double u2 = i % 2 == 1 ? sg_r_f64(g_r[i / 2] * wb[i / 2]) : (double)0;

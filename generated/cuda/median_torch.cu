@@ -55,10 +55,11 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices, x).  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
 // rounded once, as the NumPy module adds them (its forward does no float64 math).
 //
@@ -167,7 +168,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);
@@ -196,6 +197,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -210,11 +212,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -289,34 +291,33 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return sg_key
 }  // namespace sg_median_torch
 
 // ---------------------------------------------------------------------------- kernels
-// median_torch_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
-//   each row's output: the element of rank (n - 1) // 2 of the row's n elements, or its first NaN's (equal elements rank by index (a stable sort): a quickselect of the
-//   row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
-// median_torch_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
-// median_torch_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
-//   x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
-//   doubles where jvp adds a tie block's tangents
+//   median_torch_forward_<DT>(const T* v, T* values, long long* picked, unsigned char* work, long long rows, long long n, long long K, long long slot)
+//       each row's output: the element of rank (n - 1) // 2 of the row's n elements, or its first NaN's (equal elements rank by index (a stable sort): a quickselect of the
+//       row's keys; work: 2n + 1 pairs), and the index of each selected rank (1 a row)
+//   median_torch_backward_<DT>(const T* grad_output, const long long* picked, const T* x, T* grad, unsigned char* work, long long rows, long long n, long long slot)
+//   median_torch_jvp_<DT>(const T* tangent, const long long* picked, const T* x, T* out, unsigned char* work, long long rows, long long n, long long slot)
+//       x: the input's rows (read where the gradient's tie blocks or NaN rule need it); work: n
+//       doubles where jvp adds a tie block's tangents
 #define PICKS 1
 namespace sg_median_torch {
 // the pairs arranged so that a[k] holds rank k, those before it ranking before it (a quickselect:
 // the middle of three as the pivot; the order being total, the result is the sort's); a range
 // still left after 64 partitions is merge-sorted through tmp
-__device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n, const long long k) {
-  long long lo = 0, hi = n - 1;
+__device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n, const I k) {
+  I lo = 0, hi = n - 1;
   for (int depth = 0; hi - lo >= 16; ++depth) {
     if (depth == 64) {
       const sg_pair* sorted = sg_sort_pairs(a + lo, tmp, hi - lo + 1);
-      if (sorted != a + lo)
-        for (long long i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];
+      if (sorted != a + lo) for (I i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];
       return;
     }
-    const long long mid = lo + (hi - lo) / 2;
+    const I mid = lo + (hi - lo) / 2;
     sg_pair t;
     if (SG_BEFORE(a[mid], a[lo])) { t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
     if (SG_BEFORE(a[hi], a[lo])) { t = a[hi]; a[hi] = a[lo]; a[lo] = t; }
     if (SG_BEFORE(a[hi], a[mid])) { t = a[hi]; a[hi] = a[mid]; a[mid] = t; }
     const sg_pair pivot = a[mid];
-    long long i = lo, j = hi;
+    I i = lo, j = hi;
     while (i <= j) {
       while (SG_BEFORE(a[i], pivot)) ++i;
       while (SG_BEFORE(pivot, a[j])) --j;
@@ -330,9 +331,9 @@ __device__ void sg_select_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ t
     else if (k >= i) lo = i;
     else return;  // between the two parts: the pivot itself
   }
-  for (long long i = lo + 1; i <= hi; ++i) {  // a short range: insertion
+  for (I i = lo + 1; i <= hi; ++i) {  // a short range: insertion
     const sg_pair p = a[i];
-    long long j = i;
+    I j = i;
     for (; j > lo && SG_BEFORE(p, a[j - 1]); --j) a[j] = a[j - 1];
     a[j] = p;
   }
@@ -346,23 +347,23 @@ __device__ __forceinline__ double sg_share(const int m) {
 
 // NumPy's pairwise sum of a contiguous float64 row (np.add.reduce: blocks of up to 128 added in
 // eight lanes, longer rows halved), started from +0 as np.sum's identity
-__device__ double sg_pairwise(const double* __restrict__ a, const long long n) {
+__device__ double sg_pairwise(const double* __restrict__ a, const I n) {
   if (n < 8) {
     double res = -0.0;
-    for (long long i = 0; i < n; ++i) res += a[i];
+    for (I i = 0; i < n; ++i) res += a[i];
     return res;
   }
   if (n <= 128) {
     double r[8];
     for (int j = 0; j < 8; ++j) r[j] = a[j];
-    long long i = 8;
+    I i = 8;
     for (; i < n - (n % 8); i += 8)
       for (int j = 0; j < 8; ++j) r[j] += a[i + j];
     double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
     for (; i < n; ++i) res += a[i];
     return res;
   }
-  long long n2 = n / 2;
+  I n2 = n / 2;
   n2 -= n2 % 8;
   return sg_pairwise(a, n2) + sg_pairwise(a + n2, n - n2);
 }

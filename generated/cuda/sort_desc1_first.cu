@@ -41,10 +41,11 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (indices).  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // No float64 math in the float32, float16 and bfloat16 kernels.
 //
 // Compile without FMA contraction (nvcc and NVRTC: --fmad=false) to get the NumPy backend's
@@ -152,7 +153,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);
@@ -181,6 +182,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -195,11 +197,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -274,14 +276,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return -sg_ke
 }  // namespace sg_sort_desc1_first
 
 // ---------------------------------------------------------------------------- kernels
-// sort_desc1_first_forward_<DT>(const T* v, T* values, long long* indices, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   the elements of ranks 0 .. k - 1 of each row and their indices: k <= SG_INSERTED by
-//   insertion into the k kept so far (an element ranking after the k-th is passed over after one
-//   comparison), else a stable merge sort of the row (work: k pairs, and 2n where it sorts)
-// sort_desc1_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, long long rows, long long n, long long k):
-//   each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one)
-// sort_desc1_first_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n, long long k):
-//   the tangent of the element of each rank (a gather)
+//   sort_desc1_first_forward_<DT>(const T* v, T* values, long long* indices, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       the elements of ranks 0 .. k - 1 of each row and their indices: k <= SG_INSERTED by
+//       insertion into the k kept so far (an element ranking after the k-th is passed over after one
+//       comparison), else a stable merge sort of the row (work: k pairs, and 2n where it sorts)
+//   sort_desc1_first_backward_<DT>(const T* grad_output, const long long* indices, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each output's gradient added into +0 (a -0 becomes +0) at the element of its rank (no two outputs share one),
+//       gathered: each element's rank found first (work: n long longs), then each element written once
+//   sort_desc1_first_jvp_<DT>(const T* tangent, const long long* indices, T* out, long long rows, long long n, long long k)
+//       the tangent of the element of each rank (a gather)
 #define SG_INSERTED 32
 
 // ============================================================================ f16: sg_half computed in float
@@ -329,14 +332,16 @@ extern "C" __global__ void sort_desc1_first_forward_f16(const sg_half* __restric
 }
 
 extern "C" __global__ void sort_desc1_first_backward_f16(const sg_half* __restrict__ grad_output,
-    const long long* __restrict__ indices, sg_half* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, sg_half* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_sort_desc1_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f16((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_f16(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f16((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_f16(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_f16(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -394,14 +399,16 @@ extern "C" __global__ void sort_desc1_first_forward_bf16(const sg_bfloat16* __re
 }
 
 extern "C" __global__ void sort_desc1_first_backward_bf16(const sg_bfloat16* __restrict__ grad_output,
-    const long long* __restrict__ indices, sg_bfloat16* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, sg_bfloat16* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_sort_desc1_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_bf16((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_bf16(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_bf16((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_bf16(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_bf16(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -459,14 +466,16 @@ extern "C" __global__ void sort_desc1_first_forward_f32(const float* __restrict_
 }
 
 extern "C" __global__ void sort_desc1_first_backward_f32(const float* __restrict__ grad_output,
-    const long long* __restrict__ indices, float* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, float* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_sort_desc1_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f32((float)0);
-    for (long long j = 0; j < k; ++j) {
-      const float g = sg_load_f32(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f32((float)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const float g = rank_of[i] ? sg_load_f32(grad_output[r * k + rank_of[i] - 1]) : (float)0;
+      grad[r * n + i] = sg_store_f32(rank_of[i] ? (float)0 + g : (float)0);
     }
   }
 }
@@ -524,14 +533,16 @@ extern "C" __global__ void sort_desc1_first_forward_f64(const double* __restrict
 }
 
 extern "C" __global__ void sort_desc1_first_backward_f64(const double* __restrict__ grad_output,
-    const long long* __restrict__ indices, double* __restrict__ grad, const long long rows, const long long n,
-    const long long k) {
+    const long long* __restrict__ indices, double* __restrict__ grad, unsigned char* __restrict__ work,
+    const long long rows, const long long n, const long long k, const long long slot) {
   using namespace sg_sort_desc1_first;
+  long long* const rank_of = (long long*)(work + sg_first_thread() * slot);  // each element's rank + 1, 0 if none
   for (long long r = sg_first_thread(); r < rows; r += sg_thread_count()) {
-    for (long long i = 0; i < n; ++i) grad[r * n + i] = sg_store_f64((double)0);
-    for (long long j = 0; j < k; ++j) {
-      const double g = sg_load_f64(grad_output[r * k + j]);
-      grad[r * n + indices[r * k + j]] = sg_store_f64((double)0 + g);
+    for (long long i = 0; i < n; ++i) rank_of[i] = 0;
+    for (long long j = 0; j < k; ++j) rank_of[indices[r * k + j]] = j + 1;
+    for (long long i = 0; i < n; ++i) {  // a gather: each element written once
+      const double g = rank_of[i] ? sg_load_f64(grad_output[r * k + rank_of[i] - 1]) : (double)0;
+      grad[r * n + i] = sg_store_f64(rank_of[i] ? (double)0 + g : (double)0);
     }
   }
 }

@@ -292,8 +292,9 @@ def backward(grad_output, saved: Saved) -> tuple:
     g = _rows(cp, _check_backward(cp, grad_output, saved))
     rows, n = _sizes(_row_shape(tuple(saved.input_shape)))
     grad = cp.empty(_row_shape(tuple(saved.input_shape)), dtype=saved.dtype)
+    work, slot = _work(cp, rows, 8 * (n + 1))
     _launch(cp, _role("backward", saved.dtype), rows,
-            (g, saved.indices, grad, np.int64(rows), np.int64(n), np.int64(g.shape[-1])))
+            (g, saved.indices, grad, work, np.int64(rows), np.int64(n), np.int64(g.shape[-1]), slot))
     return (_unrows(cp, grad, tuple(saved.input_shape)),)
 
 

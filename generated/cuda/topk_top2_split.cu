@@ -43,10 +43,11 @@
 // Where a row needs room (its ranked pairs, a merge's buffer, a tie block's sums), the kernel
 // takes `work`: `slot` bytes for each thread of the launch grid (thread t's at work + t * slot),
 // which the loader allocates.  The kernels read the saved arrays the loader has checked (each
-// index inside its row); backward and jvp gather from the saved ranks: a row's thread writes its
-// row (+0 first, then the gathered gradients), no two threads one element, and no atomic
-// operation.  float16 computes as NumPy's float16 (each step rounded to it), bfloat16 as the
-// NumPy module's bfloat16 wrappers (in float32, rounded once).
+// index inside its row); backward and jvp in gather form from the saved ranks: a row's thread
+// writes each element of its row once, no two threads one element, and no atomic operation.
+// Saved state: the NumPy module's Saved, field for field (order, block_start, block_size).  float16
+// computes as NumPy's float16 (each step rounded to it), bfloat16 as the NumPy module's bfloat16
+// wrappers (in float32, rounded once).
 // Float64 in every dtype's backward and jvp: a tie block's gradients are added in float64 and
 // rounded once, as the NumPy module adds them (its forward does no float64 math).
 //
@@ -155,7 +156,7 @@ __device__ __forceinline__ bool sg_signbit(const double v) { return __double_as_
 // the double's own (24 bits >= 11 + 2)
 __device__ __forceinline__ sg_half sg_double_to_half(const double w) {
   float f = (float)w;
-  if (!sg_isnan(w) && (double)f != w) {
+  if (w == w && (double)f != w) {  // (w not NaN)
     unsigned int u = __float_as_uint(f);
     if (fabs((double)f) > fabs(w)) u -= 1u;  // toward zero
     f = __uint_as_float(u | 1u);
@@ -184,6 +185,7 @@ __device__ __forceinline__ double sg_store_f64(const double v) { return sg_trait
 __device__ __forceinline__ double sg_r_f64(const double v) { return v; }
 __device__ __forceinline__ double sg_round_f64(const double w) { return w; }
 
+typedef long long I;  // the kernels' index type
 // an element of a ranked row: its key and its index along the row
 struct sg_pair { long long key; long long at; };
 __device__ __forceinline__ sg_pair sg_make_pair(const long long key, const long long at) {
@@ -198,11 +200,11 @@ __device__ __forceinline__ long long sg_min(const long long a, const long long b
 
 // pairs sorted into rank order: a bottom-up merge sort through tmp (n pairs); returns the buffer
 // that holds the result
-__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const long long n) {
-  for (long long width = 1; width < n; width *= 2) {
-    for (long long lo = 0; lo < n; lo += 2 * width) {
-      const long long mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
-      long long i = lo, j = mid, o = lo;
+__device__ sg_pair* sg_sort_pairs(sg_pair* __restrict__ a, sg_pair* __restrict__ tmp, const I n) {
+  for (I width = 1; width < n; width *= 2) {
+    for (I lo = 0; lo < n; lo += 2 * width) {
+      const I mid = sg_min(lo + width, n), hi = sg_min(lo + 2 * width, n);
+      I i = lo, j = mid, o = lo;
       while (i < mid && j < hi) tmp[o++] = SG_BEFORE(a[j], a[i]) ? a[j++] : a[i++];
       while (i < mid) tmp[o++] = a[i++];
       while (j < hi) tmp[o++] = a[j++];
@@ -277,15 +279,15 @@ __device__ __forceinline__ long long sg_rank_f64(const double v) { return -sg_ke
 }  // namespace sg_topk_top2_split
 
 // ---------------------------------------------------------------------------- kernels
-// topk_top2_split_forward_<DT>(const T* v, T* values, long long* indices, long long* order, long long* block_start, long long* block_size, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each row's stable merge sort (equal elements by index; work: 2n pairs): the elements of ranks
-//   0 .. k - 1 and their indices, the whole ranking (order) and each rank's tie block (the rank it
-//   starts at, how many ranks it holds)
-// topk_top2_split_backward_<DT>(const T* grad_output, const long long* order, const long long* block_start, const long long* block_size, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each element of a tie block gathers the block's total over its size (the block's output ranks' gradients added
-//   in float64 in rank order, rounded once; work: n doubles); the other elements 0
-// topk_top2_split_jvp_<DT>(const T* tangent, const long long* order, const long long* block_start, const long long* block_size, T* out, unsigned char* work, long long rows, long long n, long long k, long long slot)
-//   each output of a tie block: the block's total over its size of its block's elements' tangents
+//   topk_top2_split_forward_<DT>(const T* v, T* values, long long* indices, long long* order, long long* block_start, long long* block_size, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each row's stable merge sort (equal elements by index; work: 2n pairs): the elements of ranks
+//       0 .. k - 1 and their indices, the whole ranking (order) and each rank's tie block (the rank it
+//       starts at, how many ranks it holds)
+//   topk_top2_split_backward_<DT>(const T* grad_output, const long long* order, const long long* block_start, const long long* block_size, T* grad, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each element of a tie block gathers the block's total over its size (the block's output ranks' gradients added
+//       in float64 in rank order, rounded once; work: n doubles); the other elements 0
+//   topk_top2_split_jvp_<DT>(const T* tangent, const long long* order, const long long* block_start, const long long* block_size, T* out, unsigned char* work, long long rows, long long n, long long k, long long slot)
+//       each output of a tie block: the block's total over its size of its block's elements' tangents
 namespace sg_topk_top2_split {
 // the gradient of each element of a tie block: the block's total over its size
 __device__ __forceinline__ double sg_weight(const double total, const long long tied) { (void)tied; return (total) / (tied); }

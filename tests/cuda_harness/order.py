@@ -38,11 +38,12 @@ def _identity(a):
 
 
 def assert_same_module(name: str, params: dict, shapes=SHAPES, dtypes=DTYPES, seed=0, device=_identity,
-                       host=_identity) -> None:
+                       host=_identity, reference: dict | None = None) -> None:
     """The cuda module equals the NumPy module bit for bit: forward's outputs and saved arrays,
     backward and jvp, on tie-heavy inputs of each shape and dtype.  device, host: an array to the
-    cuda module's arrays and back (CuPy's on a GPU; the CPU stand-in's are NumPy's)."""
-    want_m = symgrad.load(name, backend="numpy", **params)
+    cuda module's arrays and back (CuPy's on a GPU; the CPU stand-in's are NumPy's); reference:
+    the NumPy module's parameters where they are not params (a test that the comparison fails)."""
+    want_m = symgrad.load(name, backend="numpy", **(params if reference is None else reference))
     got_m = symgrad.load(name, backend="cuda", **params)
     rng = np.random.default_rng(seed)
     for shape in shapes:

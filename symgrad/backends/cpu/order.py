@@ -22,6 +22,10 @@ _BITS = {"f16": ("uint16_t", "int16_t", "0x7fffu", "0x7c00u", "0x7e00u"),
          "f32": ("uint32_t", "int32_t", "0x7fffffffu", "0x7f800000u", "0x7fc00000u"),
          "f64": ("uint64_t", "int64_t", "0x7fffffffffffffffull", "0x7ff0000000000000ull", "0x7ff8000000000000ull")}
 
+# how the C family's shared helpers (cfamily/templates/_order_*.jinja) are spelled in C
+_C_SPELLING = {"c_static": "static", "c_inline": "SG_INLINE", "c_restrict": "restrict",
+               "c_copy_sorted": "if (sorted != a + lo) memcpy(a + lo, sorted, sizeof(sg_pair) * (size_t)(hi - lo + 1));"}
+
 
 def order_context(art: Artifacts, base: dict) -> dict:
     """The .c source's and loader's finished strings, over the backend's base context."""
@@ -30,6 +34,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
     body = ctx["body_name"]
     ctx |= {"template": "cpu/order.c.jinja", "loader_template": "cpu/loader_order.py.jinja",
             "body": f"cpu/_order_{body}.c.jinja", "loader_body": f"cpu/_loader_order_{body}.py.jinja"}
+    ctx |= _C_SPELLING
     if "one_form" in ctx:
         form = ctx["one_form"]
         ctx |= {"one_backward": f"cpu/_order_one_{form}.c.jinja",

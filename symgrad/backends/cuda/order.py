@@ -36,6 +36,10 @@ _DTYPES = {
     "f32": ("__float_as_uint(v)", "float", "v", "(float)w", "computed in float"),
     "f64": ("(unsigned long long)__double_as_longlong(v)", "double", "v", "w", "computed in double")}
 
+# how the C family's shared helpers (cfamily/templates/_order_*.jinja) are spelled in CUDA
+_CUDA_SPELLING = {"c_static": "__device__", "c_inline": "__device__ __forceinline__", "c_restrict": "__restrict__",
+                  "c_copy_sorted": "if (sorted != a + lo) for (I i = 0; i <= hi - lo; ++i) a[lo + i] = sorted[i];"}
+
 
 def order_context(art: Artifacts, base: dict) -> dict:
     """The .cu source's and loader's finished strings, over the backend's base context."""
@@ -45,8 +49,11 @@ def order_context(art: Artifacts, base: dict) -> dict:
     dtypes = [dt | _dtype_strings(dt["name"]) for dt in base["dtypes"]]
     ctx = order_strings(art, base | {"dtypes": dtypes}, _BITS, weight)
     body = ctx["body_name"]
-    if "kept_sign" in ctx:  # JAX's tree: the sign of a zero, on its bits
-        ctx["kept_sign"] = ctx["kept_sign"].replace("signbit", "sg_signbit")
+    if kernel.tree:  # JAX's tree: the sign of a zero on its bits; a binary step's winners, NaN
+        wins = ctx["wins"]  # propagating: the operands equal to its result, the running one kept
+        ctx |= {"kept_sign": ctx["kept_sign"].replace("signbit", "sg_signbit"),
+                "tree_wins": f"(!sg_isnan(a) && !sg_isnan(b) && (a) {wins} (b))",
+                "tree_keeps": f"a {wins} b || sg_isnan(a)"}
     for dt in ctx["dtypes"]:
         if "values_param" in dt:
             dt["values_param"] = dt["values_param"].replace("restrict", "__restrict__")
@@ -54,6 +61,7 @@ def order_context(art: Artifacts, base: dict) -> dict:
             name, a = dt["name"], dt["acc"]
             chosen = [f"sg_load_{name}(row[ranked[{rank}].at])" for rank in ("low", "next")]
             dt["value"] = f"sg_store_{name}(sg_r_{name}({chosen[0]} + {chosen[1]}) * ({a})0.5)"
+    ctx |= _CUDA_SPELLING
     ctx |= {"template": "cuda/order.cu.jinja", "body": f"cuda/_order_{body}.cu.jinja",
             "loader_geometry_partial": "cuda/_loader_order.py.jinja",
             "loader_body": f"cuda/_loader_order_{'one' if body == 'one' else body}.py.jinja",
