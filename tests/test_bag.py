@@ -237,7 +237,7 @@ def test_bad_input_is_one_line():
         symgrad.load(OP, ties="first", nan="replace")
 
 
-@pytest.mark.parametrize("backend", ["cpu"])
+@pytest.mark.parametrize("backend", ["cuda"])
 def test_other_backends_refuse_in_one_line(backend):
     with pytest.raises(ValueError) as info:
         symgrad.load(OP, backend=backend)

@@ -455,8 +455,8 @@ def test_every_form_is_built_and_a_form_not_built_is_refused_naming_the_ones_the
     from symgrad import backends
     from symgrad.ops import resolve
     from symgrad.pipeline import render
-    # every kind's form, expressions and order statistics too, but the bags' (not yet)
-    assert {form_of(kind) for kind in KINDS.values()} - set(cpu.FORMS) == {"bags"}
+    # every kind's form, expressions, order statistics and bags too
+    assert {form_of(kind) for kind in KINDS.values()} - set(cpu.FORMS) == set()
     monkeypatch.setattr(cpu, "FORMS", tuple(f for f in cpu.FORMS if f != "LogSumExpKernel"))
     with pytest.raises(ValueError, match="cpu backend builds the .* forms? only"):
         render(resolve("logsumexp"), backends.get("cpu"))  # not symgrad.load: it may find the module in the cache

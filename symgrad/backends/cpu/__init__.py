@@ -1142,6 +1142,13 @@ def _segment_context(art: Artifacts) -> dict:
     return segment_context(art, base, _selection(art.kernel), base["dtypes"])
 
 
+def _bag_context(art: Artifacts) -> dict:
+    """Bags (embedding_bag_max, roi_max_pool): cpu/bag.py."""
+    from .bag import bag_context
+    base = _base_context(art) | {"loader_note": _loader_note(art.op, "", "the bags (forward) and the columns")}
+    return bag_context(art, base, _selection(art.kernel), base["dtypes"])
+
+
 def _order_context(art: Artifacts) -> dict:
     """Order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian): cpu/order.py."""
     from .order import order_context
@@ -1152,7 +1159,7 @@ def _order_context(art: Artifacts) -> dict:
 _CONTEXTS = {"ElementwiseKernel": _elementwise_context, "UnpoolKernel": _unpool_context,
              "LogSumExpKernel": _logsumexp_context, "strided": _pool_context, "rows": _reduction_context,
              "blocks": _maxout_context, "spans": _adaptive_context, "sampled": _fractional_context,
-             "segments": _segment_context, "OrderKernel": _order_context}
+             "segments": _segment_context, "OrderKernel": _order_context, "bags": _bag_context}
 FORMS = tuple(_CONTEXTS)  # the kernel forms this backend builds (lower.kernel_form; the others follow)
 
 

@@ -92,6 +92,9 @@ def segment_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[d
         "jvp_doc": ("the tangent of each segment's winner" if scan else
                     "each segment's weights applied to the tangents, added in segment order, the initial element first"),
         "reads_doc": _reads(scan, "T").replace("restrict ", ""),
+        # (each kernel reads some of them and of the sizes: a scan's jvp no key, the 'all' weight no count)
+        "reads_used": " ".join(f"(void){name};" for name in
+                               (["key", "winner", "E"] if scan else ["key", "taking", "src", "initial", "output", "count"])),
         "reads": {dt["name"]: _reads(scan, dt["ctype"]) for dt in dtypes}, "count_arg": count_arg,
         "src_gradient": {k: v[0] for k, v in grads.items()}, "initial_gradient": {k: v[1] for k, v in grads.items()},
         "extremum": sel.extremum, "fill": f"np.{rule.fill}".replace("np.-inf", "-np.inf"),

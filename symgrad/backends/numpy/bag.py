@@ -40,7 +40,7 @@ def _inputs(op, kernel: BagKernel) -> dict:
             "constant_names": " and ".join(f"tangent_{n}" for n in constants),
             "grads_doc": ", ".join(f"grad_{n}" if n == floating else "None" for n in inputs),
             "returns": ", ".join("_table(grad_rows, saved)" if n == floating else "None" for n in inputs),
-            "layout_partial": f"numpy/_{kernel.bag.layout}_layout.py.jinja",
+            "layout_partial": f"host/_{kernel.bag.layout}_layout.py.jinja",
             "forward_doc": kernel.bag.forward_doc}
 
 
