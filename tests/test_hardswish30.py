@@ -199,18 +199,6 @@ def test_finite_differences_away_from_the_kinks():
         np.testing.assert_allclose(gx, (f(x + h) - f(x - h)) / (2 * h), atol=1e-6, err_msg=str(settings))
 
 
-def test_double_backward_is_refused_clearly():
-    """hardswish's backward depends smoothly on x (not piecewise linear): symgrad.torch refuses a
-    second derivative in x with one clear error instead of returning PyTorch's 0 or a wrong value."""
-    st = pytest.importorskip("symgrad.torch")
-    op = st.op("hardswish", convention="torch")
-    x = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
-    (gx,) = torch.autograd.grad(op(x).sum(), x, create_graph=True)
-    with pytest.raises(NotImplementedError, match=r"^hardswish: double backward is supported for "
-                                                  r"piecewise-linear ops"):
-        torch.autograd.grad(gx.sum(), x)
-
-
 SLOW = pytest.mark.slow
 
 
