@@ -83,7 +83,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.jax needs JAX, which is not installed; install it with "
         "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
-from . import api, bridge, curvature
+from . import api, bridge, curvature, framework_losses
 from .ops import OPS
 from .backends import jax as jax_backend
 from .backends.cpu import framework_threads
@@ -603,3 +603,33 @@ def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | 
          **kwargs) -> _Native:
     """An expression (symgrad.load_expr's arguments) as a JAX function: the jax backend's module."""
     return wrap(api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, backend="jax", **kwargs))
+
+
+# ----------------------------------------------------------------------------- losses (issue 30)
+
+def _loss(name: str, inputs: tuple, margin, reduction, settings: dict):
+    fn = framework_losses.kink(op, name, margin, settings)
+    return framework_losses.loss(name, fn, jnp, inputs, reduction)
+
+
+def l1_loss(input, target, *, reduction="mean", ties=None, convention=None, nan=None):
+    """PyTorch's F.l1_loss as a JAX function: jnp.mean of symgrad's |input - target|
+    (framework_losses.py)."""
+    return _loss("l1_loss", (input, target), None, reduction, dict(ties=ties, convention=convention, nan=nan))
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, *, reduction="mean", ties=None,
+                        convention=None, nan=None):
+    """PyTorch's F.margin_ranking_loss as a JAX function (framework_losses.py)."""
+    return _loss("margin_ranking_loss", (input1, input2, target), margin, reduction,
+                 dict(ties=ties, convention=convention, nan=nan))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, *, reduction="mean", ties=None, convention=None,
+                         nan=None):
+    """PyTorch's F.hinge_embedding_loss as a JAX function (framework_losses.py)."""
+    return _loss("hinge_embedding_loss", (input, target), margin, reduction,
+                 dict(ties=ties, convention=convention, nan=nan))
+
+
+__all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss"]

@@ -76,7 +76,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.torch needs PyTorch, which is not installed; install it with "
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
-from . import api, bridge, curvature
+from . import api, bridge, curvature, framework_losses
 from .backends.cpu import framework_threads
 from .ops import OPS
 from .suggest import unexpected
@@ -900,3 +900,75 @@ class RoIPool(_Module):
 
 
 __all__.append("RoIPool")
+
+
+# ----------------------------------------------------------------------------- losses (issue 30)
+
+def _loss(name: str, inputs: tuple, margin, reduction, settings: dict):
+    fn = framework_losses.kink(op, name, margin, settings)
+    return framework_losses.loss(name, fn, torch, inputs, reduction)
+
+
+def l1_loss(input, target, *, reduction="mean", ties=None, convention=None, nan=None):
+    """F.l1_loss(input, target, reduction=...) through symgrad's l1_loss (framework_losses.py);
+    under torch.compile use L1Loss (its op is made in the constructor)."""
+    return _loss("l1_loss", (input, target), None, reduction, _settings(ties, convention, nan, None))
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, *, reduction="mean", ties=None,
+                        convention=None, nan=None):
+    """F.margin_ranking_loss(input1, input2, target, margin, reduction=...) (framework_losses.py)."""
+    return _loss("margin_ranking_loss", (input1, input2, target), margin, reduction,
+                 _settings(ties, convention, nan, None))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, *, reduction="mean", ties=None, convention=None,
+                         nan=None):
+    """F.hinge_embedding_loss(input, target, margin, reduction=...) (framework_losses.py)."""
+    return _loss("hinge_embedding_loss", (input, target), margin, reduction, _settings(ties, convention, nan, None))
+
+
+class _Loss(_Module):
+    """torch.nn's loss modules (the op made here, eagerly: torch.compile traces forward)."""
+    _name = ""
+
+    def __init__(self, margin, size_average, reduce, reduction, settings):
+        super().__init__()
+        _no(size_average is not None or reduce is not None, "size_average/reduce (deprecated)", type(self).__name__)
+        framework_losses.losses.check_reduction(self._name, reduction)
+        self.margin, self.reduction = margin, reduction
+        self.fn = framework_losses.kink(op, self._name, margin, settings)
+
+    def forward(self, *inputs):
+        return framework_losses.loss(self._name, self.fn, torch, inputs, self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"margin={self.margin}, " if self.margin is not None else "") + \
+            f"reduction={self.reduction!r}, ties={self.fn.ties!r}"
+
+
+class L1Loss(_Loss):
+    _name = "l1_loss"
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean", *, ties=None, convention=None, nan=None):
+        super().__init__(None, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+class MarginRankingLoss(_Loss):
+    _name = "margin_ranking_loss"
+
+    def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean", *, ties=None,
+                 convention=None, nan=None):
+        super().__init__(margin, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+class HingeEmbeddingLoss(_Loss):
+    _name = "hinge_embedding_loss"
+
+    def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean", *, ties=None,
+                 convention=None, nan=None):
+        super().__init__(margin, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+__all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss", "L1Loss", "MarginRankingLoss",
+            "HingeEmbeddingLoss"]
