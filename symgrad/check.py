@@ -6,9 +6,10 @@ differences alone cannot: at elements tied for a window's extremum and at the ki
 elementwise ops.  It does not read the gradient code under test; it finds the structure by
 probing the forward:
 
-1. One-sided finite differences of every output in every input element (steps of 2**-12, exact
-   on the small dyadic values tests use) give D+ and D-.  An output is smooth in an element when
-   they agree (to 2**-7, relative: a smooth function's curvature moves them apart by O(2**-12));
+1. One-sided finite differences of every output in every input element (second order, from
+   steps of 2**-12 and 2**-11 on each side, exact on the small dyadic values tests use) give D+
+   and D-.  An output is smooth in an element when they agree (to 2**-7, relative: a smooth
+   function's curvature moves them apart by O(2**-24));
    where they differ the element sits at a tie or a kink.
 2. A tie: two or more elements of one output's window at a kink together.  The claimed policy's
    winner (first/last in the window's order: the inputs' order, then row-major order, as symgrad
@@ -374,13 +375,17 @@ def _moved(xs, k, i, by):
 
 
 def _one_sided(target, xs, elements, y0):
-    """D+ and D-: (outputs, elements) one-sided differences."""
+    """D+ and D-: (outputs, elements) one-sided differences of second order, each from the points
+    x, x +- H and x +- 2H on its side: (-3 f(x) + 4 f(x + H) - f(x + 2H)) / 2H and its mirror, exact
+    on a linear piece (and on dyadic inputs), O(H**2) off a curved one (exp, hardswish's
+    parabola), where a first-order difference is O(H) off."""
     m = y0.size
     Dp, Dm = np.zeros((m, len(elements))), np.zeros((m, len(elements)))
     with np.errstate(invalid="ignore", over="ignore"):
         for e, (k, i) in enumerate(elements):
-            Dp[:, e] = ((target.forward(_moved(xs, k, i, H)) - y0) / H).reshape(-1)
-            Dm[:, e] = ((y0 - target.forward(_moved(xs, k, i, -H))) / H).reshape(-1)
+            for D, side in ((Dp, 1.0), (Dm, -1.0)):
+                one, two = (target.forward(_moved(xs, k, i, side * n * H)) for n in (1, 2))
+                D[:, e] = (side * (4 * (one - y0) - (two - y0)) / (2 * H)).reshape(-1)
     return Dp, Dm
 
 

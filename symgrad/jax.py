@@ -33,8 +33,12 @@ differentiates itself in its linear arguments (its derivative is itself, and the
 transpose is the jvp again); its residuals (native: the saved inputs; callback: the inputs, the
 output, the saved arrays) go through ``lax.stop_gradient`` for piecewise-linear modules
 (``PIECEWISE_LINEAR``: W is constant in them almost everywhere), which makes grad-of-grad and
-higher orders exact; for logsumexp and expressions with smooth non-linear parts a derivative with
-respect to the residuals is refused with a NotImplementedError (first order only).  Only the
+higher orders exact; for the ops smooth between their kinks (hardswish, elu, celu) the residuals
+(their input) keep their derivative, which is the op's second derivative (``symgrad.curvature``:
+JAX's own under convention='jax', PyTorch's under 'torch', the tie policy's otherwise; JAX's
+linear_call asserts constant residuals, so importing this module extends its rule, see
+``_differentiate_residuals``); for logsumexp and expressions with smooth non-linear parts a
+derivative with respect to the residuals is refused with a NotImplementedError (first order only).  Only the
 inputs that are differentiated are linear arguments (the jvp rule sees the others' tangents as
 symbolic zeros and passes None for them), as JAX transposes a linear_call only when all of them
 are unknown; an expression's input outside ``wrt`` that gets a tangent is a ValueError, never a
@@ -81,7 +85,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.jax needs JAX, which is not installed; install it with "
         "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
-from . import api, bridge
+from . import api, bridge, curvature, framework_losses
 from .ops import OPS
 from .backends import jax as jax_backend
 from .backends.cpu import framework_threads
@@ -145,6 +149,8 @@ class _Native:
 
     def __init__(self, module):
         self.module = module
+        self.settings = None  # op()'s ties, convention, nan, order (curvature.SMOOTH's second derivative)
+        self._curve = None
         self.integers = bridge.integer_inputs(module)  # (the segments' index: no tangent, no gradient)
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
@@ -160,12 +166,19 @@ class _Native:
     def __call__(self, *args):
         return self.fn(*_checked(self, args))
 
+    def _second_derivative(self):
+        """fn(x, v, g) -> v * g * f''(x) for the ops smooth between their kinks (curvature.SMOOTH) made
+        by op(); None for the others (their residuals' derivative is stopped or refused)."""
+        if self._curve is None and self.settings is not None and self.op in curvature.SMOOTH:
+            self._curve = curvature.second_derivative(self.op, self.params, self.settings, self.module, "jax")
+        return self._curve
+
     def _build(self):
         me, m, n = self, self.module, len(self.inputs)
         # the residuals (the saved inputs): for a piecewise-linear module W is constant in them
         # almost everywhere, so their derivative is stopped (exact at every order); otherwise
         # differentiating through them is refused
-        fixed = jax.lax.stop_gradient if m.PIECEWISE_LINEAR else _refuse_higher_order(self.op)
+        refuse = jax.lax.stop_gradient if m.PIECEWISE_LINEAR else _refuse_higher_order(self.op)
 
         @jax.custom_jvp
         def fn(*xs):
@@ -196,13 +209,50 @@ class _Native:
                 grads = m.backward(g, residuals)
                 return tuple(grads[k] for k in moving)
 
-            out_dot = linear_call(apply_jvp, apply_backward, fixed(saved),
+            curve = me._second_derivative()
+            if curve is None:
+                residuals = refuse(saved)
+            else:  # hardswish, elu, celu: a derivative in the saved input, their second
+                residuals = saved
+                apply_jvp, apply_backward = _curved(apply_jvp, curve), _curved(apply_backward, curve)
+            out_dot = linear_call(apply_jvp, apply_backward, residuals,
                                   tuple(tangents[k] for k in moving))
             if isinstance(out, tuple):  # an order statistic's (values, indices): no tangent for the indices
                 return out, (out_dot,) + _no_tangent(out[1:])
             return out, out_dot
 
         return fn
+
+
+def _curved(linear, curve):
+    """``linear(residuals, a)`` (a module's jvp or backward, linear in a; residuals its Saved of
+    one input x) whose derivative in the residuals is ``curve(x, dx, a)`` (dx * a * f''(x)): the op's second
+    derivative, where-selected values (_differentiate_residuals lets linear_call take it)."""
+
+    @jax.custom_jvp
+    def curved(residuals, a):
+        return linear(residuals, a)
+
+    @partial(curved.defjvp, symbolic_zeros=True)
+    def _(primals, tangents):
+        (residuals, a), (d_residuals, d_a) = primals, tangents
+        out = curved(residuals, a)
+        dx = jax.tree_util.tree_leaves(d_residuals)[0]
+        zero = [isinstance(t, SymbolicZero) for t in jax.tree_util.tree_leaves(d_a)]
+        parts = [] if all(zero) else [linear(residuals, jax.tree_util.tree_map(_instantiated, d_a))]
+        if not isinstance(dx, SymbolicZero):
+            (x,), (h,) = jax.tree_util.tree_leaves(residuals), jax.tree_util.tree_leaves(a)
+            bend = curve(x, dx, h)
+            parts.append(jax.tree_util.tree_map(lambda _: bend, out))
+        if not parts:
+            return out, jax.tree_util.tree_map(jnp.zeros_like, out)
+        return out, parts[0] if len(parts) == 1 else jax.tree_util.tree_map(jnp.add, *parts)
+    return curved
+
+
+def _instantiated(t):
+    """A tangent, a SymbolicZero as zeros."""
+    return jnp.zeros(t.aval.shape, t.aval.dtype) if isinstance(t, SymbolicZero) else t
 
 
 def _no_tangent(out):
@@ -412,6 +462,45 @@ def _batch_linear_call() -> None:
 _batch_linear_call()
 
 
+def _differentiate_residuals() -> None:
+    """Let a linear_call be differentiated in its residuals, where JAX's rule asserts that they
+    are constant: JAX's rule on the linear arguments' tangents plus the callee's derivative in the
+    residuals (JAX's jvp of its code: a _curved map's own rule).  Where every residual's tangent
+    is zero JAX's rule runs unchanged.  (symgrad.jax gives residuals a tangent only for
+    curvature.SMOOTH's ops: grad-of-grad of hardswish, elu and celu.)"""
+    try:
+        from jax._src import core
+        from jax._src.custom_derivatives import linear_call_p
+        from jax._src.interpreters import ad
+    except ImportError:  # another JAX layout: their second derivatives are then not available
+        return
+    jax_rule = ad.primitive_jvps[linear_call_p]
+    if getattr(jax_rule, "symgrad", False):
+        return
+
+    def rule(primals, tangents, *, callee, transpose_thunk, num_callee_consts, num_res):
+        params = dict(callee=callee, transpose_thunk=transpose_thunk,
+                      num_callee_consts=num_callee_consts, num_res=num_res)
+        split = num_callee_consts + num_res
+        if all(type(t) is ad.Zero for t in tangents[:split]):
+            return jax_rule(primals, tangents, **params)
+        fixed, linear = list(primals[:split]), list(primals[split:])
+        out, bend = jax.jvp(lambda *r: core.eval_jaxpr(callee.jaxpr, callee.consts, *r, *linear),
+                            tuple(fixed), tuple(ad.instantiate_zeros(t) for t in tangents[:split]))
+        if all(type(t) is ad.Zero for t in tangents[split:]):  # (no +0 added: a -0 stays)
+            return out, bend
+        zeros = [t if type(t) is ad.Zero else ad.Zero(jax.typeof(t)) for t in tangents[:split]]
+        moving = [ad.instantiate_zeros(t) for t in tangents[split:]]
+        _, out_dot = jax_rule(primals, zeros + moving, **params)
+        return out, [a + b for a, b in zip(out_dot, bend)]
+
+    rule.symgrad = True
+    ad.primitive_jvps[linear_call_p] = rule
+
+
+_differentiate_residuals()
+
+
 def _threads(module) -> dict:
     """threads= for the cpu backend's module: 1 in the host callbacks (XLA's CPU runtime has its
     own thread pool), unless its THREADS or $SYMGRAD_NUM_THREADS is set."""
@@ -465,8 +554,11 @@ def op(name: str, ties: str | None = None, convention: str | None = None, nan: s
     spec = OPS.get(name)
     if _native(spec, params):
         try:
-            return wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
-                                 order=order, **params))
+            found = wrap(api.load(name, backend="jax", ties=ties, convention=convention, nan=nan,
+                                  order=order, **params))
+            if found.settings is None:  # (the second derivatives' settings: curvature.py)
+                found.settings = dict(ties=ties, convention=convention, nan=nan, order=order)
+            return found
         except ValueError:
             if spec.strategy.lowering in NATIVE_LOWERINGS:
                 raise
@@ -517,3 +609,33 @@ def expr(text: str, inputs=None, wrt=None, ties: str | None = None, name: str | 
          **kwargs) -> _Native:
     """An expression (symgrad.load_expr's arguments) as a JAX function: the jax backend's module."""
     return wrap(api.load_expr(text, inputs=inputs, wrt=wrt, ties=ties, name=name, backend="jax", **kwargs))
+
+
+# ----------------------------------------------------------------------------- losses (issue 30)
+
+def _loss(name: str, inputs: tuple, margin, reduction, settings: dict):
+    fn = framework_losses.kink(op, name, margin, settings)
+    return framework_losses.loss(name, fn, jnp, inputs, reduction)
+
+
+def l1_loss(input, target, *, reduction="mean", ties=None, convention=None, nan=None):
+    """PyTorch's F.l1_loss as a JAX function: jnp.mean of symgrad's |input - target|
+    (framework_losses.py)."""
+    return _loss("l1_loss", (input, target), None, reduction, dict(ties=ties, convention=convention, nan=nan))
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, *, reduction="mean", ties=None,
+                        convention=None, nan=None):
+    """PyTorch's F.margin_ranking_loss as a JAX function (framework_losses.py)."""
+    return _loss("margin_ranking_loss", (input1, input2, target), margin, reduction,
+                 dict(ties=ties, convention=convention, nan=nan))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, *, reduction="mean", ties=None, convention=None,
+                         nan=None):
+    """PyTorch's F.hinge_embedding_loss as a JAX function (framework_losses.py)."""
+    return _loss("hinge_embedding_loss", (input, target), margin, reduction,
+                 dict(ties=ties, convention=convention, nan=nan))
+
+
+__all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss"]

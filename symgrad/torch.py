@@ -15,8 +15,10 @@ Autograd is registered on ``forward`` (its derivative is ``backward``) and on ``
 operator is linear in grad_output with the transpose ``jvp``, and for piecewise-linear modules
 (``PIECEWISE_LINEAR``: every op but logsumexp and expressions with smooth non-linear parts) its
 derivative with respect to the inputs is zero almost everywhere, so double backward is exact;
-for logsumexp that derivative is composed of the module's own backward and jvp
-(``SymgradOp._second_order``).  For expressions with smooth non-linear parts double backward
+for the ops smooth between their kinks (hardswish, elu, celu) it is v * g * f''(x)
+(``symgrad.curvature``: PyTorch's own formulas under convention='torch', JAX's under 'jax', each
+region's second derivative weighted by the tie policy otherwise); for logsumexp that derivative is composed of the module's own backward
+and jvp (``SymgradOp._second_order``).  For expressions with smooth non-linear parts double backward
 raises a clear error.
 
 Every operator has a fake (meta) implementation with the real output shapes, dtypes and strides
@@ -74,7 +76,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.torch needs PyTorch, which is not installed; install it with "
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
-from . import api, bridge
+from . import api, bridge, curvature, framework_losses
 from .backends.cpu import framework_threads
 from .ops import OPS
 from .suggest import unexpected
@@ -143,6 +145,7 @@ class SymgradOp:
         self.inputs = tuple(module.INPUTS)
         self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
         self._recipe = None  # ("op" | "expr", args, kwargs): how op()/expr() made it, for pickle
+        self._curve = None  # curvature.second_derivative, made on first use (hardswish, elu, celu)
         self._layouts = bridge.Layouts(module)  # CPU tensors: the NumPy module's saved state
         self._cuda = None  # CUDA tensors: (the CUDA module, its layouts), on first use
         self._integers = bridge.integer_inputs(module)
@@ -343,16 +346,19 @@ class SymgradOp:
         tangents = [v if v is not None else torch.zeros_like(tensors[k])
                     for v, k in zip(grads, self._differentiable)]
         in_inputs = self._second_order(lambda h: backward(h, tensors, out, arrays),
-                                       lambda vs: jvp(vs, tensors, out, arrays), g, tangents, len(tensors))
+                                       lambda vs: jvp(vs, tensors, out, arrays), g, tangents, tensors)
         return jvp(tangents, tensors, out, arrays), in_inputs
 
-    def _second_order(self, backward, jvp, g, tangents: list, n_inputs: int) -> list:
+    def _second_order(self, backward, jvp, g, tangents: list, tensors: list) -> list:
         """The derivative of <backward(g), tangents> in the inputs, from the module's own backward
         and jvp (applied by ``backward(h)`` and ``jvp(vs)``).  Piecewise-linear modules: 0 almost
-        everywhere.  logsumexp (y = t log sum exp(x / t); backward g * s, s = softmax(x / t), jvp
-        sum(s * v)): (backward(g) * v - backward(g * jvp(v))) / t.  Others: refused."""
+        everywhere.  The smooth elementwise ops (hardswish, elu, celu): _curvature.  logsumexp
+        (y = t log sum exp(x / t); backward g * s, s = softmax(x / t), jvp sum(s * v)):
+        (backward(g) * v - backward(g * jvp(v))) / t.  Others: refused."""
         if self.module.PIECEWISE_LINEAR:
-            return [None] * n_inputs
+            return [None] * len(tensors)
+        if self.op in curvature.SMOOTH and self._recipe is not None and self.torch_module is not None:
+            return self._curvature(g, tangents, tensors)
         if self.op != "logsumexp" or "expr" in self.params:
             raise NotImplementedError(
                 f"{self.op}: double backward is supported for piecewise-linear ops and logsumexp "
@@ -361,6 +367,21 @@ class SymgradOp:
         (a,) = backward(g)
         (b,) = backward(g * jvp([v]))
         return [(a * v - b) / self.params["temperature"]]
+
+    def _curvature(self, g, tangents: list, tensors: list) -> list:
+        """The derivative of <backward(g), tangents> in the input of an op smooth between its
+        kinks (hardswish, elu, celu): v * g * f''(x), curvature.py's torch code (PyTorch's own
+        formulas under convention='torch'), differentiable again where create_graph is set."""
+        (x,), (v,) = tensors, tangents
+        return [self._second_derivative()(x, v, g)]
+
+    def _second_derivative(self):
+        """curvature.second_derivative for this op (made once)."""
+        if self._curve is None:
+            maker, (name,), kwargs = self._recipe
+            settings = {k: kwargs.get(k) for k in ("ties", "convention", "nan", "order")}
+            self._curve = curvature.second_derivative(name, self.params, settings, self.torch_module, "torch")
+        return self._curve
 
     def _forward(self, tensors: list):
         return self._ops[0](tensors)
@@ -889,3 +910,75 @@ class RoIPool(_Module):
 
 
 __all__.append("RoIPool")
+
+
+# ----------------------------------------------------------------------------- losses (issue 30)
+
+def _loss(name: str, inputs: tuple, margin, reduction, settings: dict):
+    fn = framework_losses.kink(op, name, margin, settings)
+    return framework_losses.loss(name, fn, torch, inputs, reduction)
+
+
+def l1_loss(input, target, *, reduction="mean", ties=None, convention=None, nan=None):
+    """F.l1_loss(input, target, reduction=...) through symgrad's l1_loss (framework_losses.py);
+    under torch.compile use L1Loss (its op is made in the constructor)."""
+    return _loss("l1_loss", (input, target), None, reduction, _settings(ties, convention, nan, None))
+
+
+def margin_ranking_loss(input1, input2, target, margin=0.0, *, reduction="mean", ties=None,
+                        convention=None, nan=None):
+    """F.margin_ranking_loss(input1, input2, target, margin, reduction=...) (framework_losses.py)."""
+    return _loss("margin_ranking_loss", (input1, input2, target), margin, reduction,
+                 _settings(ties, convention, nan, None))
+
+
+def hinge_embedding_loss(input, target, margin=1.0, *, reduction="mean", ties=None, convention=None,
+                         nan=None):
+    """F.hinge_embedding_loss(input, target, margin, reduction=...) (framework_losses.py)."""
+    return _loss("hinge_embedding_loss", (input, target), margin, reduction, _settings(ties, convention, nan, None))
+
+
+class _Loss(_Module):
+    """torch.nn's loss modules (the op made here, eagerly: torch.compile traces forward)."""
+    _name = ""
+
+    def __init__(self, margin, size_average, reduce, reduction, settings):
+        super().__init__()
+        _no(size_average is not None or reduce is not None, "size_average/reduce (deprecated)", type(self).__name__)
+        framework_losses.losses.check_reduction(self._name, reduction)
+        self.margin, self.reduction = margin, reduction
+        self.fn = framework_losses.kink(op, self._name, margin, settings)
+
+    def forward(self, *inputs):
+        return framework_losses.loss(self._name, self.fn, torch, inputs, self.reduction)
+
+    def extra_repr(self) -> str:
+        return (f"margin={self.margin}, " if self.margin is not None else "") + \
+            f"reduction={self.reduction!r}, ties={self.fn.ties!r}"
+
+
+class L1Loss(_Loss):
+    _name = "l1_loss"
+
+    def __init__(self, size_average=None, reduce=None, reduction="mean", *, ties=None, convention=None, nan=None):
+        super().__init__(None, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+class MarginRankingLoss(_Loss):
+    _name = "margin_ranking_loss"
+
+    def __init__(self, margin=0.0, size_average=None, reduce=None, reduction="mean", *, ties=None,
+                 convention=None, nan=None):
+        super().__init__(margin, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+class HingeEmbeddingLoss(_Loss):
+    _name = "hinge_embedding_loss"
+
+    def __init__(self, margin=1.0, size_average=None, reduce=None, reduction="mean", *, ties=None,
+                 convention=None, nan=None):
+        super().__init__(margin, size_average, reduce, reduction, _settings(ties, convention, nan, None))
+
+
+__all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss", "L1Loss", "MarginRankingLoss",
+            "HingeEmbeddingLoss"]
