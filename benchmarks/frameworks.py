@@ -21,8 +21,9 @@ of --ties (a policy, or a preset: torch, jax), in
 Every time is the median of --rounds interleaved rounds (each round runs every contender once, in an
 order shuffled afresh each round) after --warmup rounds, all in this one process, on one thread for
 both frameworks by default (--threads: torch.set_num_threads and XLA's CPU flags, set before JAX
-starts).  The ratio is symgrad's step over the native step of the same framework and mode.  Prints
-a table and asserts nothing; which path each symgrad op took (the framework backend's generated
+starts), on the wall clock or (--clock cpu) in process CPU time (fairer on a loaded machine).
+The ratio is symgrad's step over the native step of the same framework and mode.  Prints a table
+and asserts nothing; which path each symgrad op took (the framework backend's generated
 code, or a compiled C kernel / host callback) is printed beside it.
 """
 
@@ -61,6 +62,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall: time.perf_counter; cpu: process CPU time (time.process_time), the fairer "
+                         "figure on a loaded machine with --threads 1")
     args = ap.parse_args()
     for name, allowed, given in (("--model", MODELS, args.model), ("--only", MODES, args.only)):
         wrong = [v for v in given.split(",") if v not in allowed]
@@ -216,7 +220,7 @@ def _jax_paths(*ops) -> str:
 
 # ----------------------------------------------------------------------------- timing
 
-def _time(steps: dict, rounds: int, warmup: int) -> dict:
+def _time(steps: dict, rounds: int, warmup: int, clock=time.perf_counter) -> dict:
     for step in steps.values():  # compile and warm up
         for _ in range(warmup):
             step()
@@ -226,9 +230,9 @@ def _time(steps: dict, rounds: int, warmup: int) -> dict:
     for _ in range(rounds):
         shuffle.shuffle(order)
         for key in order:
-            t0 = time.perf_counter()
+            t0 = clock()
             steps[key]()
-            samples[key].append(time.perf_counter() - t0)
+            samples[key].append(clock() - t0)
     return {key: statistics.median(s) for key, s in samples.items()}
 
 
@@ -248,7 +252,7 @@ def main() -> int:
     if torch is not None:
         torch.set_num_threads(args.threads)
     print(f"one training step, batch {args.batch}, float32, CPU, {args.threads} thread(s); median of "
-          f"{args.rounds} interleaved rounds after {args.warmup} warm-up rounds")
+          f"{args.rounds} interleaved rounds after {args.warmup} warm-up rounds, {args.clock} clock")
     for model in args.model.split(","):
         steps, paths = {}, {}
         if modes & {"torch-eager", "torch-compile"}:
@@ -256,7 +260,8 @@ def main() -> int:
         if "jax-jit" in modes:
             jax_steps, paths = _jax_steps(model, ties, args.batch)
             steps.update(jax_steps)
-        medians = _time(steps, args.rounds, args.warmup)
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
+        medians = _time(steps, args.rounds, args.warmup, clock)
         print(f"\nmodel {model} (input {'x'.join(map(str, MODELS[model][0]))})")
         print(f"  {'mode':14s} {'ops':16s} {'ms/step':>9s} {'x native':>9s}  path")
         for (mode, kind), m in sorted(medians.items(), key=lambda kv: (MODES.index(kv[0][0]), kv[0][1] != "native", kv[0][1])):

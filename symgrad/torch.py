@@ -94,7 +94,7 @@ _LIBRARY = "symgrad"
 
 def _signature(tensors) -> tuple:
     """The inputs' (shape, NumPy dtype): the key of a bridge.Layout."""
-    return tuple((tuple(int(n) for n in t.shape), _numpy_dtype(t.dtype)) for t in tensors)
+    return tuple((tuple(map(int, t.shape)), _numpy_dtype(t.dtype)) for t in tensors)
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -234,7 +234,12 @@ class SymgradOp:
         return self._backend(tensors)[1].get(_signature(tensors))
 
     def _forward_impl(self, tensors: list) -> list:
-        module, layouts, to_array, from_array = self._backend(tensors)
+        return self._forward_with_layout(tensors, self._backend(tensors))[0]
+
+    def _forward_with_layout(self, tensors: list, found: tuple) -> tuple[list, bridge.Layout]:
+        """(the forward operator's tensors, the layout of this call's saved state), on
+        ``found = self._backend(tensors)`` (eager autograd keeps both for its backward)."""
+        module, layouts, to_array, from_array = found
         arrays = [to_array(t) for t in tensors]
         output, saved = module.forward(*arrays, **_threads(module))
         layout, extra = bridge.split(arrays, output, saved)
@@ -244,19 +249,20 @@ class SymgradOp:
         out = from_array(bridge.first(output))
         if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
             out = out.clone()  # an operator's output never aliases its input
-        return [out] + [from_array(a) for a in extra]
+        return [out] + [from_array(a) for a in extra], layout
 
-    def _saved(self, inputs, output, arrays):
-        """(module, from_array, its Saved value) for the operators' tensors."""
-        module, layouts, to_array, from_array = self._backend(inputs)
-        layout = layouts.get(_signature(inputs))
+    def _saved(self, inputs, output, arrays, found=None, layout=None):
+        """(module, from_array, its Saved value) for the operators' tensors (found, layout: what
+        the forward used, where the caller kept them; else looked up again)."""
+        module, layouts, to_array, from_array = found or self._backend(inputs)
+        layout = layout or layouts.get(_signature(inputs))
         used = layout.used  # only the tensors the saved state holds become arrays
         saved = bridge.join(module, layout, [to_array(t) if k in used.inputs else None for k, t in enumerate(inputs)],
                             to_array(output) if used.output else None, [to_array(a) for a in arrays])
         return module, to_array, from_array, saved
 
-    def _backward_impl(self, grad_output, inputs: list, output, arrays: list) -> list:
-        module, to_array, from_array, saved = self._saved(inputs, output, arrays)
+    def _backward_impl(self, grad_output, inputs: list, output, arrays: list, found=None, layout=None) -> list:
+        module, to_array, from_array, saved = self._saved(inputs, output, arrays, found, layout)
         grads = module.backward(to_array(grad_output.contiguous()), saved, **_threads(module))
         return [from_array(g) for g in grads if g is not None]
 
@@ -399,7 +405,8 @@ class _Forward(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, op: SymgradOp, *tensors):
-        out, *arrays = op._forward_impl(list(tensors))
+        ctx.found = op._backend(tensors)  # backward runs the same module on the same layout
+        (out, *arrays), ctx.layout = op._forward_with_layout(list(tensors), ctx.found)
         ctx.op, ctx.n_inputs = op, len(tensors)
         ctx.save_for_backward(*tensors, out, *arrays)
         returned = op._returned([out, *arrays], tensors)
@@ -414,7 +421,8 @@ class _Forward(torch.autograd.Function):
         def backward(g, tensors, out, arrays):
             return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
         # without create_graph nothing differentiates the backward: its implementation directly
-        backward = backward if torch.is_grad_enabled() else op._backward_impl
+        backward = backward if torch.is_grad_enabled() else \
+            functools.partial(op._backward_impl, found=ctx.found, layout=ctx.layout)
         return (None, *op._input_grads(backward, grad_output, *_unpack(ctx.saved_tensors, ctx.n_inputs)))
 
 

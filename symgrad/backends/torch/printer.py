@@ -153,7 +153,10 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
         return f"~{self._print(expr.args[0])}"
 
     def _print_IsNan(self, expr):
-        return f"torch.isnan({bare(self._print(expr.args[0]))})"
+        """A name as (v != v), which Inductor vectorizes on the CPU (its torch.isnan is a scalar
+        loop); anything else through torch.isnan (so it is computed once)."""
+        arg = bare(self._print(expr.args[0]))
+        return f"({arg} != {arg})" if arg.isidentifier() else f"torch.isnan({arg})"
 
     def _print_SignBit(self, expr):
         return f"torch.signbit({bare(self._print(expr.args[0]))})"
