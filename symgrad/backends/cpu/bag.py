@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .printer import c_code
-from .segment import _rounds_apart_in_float16
+from ..cfamily.segment import rounds_apart_in_float16
 
 if TYPE_CHECKING:
     from ...lower import Artifacts
@@ -78,5 +78,5 @@ def bag_context(art: Artifacts, base: dict, selection: tuple, dtypes: list[dict]
         "forward_params": ", ".join(inputs), "jvp_params": ", ".join(f"tangent_{n}" for n in inputs),
         "grads": ", ".join("grad" if n == floating else "None" for n in inputs),
         "grads_doc": ", ".join(f"grad_{n}" if n == floating else "None" for n in inputs),
-        "forward_doc": bag.forward_doc, "float16_refused": repr(_rounds_apart_in_float16(kernel)),
+        "forward_doc": bag.forward_doc, "float16_refused": repr(rounds_apart_in_float16(kernel)),
     }
