@@ -251,6 +251,9 @@ def test_worked_example_is_what_the_module_returns(op, stem):
                 env = {t: sp.Float(float(ex[m].ravel()[i])) for t, m in zip(d.inputs, names)}
                 env.update({u: _sympy_value(f, env) for u, f in inner.items()})
                 want = float(_sympy_value(d.partials[s], env)) * ex["grad_output"].ravel()[i]
+                if d.partials[s].has(sp.exp):  # (elu: NumPy's exp against the exact value, rounded)
+                    assert ex[f"grad_{n}"].ravel()[i] == pytest.approx(want, rel=4 * 2.0 ** -52), (stem, n, i)
+                    continue
                 assert ex[f"grad_{n}"].ravel()[i] == want, (stem, n, i)
     W = _w_matrix(md)
     if W is not None:
