@@ -619,7 +619,7 @@ def _loss(name: str, inputs: tuple, margin, reduction, settings: dict):
 
 
 def l1_loss(input, target, *, reduction="mean", ties=None, convention=None, nan=None):
-    """PyTorch's F.l1_loss as a JAX function: jnp.mean of symgrad's |input - target|
+    """PyTorch's F.l1_loss as a JAX function: jnp.mean of symgrad's ``abs(input - target)``
     (framework_losses.py)."""
     return _loss("l1_loss", (input, target), None, reduction, dict(ties=ties, convention=convention, nan=nan))
 
