@@ -42,6 +42,10 @@ class LatexPrinter(SympyLatexPrinter):
     def _print_Float(self, expr):
         return repr(float(expr))
 
+    def _print_expm1(self, expr):
+        """e^x - 1 as a reader writes it (SymPy's ``\\operatorname{expm}_{1}`` reads as a subscript)."""
+        return rf"\left(e^{{{self._print(expr.args[0])}}} - 1\right)"
+
 
 def text(expr: sp.Basic) -> str:
     return TextPrinter().doprint(expr)

@@ -105,7 +105,9 @@ def test_new_files_get_the_usual_permissions_and_replaced_files_keep_theirs(tmp_
 # A `symgrad generate --catalog` that stops after `n` files: each fsync (one per file written)
 # reports on stdout and waits a little, so the test can kill it in the middle of the writes.
 SLOW_GENERATE = textwrap.dedent("""
-    import os, sys, time
+    import os, signal, sys, time
+    # Ctrl-C's handler, even where SIGINT came in ignored (a job started with & in a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from symgrad import cli, files
     real = os.fsync
     def slow_fsync(fd):
