@@ -147,14 +147,20 @@ def _window_context(art: "Artifacts") -> dict:
             **form}
 
 
+def _rows_context(art: "Artifacts", docstring, kind_context: dict) -> dict:
+    """The context an order statistic's or logsumexp's module shares (its docstring by docstring),
+    over its kind's own (kind_context)."""
+    op = art.op
+    return {**preamble_context(header(op, "torch"), None, ()),
+            "docstring": docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
+            "params": repr(op.params), "piecewise_linear": art.piecewise_linear,
+            "missing_torch": repr(f"{op.name}: {MISSING_TORCH}"), **kind_context}
+
+
 def _order_context(art: "Artifacts") -> dict:
     """The template context of an order statistic's module (order.py)."""
     from .order import order_context
-    op = art.op
-    return {**preamble_context(header(op, "torch"), None, ()),
-            "docstring": order_docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
-            "params": repr(op.params), "piecewise_linear": art.piecewise_linear,
-            "missing_torch": repr(f"{op.name}: {MISSING_TORCH}"), **order_context(op, art.kernel)}
+    return _rows_context(art, order_docstring, order_context(art.op, art.kernel))
 
 
 def _unpool_context(art: "Artifacts") -> dict:
@@ -167,11 +173,7 @@ def _unpool_context(art: "Artifacts") -> dict:
 def _logsumexp_context(art: "Artifacts") -> dict:
     """The template context of logsumexp's module (logsumexp.py)."""
     from .logsumexp import logsumexp_context
-    op = art.op
-    return {**preamble_context(header(op, "torch"), None, ()),
-            "docstring": special_docstring(op, art.derivation, art.kernel), "op": op.name, "ties": op.ties,
-            "params": repr(op.params), "piecewise_linear": art.piecewise_linear,
-            "missing_torch": repr(f"{op.name}: {MISSING_TORCH}"), **logsumexp_context(op, art.kernel)}
+    return _rows_context(art, special_docstring, logsumexp_context(art.op, art.kernel))
 
 
 def _kernel(name: str, doc: str, intermediates: list, output: str = "", grads: list = (),
