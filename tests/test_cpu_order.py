@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 import symgrad
+from order_cases import every_case
 
 POOL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan, 0.5])
 GRADS = np.array([0.0, -0.0, 1.0, -2.0, 0.5, 3.0, -0.25, 1e-3, np.inf])
 DTYPES = (np.float16, np.float32, np.float64)
-POLICIES = ("first", "last", "split", "all")
 # (op, params, input shape): rows short enough for the insertion (k <= 32) and long enough for
 # the merge sort, the ranked dim first and last
 SHAPES = ((4, 9), (3, 70))
@@ -65,37 +65,8 @@ def test_cpu_equals_the_numpy_module_bit_for_bit(name, params):
     assert_same_module(name, params)
 
 
-def _every_case():
-    for ties in POLICIES:
-        yield "sort", {"ties": ties}
-        yield "sort", {"ties": ties, "descending": True, "dim": 0}
-        yield "topk", {"ties": ties, "k": 3}
-        yield "topk", {"ties": ties, "k": 40, "largest": False, "dim": 0}
-        yield "cummax", {"ties": ties, "dim": 1}
-        yield "cummin", {"ties": ties, "dim": 0}
-    for ties in ("split", "all"):
-        yield "cummax", {"ties": ties, "dim": 1, "nan": "zero"}
-    for ties in POLICIES:  # one rank of each row (kinds/median.py)
-        yield "kthvalue", {"ties": ties, "k": 2, "dim": 1}
-        yield "median", {"ties": ties, "dim": 0}
-        yield "median", {"ties": ties, "dim": None, "nan": "propagate"}
-        yield "nanmedian", {"ties": ties, "dim": 1, "keepdim": True}
-        yield "nanmedian", {"ties": ties, "dim": None, "nan": "omit_zero"}
-    yield "nanmedian", {"dim": 0, "ties": "split", "convention": "jax"}  # JAX's two middle ranks, blocks
-    for convention in ("torch", "jax"):
-        yield "kthvalue", {"k": 3, "dim": 1, "convention": convention}
-        for name in ("median", "nanmedian"):
-            yield name, {"dim": -1, "convention": convention}
-            yield name, {"dim": None, "convention": convention}
-    yield "cummax", {"dim": -1, "convention": "torch"}  # the benchmark's
-    for convention in ("torch", "jax"):
-        for name, params in (("sort", {}), ("sort", {"descending": True}), ("topk", {"k": 2}),
-                             ("topk", {"k": 2, "largest": False}), ("cummax", {"dim": 1}), ("cummin", {"dim": 1})):
-            yield name, params | {"convention": convention}
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("name,params", [c for c in _every_case()], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("name,params", list(every_case()), ids=lambda v: v if isinstance(v, str) else "")
 def test_every_policy_and_preset_equals_the_numpy_module(name, params):
     shapes = ((70, 3), (45, 2, 2)) if params.get("k") == 40 else SHAPES + ((2, 3, 33), (40, 5))
     if name != "topk" and params.get("dim", 0) in (0, -1):

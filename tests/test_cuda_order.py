@@ -22,7 +22,8 @@ import pytest
 import cuda_harness as harness
 import symgrad
 from conftest import slow_run
-from cuda_harness.order import assert_same_module, bits, every_case, shapes_of
+from cuda_harness.order import assert_same_module, bits, shapes_of
+from order_cases import every_case
 from symgrad import backends
 from symgrad.ops import resolve
 from symgrad.pipeline import render

@@ -12,7 +12,6 @@ import symgrad
 POOL = np.array([0.0, -0.0, 1.0, -1.0, 2.0, np.inf, -np.inf, np.nan, 0.5])
 GRADS = np.array([0.0, -0.0, 1.0, -2.0, 0.5, 3.0, -0.25, 1e-3, np.inf])
 DTYPES = (np.float16, np.float32, np.float64)
-POLICIES = ("first", "last", "split", "all")
 # rows short enough for topk's insertion (k <= 32) and long enough for the merge sort and the
 # quickselect's partitions, the ranked dim first and last
 SHAPES = ((4, 9), (3, 70))
@@ -62,36 +61,6 @@ def assert_same_module(name: str, params: dict, shapes=SHAPES, dtypes=DTYPES, se
                 f"{what}: backward"
             t = np.asarray(rng.choice(GRADS, size=shape)).astype(dtype)
             assert bits(host(got_m.jvp(device(t), got_saved))) == bits(want_m.jvp(t, want_saved)), f"{what}: jvp"
-
-
-def every_case():
-    for ties in POLICIES:
-        yield "sort", {"ties": ties}
-        yield "sort", {"ties": ties, "descending": True, "dim": 0}
-        yield "topk", {"ties": ties, "k": 3}
-        yield "topk", {"ties": ties, "k": 40, "largest": False, "dim": 0}
-        yield "cummax", {"ties": ties, "dim": 1}
-        yield "cummin", {"ties": ties, "dim": 0}
-    for ties in ("split", "all"):
-        yield "cummax", {"ties": ties, "dim": 1, "nan": "zero"}
-    for ties in POLICIES:  # one rank of each row (kinds/median.py)
-        yield "kthvalue", {"ties": ties, "k": 2, "dim": 1}
-        yield "median", {"ties": ties, "dim": 0}
-        yield "median", {"ties": ties, "dim": None, "nan": "propagate"}
-        yield "nanmedian", {"ties": ties, "dim": 1, "keepdim": True}
-        yield "nanmedian", {"ties": ties, "dim": None, "nan": "omit_zero"}
-    yield "nanmedian", {"dim": 0, "ties": "split", "convention": "jax"}  # JAX's two middle ranks, blocks
-    for convention in ("torch", "jax"):
-        yield "kthvalue", {"k": 3, "dim": 1, "convention": convention}
-        for name in ("median", "nanmedian"):
-            yield name, {"dim": -1, "convention": convention}
-            yield name, {"dim": None, "convention": convention}
-            yield name, {"dim": 0, "keepdim": True, "convention": convention}
-        for name, params in (("sort", {}), ("sort", {"descending": True}), ("topk", {"k": 2}),
-                             ("topk", {"k": 2, "largest": False}), ("cummax", {"dim": 1}), ("cummin", {"dim": 1})):
-            yield name, params | {"convention": convention}
-
-
 
 
 def shapes_of(name: str, params: dict) -> tuple:
