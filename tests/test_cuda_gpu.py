@@ -8,7 +8,7 @@
   with integer gradients so that sums are exact whatever their order; the bfloat16 kernels
   against PyTorch's bfloat16 pooling;
 * the GPU kernels of the CuPy loader take and return device arrays (no host round trip);
-* the order statistics (tests/cuda_harness/order.py's cases) against the NumPy module.
+* the order statistics (tests/order_cases.py's cases) against the NumPy module.
 
 Run them with `python -m pytest -m gpu` on a machine with a GPU and `pip install ".[cuda]" from the checkout`.
 """
@@ -21,7 +21,8 @@ import pytest
 import symgrad
 from conftest import POLICIES, case_id
 from cuda_harness.check import CONVENTIONS, cases, every_comparison, nan_cases, to_device
-from cuda_harness.order import assert_same_module, every_case as every_order_case, shapes_of as order_shapes
+from cuda_harness.order import assert_same_module, shapes_of as order_shapes
+from order_cases import every_case as every_order_case
 
 pytestmark = pytest.mark.gpu
 
