@@ -966,6 +966,8 @@ def _adaptive_loop_strings(spatial: int) -> dict:
         "lengths": "".join(f", l{a}" for a in axes), "outs": "".join(f", o{a}" for a in axes),
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         "box_sizes": ", ".join(f"k{a}" for a in axes),
+        # scatter-form backward's table of the window box: its cells, the innermost loop's indent
+        "box_cells": " * ".join(f"k{a}" for a in axes), "box_cell_indent": "  " * spatial,
         # the window's and the holders' loop bodies are indented by one level an axis
         "oi": "    ", "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
         "si": "    " + "  " * spatial,  # scatter-form backward: a plane's output's body
