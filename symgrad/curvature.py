@@ -1,5 +1,6 @@
 """Second derivatives of the ops smooth between their kinks (hardswish, elu, celu): double backward
-in symgrad.torch and symgrad.jax.
+in symgrad.torch (its eager path and, through smooth_backward, the torch backend path: off the CPU
+and the autograd.Function torch.compile traces) and symgrad.jax.
 
 Their backward is g * f'(x), so the derivative of <backward(g), v> in x is v * g * f''(x),
 written here per region and selected on values (never a gradient through an unselected branch,
@@ -122,3 +123,36 @@ def _weights(xp, backend: str, settings: dict, op: str | None = None, expr: str 
     def weight(x):
         return node.backward(xp.ones_like(x), node.forward(x)[1])
     return weight
+
+
+def smooth_backward(name: str, second):
+    """For op ``name`` in SMOOTH: make(module) -> fn(grad_output, saved) -> (grad_x,), the torch
+    backend ``module``'s backward as an autograd.Function whose own derivative is (the module's
+    jvp in grad_output, ``second()(x, v, g)`` in x: second_derivative's, made on first use), as
+    symgrad.torch's eager path differentiates it; autograd differentiating the generated code
+    instead gives NaN where exp overflows off its piece (0 * inf) and its own value at the kinks.
+    None for the other ops."""
+    if name not in SMOOTH:
+        return None
+
+    def make(module):
+        import torch
+
+        class SmoothBackward(torch.autograd.Function):
+            @staticmethod
+            def forward(g, x, rest):
+                return module.backward(g, module.Saved(x, *rest))[0]
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                g, x, ctx.rest = inputs
+                ctx.save_for_backward(g, x)
+
+            @staticmethod
+            def backward(ctx, v):
+                g, x = ctx.saved_tensors
+                return module.jvp(v, module.Saved(x, *ctx.rest)), second()(x, v, g), None
+
+        SmoothBackward.__name__ = SmoothBackward.__qualname__ = f"symgrad_{module.OP}_backward"
+        return lambda g, saved: (SmoothBackward.apply(g, saved[0], tuple(saved[1:])),)
+    return make

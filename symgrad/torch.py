@@ -136,7 +136,7 @@ class SymgradOp:
         # the torch backend's module (elementwise ops and expressions): run inside an
         # autograd.Function under torch.compile and on devices other than the CPU (None: none)
         self.torch_module = torch_module
-        self._native = _native_function(torch_module) if torch_module is not None else None
+        self._native = _native_function(torch_module, self._smooth()) if torch_module is not None else None
         # order statistics ((values, indices) outputs): the torch backend's module on every device
         self._native_only = getattr(OPS.get(module.OP), "kind", None) == "ranking"
         self._cpu_loader = cpu_loader  # () -> the cpu backend's module (None: the NumPy module only)
@@ -381,6 +381,11 @@ class SymgradOp:
         (x,), (v,) = tensors, tangents
         return [self._second_derivative()(x, v, g)]
 
+    def _smooth(self):
+        """The ops smooth between their kinks: the torch module's backward as an autograd.Function
+        whose derivative is curvature.py's (None for the others: autograd differentiates it)."""
+        return curvature.smooth_backward(self.module.OP, self._second_derivative)
+
     def _second_derivative(self):
         """curvature.second_derivative for this op (made once)."""
         if self._curve is None:
@@ -460,13 +465,17 @@ NATIVE_UNDER_COMPILE = _release(torch.__version__) >= (2, 13)
 _KEPT = "<a tensor kept by save_for_backward>"  # ctx.rest's mark of such a Saved field (a None field stays None)
 
 
-def _native_function(module) -> tuple[type, type]:
+def _native_function(module, smooth=None) -> tuple[type, type]:
     """Two autograd.Functions running the torch backend's ``module``: forward saves the tensors
     of the module's Saved (and keeps its other fields), backward calls the module's backward
     (plain torch code, which autograd differentiates again: double backward).  The first also has
     the module's jvp (forward-mode AD), for eager calls; the second has none, for torch.compile
-    (Dynamo does not trace an autograd.Function with a custom jvp, and traces through the rest)."""
+    (Dynamo does not trace an autograd.Function with a custom jvp, and traces through the rest).
+    ``smooth`` (curvature.smooth_backward's, for the ops smooth between their kinks) makes their
+    backward an autograd.Function with curvature.py's derivative (double backward as the eager
+    path's, no NaN where exp overflows off its piece)."""
     wrt = tuple(module.WRT)
+    twice = smooth(module) if smooth is not None else None
 
     def saved_of(ctx):
         tensors = iter(ctx.saved_tensors)
@@ -490,6 +499,8 @@ def _native_function(module) -> tuple[type, type]:
 
         @staticmethod
         def backward(ctx, grad_output, *_):  # (an order statistic's indices: no gradient)
+            if twice is not None:  # (hardswish, elu, celu: curvature.smooth_backward)
+                return twice(grad_output, saved_of(ctx))
             return module.backward(grad_output, saved_of(ctx))
 
     class Eager(Traced):
@@ -566,7 +577,7 @@ def _wrap(module, cuda_loader, cpu_loader=None, torch_loader=None) -> SymgradOp:
                 found._cpu.clear()
             if found.torch_module is None and torch_loader is not None:
                 found.torch_module = _torch_module(torch_loader)
-                found._native = _native_function(found.torch_module) if found.torch_module else None
+                found._native = _native_function(found.torch_module, found._smooth()) if found.torch_module else None
     return found
 
 

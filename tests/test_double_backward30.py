@@ -104,6 +104,21 @@ def test_torch_preset_equals_pytorchs_double_backward(case, dtype):
         _check(got, want, ~_smooth(op, x), ULPS[dtype], f"{op} {np.dtype(dtype).name} strided={strided}")
 
 
+@pytest.mark.parametrize("case,dtype", _grid(("celu", np.float32)))
+def test_the_torch_backend_path_equals_pytorchs_double_backward(case, dtype):
+    """The torch backend's autograd.Functions (off the CPU eagerly, and the one torch.compile
+    traces; called here on CPU tensors): their backward's derivative is curvature.py's, as the
+    eager path's, not autograd's of the generated code (NaN where exp overflows off its piece,
+    the exp piece's value at +-0)."""
+    op, params, theirs, _ = case
+    x, g, v = _points(dtype)
+    fn = st.op(op, convention="torch", **params)
+    want = _torch_dd(theirs, x, g, v, strided=True)
+    for k in (0, 1):  # (the eager form, with forward-mode AD; the traced form)
+        got = _torch_dd(fn._native[k].apply, x, g, v)
+        _check(got, want, ~_smooth(op, x), ULPS[dtype], f"{op} {np.dtype(dtype).name} native {k}")
+
+
 @pytest.mark.parametrize("case,dtype", _grid(None))
 def test_jax_preset_equals_jaxs_grad_of_grad(case, dtype):
     op, params, _, theirs = case
@@ -159,7 +174,9 @@ def test_every_policy_follows_sympy_and_the_definition(op, ties):
     x = np.array([-7.0, -3.0, -2.0, -0.5, -0.0, 0.0, 0.7, 3.0, 4.0, 800.0])
     ones = np.ones_like(x)
     want = np.array([_second(op, a, ties) for a in x])
-    got_t = _torch_dd(st.op(op, ties=ties, **params), x, ones, ones)
+    fn = st.op(op, ties=ties, **params)
+    got_t = _torch_dd(fn, x, ones, ones)
+    np.testing.assert_array_equal(_torch_dd(fn._native[1].apply, x, ones, ones), got_t)  # the torch backend path
     got_j = _jax_dd(sj.op(op, ties=ties, **params), x, ones, ones)
     np.testing.assert_allclose(got_t, want, rtol=1e-14, atol=0, err_msg=f"torch {op} {ties}")
     np.testing.assert_allclose(got_j, want, rtol=1e-14, atol=0, err_msg=f"jax {op} {ties}")
