@@ -755,6 +755,21 @@ def _row_lanes(kernel: WindowKernel) -> dict:
     return {"lane_helpers": helpers, "row_lanes": rows}
 
 
+def _column_counts(kernel: WindowKernel) -> dict:
+    """The column kernels' counting of each column's hits, where the weight shares a window's
+    gradient among its hits (Selection.counts), as finished C lines per data type, and the count
+    argument of sg_weight."""
+    counts = kernel.selection.counts
+    return {"count_arg": ", count[r]" if counts else "", "counting": {name: [
+        "I found[SG_COLUMNS];  // counted exactly",
+        "for (I r = 0; r < w; ++r) found[r] = 0;",
+        "for (I q = 0; q < Q; ++q)",
+        f"  for (I r = 0; r < w; ++r) found[r] += sg_hit_{acc}(sg_load_{name}(s[q * R + r]), e[r]) ? 1 : 0;",
+        f"{acc} count[SG_COLUMNS];  // as the row kernels convert it, once per column",
+        f"for (I r = 0; r < w; ++r) count[r] = ({acc})found[r];",
+    ] if counts else [] for name, _, acc, *_ in C_DTYPES}}
+
+
 def _reduction_context(art: Artifacts) -> dict:
     """Reductions (amax, amin, max, min): each reduced slice a row of n elements, one thread a row;
     the NumPy module's Saved and checks (its partial's macros), the kernels' saved index widened to
@@ -777,6 +792,9 @@ def _reduction_context(art: Artifacts) -> dict:
         # a fold alone (no winner; a reduction's forward saves no count) runs in SIMD lanes first:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
         **({} if scan else _row_lanes(kernel)),
+        # the mask form's kernels on a block of reduced dims with others after it, as it lies
+        # (select.c.jinja's _select_reduction)
+        "columns": None if scan else _column_counts(kernel),
         "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
         "numpy_partial": f"host/_reduction_{sel.form}.py.jinja",
         **host_partials(kernel),
