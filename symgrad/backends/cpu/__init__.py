@@ -889,6 +889,11 @@ def _unpool_context(art: Artifacts) -> dict:
         "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
         "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
+        # (every writer getting its gradient, no wins saved) forward's one pass: the writers in the
+        # order that writes the one that stays last
+        "writers_order": {"last": "for (I i = 0; i < n; ++i)", "first": "for (I i = n; i-- > 0;)"}[kernel.keep],
+        # the kernels check the indices' range (the loader's _check_state leaves it to them)
+        "indices_range_guard": "not KERNELS_CHECK_RANGE and ",
         "loader_note": _loader_note(art.op, "", "the planes"),
     }
 
@@ -923,6 +928,8 @@ def _adaptive_context(art: Artifacts) -> dict:
         "jvp_sum_doc": "from +0, in the window's row-major order, as the NumPy module adds them",
         "window_order": "row-major order",
         "threads_over": "the elements (backward: the planes)" if scatter else "the elements",
+        # backward's loader checks each winner against its window, except where the scatter does
+        "loader_checks_windows": repr(not scatter),
         "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
         "grad_start": _adaptive_grad_start(kernel, spatial),
         "grad_start_comment": grad_start_comment(kernel.grad_start),
@@ -967,7 +974,9 @@ def _adaptive_loop_strings(spatial: int) -> dict:
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         "box_sizes": ", ".join(f"k{a}" for a in axes),
         # scatter-form backward's table of the window box: its cells, the innermost loop's indent
+        # (the tables: a box's cells, their offsets and coordinates, spatial + 1 of them a cell)
         "box_cells": " * ".join(f"k{a}" for a in axes), "box_cell_indent": "  " * spatial,
+        "box_tables": str(spatial + 1),
         # the window's and the holders' loop bodies are indented by one level an axis
         "oi": "    ", "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
         "si": "    " + "  " * spatial,  # scatter-form backward: a plane's output's body
