@@ -85,7 +85,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.jax needs JAX, which is not installed; install it with "
         "pip install jax==0.10.2 jaxlib==0.10.2 (or pip install \".[jax]\" from symgrad's checkout)") from None
 
-from . import api, bridge, curvature, framework_losses
+from . import api, bridge, curvature, framework_losses, framework_multi_margin
 from .ops import OPS
 from .backends import jax as jax_backend
 from .backends.cpu import framework_threads
@@ -639,3 +639,15 @@ def hinge_embedding_loss(input, target, margin=1.0, *, reduction="mean", ties=No
 
 
 __all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss"]
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, *, reduction="mean", ties=None,
+                      convention=None, nan=None):
+    """PyTorch's F.multi_margin_loss (p=1) as a JAX function: the jnp expression with symgrad's
+    relu for the hinge (framework_multi_margin.py)."""
+    margin, reduction, kink = framework_multi_margin.settings_of(
+        p, margin, reduction, dict(ties=ties, convention=convention, nan=nan))
+    return framework_multi_margin.jax_loss(input, target, margin, weight, reduction, op("relu", **kink))
+
+
+__all__ += ["multi_margin_loss"]

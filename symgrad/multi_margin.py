@@ -82,20 +82,12 @@ class MultiMargin:
 
     def _rows(self, input, target):
         x, y = np.asarray(input), np.asarray(target)
-        if not _float(x.dtype) or x.ndim not in (1, 2) or x.shape[-1] == 0:
-            raise ValueError(f"{OP}: input must be a float array of shape (N, C) or (C,) with C >= 1, "
-                             f"got {x.dtype} with shape {x.shape}")
-        want = x.shape[:1] if x.ndim == 2 else ((), (1,))
-        if y.dtype.kind not in "iu" or (y.shape != want if x.ndim == 2 else y.shape not in want):
-            raise ValueError(f"{OP}: target must be an integer array of the class per row, shape "
-                             f"{x.shape[:1] if x.ndim == 2 else '()'}, got {y.dtype} with shape {y.shape}")
+        check_shapes((_float(x.dtype), x.dtype, x.shape), (y.dtype.kind in "iu", y.dtype, y.shape),
+                     None if self.weight is None else self.weight.shape)
         C = x.shape[-1]
         if y.size and (y.min() < 0 or y.max() >= C):
             raise ValueError(f"{OP}: target out of range: every class must be in [0, {C}), got "
                              f"{y.min() if y.min() < 0 else y.max()}")
-        if self.weight is not None and self.weight.shape != (C,):
-            raise ValueError(f"{OP}: weight must hold one value per class ({C}), got shape "
-                             f"{self.weight.shape}")
         return x.reshape(-1, C), y.reshape(-1).astype(np.int64)
 
     def forward(self, input, target):
@@ -203,6 +195,22 @@ class MultiMargin:
         return np.sum(out).astype(saved.dtype)
 
 
+def check_shapes(input: tuple, target: tuple, weight_shape) -> None:
+    """One-line ValueErrors for input (is float, dtype, shape) not (N, C) or (C,), target (is
+    integer, dtype, shape) not one class per row, a weight's shape not (C,)."""
+    (is_float, dtype, shape), (is_int, y_dtype, y_shape) = input, target
+    shape, y_shape = tuple(shape), tuple(y_shape)
+    if not is_float or len(shape) not in (1, 2) or shape[-1] == 0:
+        raise ValueError(f"{OP}: input must be a float array of shape (N, C) or (C,) with C >= 1, "
+                         f"got {dtype} with shape {shape}")
+    if not is_int or (y_shape != shape[:1] if len(shape) == 2 else y_shape not in ((), (1,))):
+        raise ValueError(f"{OP}: target must be an integer array of the class per row, shape "
+                         f"{shape[:1] if len(shape) == 2 else '()'}, got {y_dtype} with shape {y_shape}")
+    if weight_shape is not None and tuple(weight_shape) != shape[-1:]:
+        raise ValueError(f"{OP}: weight must hold one value per class ({shape[-1]}), got shape "
+                         f"{tuple(weight_shape)}")
+
+
 def _check_weight(weight):
     if weight is None:
         return None
@@ -213,20 +221,29 @@ def _check_weight(weight):
     return w.astype(np.float64) if w.dtype.kind in "iu" else w
 
 
-def load(load_op, settings: dict, params: dict, margin: float, reduction: str) -> MultiMargin:
-    """MultiMargin over relu's module loaded with the preset's (or the given) policy and NaN rule."""
-    p = params.get("p", 1)
+def check_p(p) -> int:
+    """p as F.multi_margin_loss takes it here: the int 1, or a one-line TypeError/ValueError."""
     if isinstance(p, bool) or not isinstance(p, numbers.Integral):
         raise TypeError(f"{OP}: p must be the int 1, got {p!r}")
     if p != 1:
         raise ValueError(f"{OP}: p must be 1 (the hinge; p=2 squares it, which symgrad does not "
                          f"implement), got {p}")
-    weight = _check_weight(params.get("weight"))
+    return 1
+
+
+def kink_settings(settings: dict) -> dict:
+    """relu's ties, nan and order for the hinge max(0, z): the preset's (or the given) ones."""
     convention = settings.get("convention")
     if convention not in (None, *PRESETS):
         raise ValueError(f"{OP}: convention must be one of {', '.join(PRESETS)} (or None), got "
                          f"{convention!r}")
     ties, nan = PRESETS.get(convention, (None, None))
-    kink = load_op("relu", backend=settings["backend"], ties=settings.get("ties") or ties,
-                   nan=settings.get("nan") or nan, order=settings.get("order"))
-    return MultiMargin(kink, margin, weight, reduction, "jax" if convention == "jax" else "torch")
+    return dict(ties=settings.get("ties") or ties, nan=settings.get("nan") or nan, order=settings.get("order"))
+
+
+def load(load_op, settings: dict, params: dict, margin: float, reduction: str) -> MultiMargin:
+    """MultiMargin over relu's module loaded with the preset's (or the given) policy and NaN rule."""
+    check_p(params.get("p", 1))
+    weight = _check_weight(params.get("weight"))
+    kink = load_op("relu", backend=settings["backend"], **kink_settings(settings))
+    return MultiMargin(kink, margin, weight, reduction, "jax" if settings.get("convention") == "jax" else "torch")

@@ -76,7 +76,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.torch needs PyTorch, which is not installed; install it with "
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
-from . import api, bridge, curvature, framework_losses
+from . import api, bridge, curvature, framework_losses, framework_multi_margin
 from .backends.cpu import framework_threads
 from .ops import OPS
 from .suggest import unexpected
@@ -1001,3 +1001,34 @@ class HingeEmbeddingLoss(_Loss):
 
 __all__ += ["l1_loss", "margin_ranking_loss", "hinge_embedding_loss", "L1Loss", "MarginRankingLoss",
             "HingeEmbeddingLoss"]
+
+
+def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, *, reduction="mean", ties=None,
+                      convention=None, nan=None):
+    """F.multi_margin_loss(input, target, p=1, margin, weight, reduction=...) (framework_multi_margin.py)."""
+    margin, reduction, kink = framework_multi_margin.settings_of(p, margin, reduction,
+                                                                 _settings(ties, convention, nan, None))
+    return framework_multi_margin.torch_loss(kink)(input, target, margin, weight, reduction)
+
+
+class MultiMarginLoss(_Module):
+    """torch.nn.MultiMarginLoss (p=1; weight a buffer, as torch.nn's) through symgrad's hinge."""
+
+    def __init__(self, p=1, margin=1.0, weight=None, size_average=None, reduce=None, reduction="mean", *,
+                 ties=None, convention=None, nan=None):
+        super().__init__()
+        _no(size_average is not None or reduce is not None, "size_average/reduce (deprecated)", "MultiMarginLoss")
+        self.p = p
+        self.margin, self.reduction, kink = framework_multi_margin.settings_of(
+            p, margin, reduction, _settings(ties, convention, nan, None))
+        self.register_buffer("weight", weight)
+        self.fn, self.ties = framework_multi_margin.torch_loss(kink), kink["ties"]
+
+    def forward(self, input, target):
+        return self.fn(input, target, self.margin, self.weight, self.reduction)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, margin={self.margin}, reduction={self.reduction!r}, ties={self.ties!r}"
+
+
+__all__ += ["multi_margin_loss", "MultiMarginLoss"]

@@ -755,6 +755,21 @@ def _row_lanes(kernel: WindowKernel) -> dict:
     return {"lane_helpers": helpers, "row_lanes": rows}
 
 
+def _column_counts(kernel: WindowKernel) -> dict:
+    """The column kernels' counting of each column's hits, where the weight shares a window's
+    gradient among its hits (Selection.counts), as finished C lines per data type, and the count
+    argument of sg_weight."""
+    counts = kernel.selection.counts
+    return {"count_arg": ", count[r]" if counts else "", "counting": {name: [
+        "I found[SG_COLUMNS];  // counted exactly",
+        "for (I r = 0; r < w; ++r) found[r] = 0;",
+        "for (I q = 0; q < Q; ++q)",
+        f"  for (I r = 0; r < w; ++r) found[r] += sg_hit_{acc}(sg_load_{name}(s[q * R + r]), e[r]) ? 1 : 0;",
+        f"{acc} count[SG_COLUMNS];  // as the row kernels convert it, once per column",
+        f"for (I r = 0; r < w; ++r) count[r] = ({acc})found[r];",
+    ] if counts else [] for name, _, acc, *_ in C_DTYPES}}
+
+
 def _reduction_context(art: Artifacts) -> dict:
     """Reductions (amax, amin, max, min): each reduced slice a row of n elements, one thread a row;
     the NumPy module's Saved and checks (its partial's macros), the kernels' saved index widened to
@@ -777,6 +792,9 @@ def _reduction_context(art: Artifacts) -> dict:
         # a fold alone (no winner; a reduction's forward saves no count) runs in SIMD lanes first:
         # amax over dim -1 of 4096x4096 float32 6.0 -> 3.3 ms (the kernel alone, one thread)
         **({} if scan else _row_lanes(kernel)),
+        # the mask form's kernels on a block of reduced dims with others after it, as it lies
+        # (select.c.jinja's _select_reduction)
+        "columns": None if scan else _column_counts(kernel),
         "loader_geometry_partial": "cpu/_loader_reduction.py.jinja",
         "numpy_partial": f"host/_reduction_{sel.form}.py.jinja",
         **host_partials(kernel),
@@ -889,6 +907,11 @@ def _unpool_context(art: Artifacts) -> dict:
         "c_writers_partial": f"cpu/_unpool_{'each' if kernel.each_writer else 'one'}.jinja",
         # forward's first pass: whether writer i takes its slot over (the last stays: every one does)
         "stays": {"last": "true", "first": "owner[slot] < 0"}[kernel.keep],
+        # (every writer getting its gradient, no wins saved) forward's one pass: the writers in the
+        # order that writes the one that stays last
+        "writers_order": {"last": "for (I i = 0; i < n; ++i)", "first": "for (I i = n; i-- > 0;)"}[kernel.keep],
+        # the kernels check the indices' range (the loader's _check_state leaves it to them)
+        "indices_range_guard": "not KERNELS_CHECK_RANGE and ",
         "loader_note": _loader_note(art.op, "", "the planes"),
     }
 
@@ -923,6 +946,8 @@ def _adaptive_context(art: Artifacts) -> dict:
         "jvp_sum_doc": "from +0, in the window's row-major order, as the NumPy module adds them",
         "window_order": "row-major order",
         "threads_over": "the elements (backward: the planes)" if scatter else "the elements",
+        # backward's loader checks each winner against its window, except where the scatter does
+        "loader_checks_windows": repr(not scatter),
         "box_note": ", in which a winner is saved as its row-major index (int64, narrowed by the loader)" if scan else "",
         "grad_start": _adaptive_grad_start(kernel, spatial),
         "grad_start_comment": grad_start_comment(kernel.grad_start),
@@ -967,7 +992,9 @@ def _adaptive_loop_strings(spatial: int) -> dict:
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         "box_sizes": ", ".join(f"k{a}" for a in axes),
         # scatter-form backward's table of the window box: its cells, the innermost loop's indent
+        # (the tables: a box's cells, their offsets and coordinates, spatial + 1 of them a cell)
         "box_cells": " * ".join(f"k{a}" for a in axes), "box_cell_indent": "  " * spatial,
+        "box_tables": str(spatial + 1),
         # the window's and the holders' loop bodies are indented by one level an axis
         "oi": "    ", "wi": "    " + "  " * spatial, "ei": "    ", "hi": "    " + "  " * spatial,
         "si": "    " + "  " * spatial,  # scatter-form backward: a plane's output's body

@@ -144,7 +144,10 @@ def host_partials(kernel) -> dict:
     counting of the mask form, where the weight shares the gradient; unpooling's writers, every
     writer of a slot getting its gradient or the one that stayed (its wins saved)."""
     if isinstance(kernel, UnpoolKernel):
-        return {"writers_partial": f"host/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja"}
+        return {"writers_partial": f"host/_unpool_{'each' if kernel.each_writer else 'one'}.py.jinja",
+                # placed before _check_state's range check of the indices (the cpu loader's: its
+                # kernels check the range)
+                "indices_range_guard": ""}
     return {"count_partial": "host/_count.py.jinja" if kernel.selection.counts else "host/_no_count.py.jinja"}
 
 

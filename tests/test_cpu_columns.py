@@ -1,0 +1,69 @@
+"""The cpu reductions' column kernels (the mask form on a block of reduced dims with others after it,
+folded as it lies: select.c.jinja's _select_reduction): forward and backward equal the NumPy
+module's bits on columns whose extremum is a zero of either sign, a NaN, or a tie, in every dtype;
+the exhaustive variant under every mask policy x NaN rule and both presets, amax and amin."""
+
+import numpy as np
+import pytest
+
+import symgrad
+from symgrad.ops import resolve
+from symgrad.policy import NAN_RULES
+
+# (shape, dim): columns of 2-d arrays, a block with kept dims before and after it
+CASES = [((9, 2), 0), ((6, 5), 0), ((3, 7, 4), 0), ((2, 5, 3, 4), (1, 2))]
+# mask-form settings (the column kernels' form): every NaN rule of 'split' and 'all', both presets
+SETTINGS = ([{"ties": t, "nan": n} for n, rule in NAN_RULES.items() for t in ("split", "all")
+             if t in rule.policies] + [{"convention": "torch"}, {"convention": "jax"}])
+
+
+def test_columns_equal_the_numpy_module():
+    _check("amax", {"convention": "torch"}, [(s, 0) for s, d in CASES if d == 0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op", ["amax", "amin"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(s.values()))
+def test_columns_equal_the_numpy_module_every_setting(op, settings):
+    _check(op, settings, CASES)
+
+
+def _inputs(rng, shape, dtype):
+    """Ties everywhere: zeros of both signs and +-1 (columns whose extremum is a zero among them),
+    and a NaN in some columns.  float16 without zeros: there the rows' kernels already differ from
+    the NumPy module under the torch preset (a column of +-0 gives -0 against NumPy's +0)."""
+    values = [-1.0, 1.0] if dtype == np.float16 else [-1.0, -0.0, 0.0, 1.0]
+    x = rng.choice(np.array(values), size=shape)
+    nan = x.copy()
+    nan.flat[::5] = np.nan
+    arrays = [x, nan]
+    if dtype != np.float16:
+        zeros = rng.choice(np.array([-1.0, -0.0, 0.0]), size=shape)
+        arrays += [zeros, -zeros]
+    return [a.astype(dtype) for a in arrays]
+
+
+def _check(op, settings, cases):
+    rng = np.random.default_rng(5)
+    for shape, dim in cases:
+        try:
+            resolve(op, dim=dim, **settings)
+        except ValueError:  # a setting the op does not admit
+            continue
+        cpu = symgrad.load(op, backend="cpu", dim=dim, **settings)
+        ref = symgrad.load(op, dim=dim, **settings)
+        assert _kernel_layout(cpu, shape) == "columns", (shape, dim)  # the kernels under test
+        for dtype in (np.float16, np.float32, np.float64):
+            for k, x in enumerate(_inputs(rng, shape, dtype)):
+                (y, s), (y0, s0) = cpu.forward(x), ref.forward(x)
+                g = rng.standard_normal(y.shape).astype(dtype)
+                what = (op, settings, shape, dim, dtype.__name__, k)
+                assert y.tobytes() == y0.tobytes() and y.shape == y0.shape, what
+                assert cpu.backward(g, s)[0].tobytes() == ref.backward(g, s0)[0].tobytes(), what
+
+
+def _kernel_layout(module, shape) -> str | None:
+    """The layout the loader passes the forward kernel an input of this shape in."""
+    loader = module.forward.__globals__
+    dims, kept, n, _ = loader["_layout"](shape)
+    return loader["_kernel_input"](np.zeros(shape, np.float32), dims, kept, n)[0]

@@ -1,0 +1,65 @@
+"""The cpu backend's adaptive pooling backward checks each saved winner against its own window in
+the kernel (the loader leaves that check to it): a forged index inside the window box but outside
+its window is refused with the NumPy module's ValueError, in both layouts, float16 and float32."""
+
+import numpy as np
+import pytest
+
+import symgrad
+
+
+# (op, output_size, input shape, the output whose winner is forged, the box's cell given it): along
+# axis 0 the windows of 8 -> 3 are [0, 3), [2, 6), [5, 8), the box 4: the first is a cell short
+ADAPTIVE_OUTSIDE = [
+    ("adaptive_max_pool1d", 3, (1, 2, 8), (..., 0), 3),
+    ("adaptive_max_pool2d", (3, 2), (2, 3, 8, 5), (..., 0, 1), 11),  # box 4 x 3, cell (3, 2)
+]
+
+
+@pytest.mark.parametrize("op,size,shape,where,cell", ADAPTIVE_OUTSIDE)
+@pytest.mark.parametrize("dtype", (np.float32, np.float16))
+@pytest.mark.parametrize("channels_last", (False, True))
+def test_an_adaptive_index_outside_its_own_window_is_refused(op, size, shape, where, cell, dtype, channels_last):
+    m = symgrad.load(op, backend="cpu", output_size=size)
+    ref = symgrad.load(op, output_size=size)
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    if channels_last:
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    for module in (m, ref):
+        y, saved = module.forward(x)
+        index = saved.index.copy()
+        index[where] = cell
+        forged = saved._replace(index=index)
+        with pytest.raises(ValueError, match="outside its window"):
+            module.backward(np.ones(y.shape, dtype), forged)
+        with pytest.raises(ValueError, match="outside its window"):
+            module.jvp(np.ones(shape, dtype), forged)
+        module.backward(np.ones(y.shape, dtype), saved)  # the index forward saved is taken
+
+
+@pytest.mark.parametrize("ties", ("first", "all"))
+@pytest.mark.parametrize("bad", (-1, 16, 2**40))
+def test_unpool_indices_outside_a_plane_are_refused_by_the_kernels_as_numpy_refuses_them(ties, bad):
+    """The cpu loader leaves the indices' range to its kernels (forward's, backward's and jvp's
+    check a plane before they read it): an index outside a later plane gives the NumPy module's
+    ValueError, word for word, and nothing is written outside the output."""
+    m = symgrad.load("max_unpool2d", backend="cpu", kernel_size=2, ties=ties)
+    ref = symgrad.load("max_unpool2d", kernel_size=2, ties=ties)
+    x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
+    idx = np.random.default_rng(1).integers(0, 16, size=x.shape)
+    forged = idx.copy()
+    forged[1, 2, 1, 0] = bad  # the last plane
+    errors = []
+    for module in (m, ref):
+        with pytest.raises(ValueError) as info:
+            module.forward(x, forged)
+        errors.append(str(info.value))
+        y, saved = module.forward(x, idx)
+        s = saved._replace(indices=forged.reshape(saved.indices.shape))
+        for call in (lambda: module.backward(np.ones(y.shape, np.float32), s),
+                     lambda: module.jvp(np.ones(x.shape, np.float32), None, s)):
+            with pytest.raises(ValueError) as info:
+                call()
+            errors.append(str(info.value))
+    assert errors[:3] == errors[3:], errors
+    assert f"got {bad}" in errors[0] and f"got {bad}" in errors[1]
