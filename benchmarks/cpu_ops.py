@@ -23,6 +23,10 @@ Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints o
   THP_MEM_ALLOC_ENABLE=1 (set here before torch is imported; without it a 64 MB result is
   page-faulted in 4 KiB pages on every call), and NumPy (which allocates symgrad's results) asks for
   them by default (np._core.multiarray._get_madvise_hugepage(), printed).
+* symgrad's elementwise loaders reuse a large output's buffer once nothing refers to it (their
+  REUSE: a freed 64 MiB result is written over instead of mapped and zeroed anew, about half of a
+  memory-bound op's time); PyTorch's CPU allocator maps every result afresh.  --no-reuse sets
+  REUSE = 0 in each module timed: both sides then fault in every result.
 * Targets (issue 28): at most 1.0x PyTorch for every op, at most 0.8x for pooling.
 """
 
@@ -59,6 +63,7 @@ except ImportError:
     BFLOAT16 = None
 
 ELEMENTS = 16 * 2**20  # the elementwise ops' input: 16M float32 (64 MiB)
+NO_REUSE = False  # --no-reuse
 
 
 def _pool(d: int, **p):
@@ -154,6 +159,8 @@ def contenders(label, op, params, shape, torch_forward, dtype, rng) -> dict:
     backend = "numpy" if dtype == BFLOAT16 and adds else "cpu"
     one = {} if backend == "numpy" else {"threads": 1}
     m = symgrad.load(op, backend=backend, convention="torch", **params)
+    if NO_REUSE and hasattr(m, "REUSE"):
+        m.REUSE = 0
     args, special, wrt = inputs(op, params, shape, dtype, rng)
     fwd = special or torch_forward
     y, saved = m.forward(*args, **one)
@@ -180,7 +187,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=11, help="timed rounds per case (median)")
     ap.add_argument("--quick", action="store_true", help="3 timed rounds after 1 warm-up round")
     ap.add_argument("--only", nargs="+", metavar="LABEL", help="the cases whose label starts with one of these")
+    ap.add_argument("--no-reuse", action="store_true", help="symgrad's elementwise outputs mapped afresh each call")
     args = ap.parse_args()
+    global NO_REUSE
+    NO_REUSE = args.no_reuse
     rounds, warm = (3, 1) if args.quick else (args.rounds, 3)
     npb.CLOCK = time.process_time
     cases = [c for c in CASES if not args.only or any(c[0].startswith(o) for o in args.only)]
@@ -190,6 +200,8 @@ def main() -> None:
           f"NumPy madvise hugepage {np._core.multiarray._get_madvise_hugepage()}; "
           f"/sys/kernel/mm/transparent_hugepage/enabled: "
           f"{Path('/sys/kernel/mm/transparent_hugepage/enabled').read_text().strip()}")
+    print("symgrad's elementwise outputs: " + ("mapped afresh each call (--no-reuse)" if NO_REUSE
+          else "a freed output's buffer reused (the loaders' REUSE)"))
     print(f"times: process CPU time, median of {rounds} interleaved shuffled rounds after {warm} warm-up; "
           "symgrad cpu backend threads=1 (bfloat16 with overlapping windows: the NumPy module), convention='torch'; "
           "PyTorch torch.set_num_threads(1)\n")

@@ -187,8 +187,7 @@ def differentiable(module) -> tuple:
 CPU_BACKEND_ENV = "SYMGRAD_CPU_BACKEND"  # auto (the default) | cpu | numpy
 CPU_BACKEND_CHOICES = ("auto", "cpu", "numpy")
 # the dtypes the bridges run through the cpu backend: float32 and float64, where it equals the NumPy
-# module bit for bit (its float16 sums are made in float and rounded once, the NumPy module's in
-# float16: they differ where windows overlap, so float16 stays with the NumPy module)
+# module bit for bit (float16 stays with the NumPy module)
 CPU_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 

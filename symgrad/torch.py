@@ -140,7 +140,8 @@ class SymgradOp:
         # order statistics ((values, indices) outputs): the torch backend's module on every device
         self._native_only = getattr(OPS.get(module.OP), "kind", None) == "ranking"
         self._cpu_loader = cpu_loader  # () -> the cpu backend's module (None: the NumPy module only)
-        self._cpu = {}  # $SYMGRAD_CPU_BACKEND -> (the module for CPU tensors, its layouts)
+        # $SYMGRAD_CPU_BACKEND -> _backend's answer for float32/float64 CPU tensors (made once per setting)
+        self._cpu = {}
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
         self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
@@ -173,23 +174,27 @@ class SymgradOp:
                             f"({', '.join(self.inputs)}), got {len(tensors)}")
         for k, (name, t) in enumerate(zip(self.inputs, tensors)):
             self._check_tensor(k, name, t)
+        compiling = torch.compiler.is_compiling()
         if self._native is not None:
-            if torch.compiler.is_compiling():
+            if compiling:
                 if NATIVE_UNDER_COMPILE:  # plain torch code that Dynamo traces into
                     return self._native[1].apply(*tensors)
             elif tensors[0].device.type != "cpu" or self._native_only:  # every device: the torch backend's module
                 return self._native[0].apply(*tensors)
-        if torch.compiler.is_compiling():  # the registered operators, which tracing sees
-            return self._returned(self._ops[0](list(tensors)), tensors)
+        if compiling:  # the registered operators, which tracing sees
+            return self._returned(self._ops[0](list(tensors)), self._layout(tensors))
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-            return self._returned(self._forward_impl(list(tensors)), tensors)  # no graph: the implementation
+            # no graph: the implementation
+            return self._returned(*self._forward_with_layout(tensors, self._backend(tensors)))
         # eagerly, the same implementations through autograd.Function: no dispatcher round trips
         return _Forward.apply(self, *tensors)
 
-    def _returned(self, results: list, tensors):
-        """What the op returns of the forward operator's [output, *arrays]: the output, or with
-        the module's other outputs (an order statistic's int64 indices, no gradient) a tuple."""
-        extra = self._layout(tensors).extra_outputs
+    @staticmethod
+    def _returned(results: list, layout: bridge.Layout):
+        """What the op returns of the forward operator's [output, *arrays] (of this layout): the
+        output, or with the module's other outputs (an order statistic's int64 indices, no
+        gradient) a tuple."""
+        extra = layout.extra_outputs
         return (results[0], *results[1:1 + extra]) if extra else results[0]
 
     def _check_tensor(self, k: int, name: str, t) -> None:
@@ -211,15 +216,13 @@ class SymgradOp:
         """(module, its layouts, to_array, from_array) for the device of these tensors."""
         device = tensors[0].device
         if device.type == "cpu":
-            if _numpy_dtype(tensors[0].dtype) not in bridge.CPU_DTYPES:
+            if tensors[0].dtype not in _CPU_BACKEND_DTYPES:
                 return self.module, self._layouts, _to_numpy, _from_numpy
             choice = bridge.cpu_backend_choice()  # the cpu backend (compiled C) or the NumPy module
-            if choice not in self._cpu:
-                module = bridge.module_for_cpu(self.module, self._cpu_loader, choice)
-                self._cpu[choice] = (module, self._layouts if module is self.module else bridge.Layouts(module))
-            module, layouts = self._cpu[choice]
-            # the cpu backend's saved arrays share one memory order: its arrays made contiguous
-            return module, layouts, (_to_numpy if module is self.module else _to_contiguous), _from_numpy
+            found = self._cpu.get(choice)
+            if found is None:
+                found = self._cpu[choice] = self._cpu_backend(choice)
+            return found
         if device.type == "cuda":
             import cupy  # the CUDA module needs it anyway; its absence is reported there
             if self._cuda is None:
@@ -229,6 +232,14 @@ class SymgradOp:
             return (cuda, layouts, lambda t: cupy.from_dlpack(t.detach().contiguous()),
                     lambda a: torch.from_dlpack(cupy.ascontiguousarray(a)))
         raise ValueError(f"{self.op}: tensors on {device} are not supported (CPU or CUDA)")
+
+    def _cpu_backend(self, choice: str) -> tuple:
+        """_backend's answer for float32/float64 CPU tensors under $SYMGRAD_CPU_BACKEND=choice."""
+        module = bridge.module_for_cpu(self.module, self._cpu_loader, choice)
+        if module is self.module:
+            return module, self._layouts, _to_numpy, _from_numpy
+        # the cpu backend's saved arrays share one memory order: its arrays made contiguous
+        return module, bridge.Layouts(module), _to_contiguous, _from_numpy
 
     def _layout(self, tensors) -> bridge.Layout:
         return self._backend(tensors)[1].get(_signature(tensors))
@@ -246,9 +257,7 @@ class SymgradOp:
         signature = _signature(tensors)
         if not layouts.known(signature):
             layouts.remember(signature, layout)
-        out = from_array(bridge.first(output))
-        if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
-            out = out.clone()  # an operator's output never aliases its input
+        out = _unaliased(from_array(bridge.first(output)), tensors)
         return [out] + [from_array(a) for a in extra], layout
 
     def _saved(self, inputs, output, arrays, found=None, layout=None):
@@ -406,29 +415,59 @@ class SymgradOp:
 
 
 class _Forward(torch.autograd.Function):
-    """Eager autograd for SymgradOp: forward's implementation; backward is _Backward."""
+    """Eager autograd for SymgradOp.  forward runs the module and keeps its Saved value as it is;
+    backward hands that value back to the module's backward (no flattening into tensors and
+    rebuilding: the per-call Python work is what an eager step of small tensors pays for, and
+    it runs on caches the kernels have just filled with their arrays).  The inputs and the
+    output are kept by save_for_backward, so autograd still refuses a second backward of a freed
+    graph and a tensor edited in place since the forward.  Double backward (create_graph)
+    flattens the value then (bridge.split) and runs _Backward, whose derivative is the jvp."""
 
     @staticmethod
     def forward(ctx, op: SymgradOp, *tensors):
-        ctx.found = op._backend(tensors)  # backward runs the same module on the same layout
-        (out, *arrays), ctx.layout = op._forward_with_layout(list(tensors), ctx.found)
-        ctx.op, ctx.n_inputs = op, len(tensors)
-        ctx.save_for_backward(*tensors, out, *arrays)
-        returned = op._returned([out, *arrays], tensors)
-        if isinstance(returned, tuple):
-            ctx.mark_non_differentiable(*returned[1:])
-        return returned
+        ctx.op = op
+        ctx.found = module, _, to_array, from_array = op._backend(tensors)
+        ctx.arrays = [to_array(t) for t in tensors]  # the arrays the module ran on
+        ctx.output, ctx.saved = module.forward(*ctx.arrays, **_threads(module))
+        out = _unaliased(from_array(bridge.first(ctx.output)), tensors)
+        extra = [from_array(a) for a in ctx.output[1:]] if isinstance(ctx.output, tuple) else []
+        ctx.save_for_backward(*tensors, out, *extra)
+        if extra:  # an order statistic's indices: no gradient
+            ctx.mark_non_differentiable(*extra)
+            return (out, *extra)
+        return out
 
     @staticmethod
     def backward(ctx, grad_output, *_):  # (an order statistic's indices: no gradient)
-        op = ctx.op
+        op, kept = ctx.op, ctx.saved_tensors
+        n = len(ctx.arrays)
+        if torch.is_grad_enabled():  # create_graph: a backward that autograd differentiates again
+            def backward(g, tensors, out, arrays):
+                return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
+            return (None, *op._input_grads(backward, grad_output, list(kept[:n]), kept[n], _flat_saved(ctx, kept)))
+        module, _, to_array, from_array = ctx.found
+        grads = module.backward(to_array(grad_output.contiguous()), ctx.saved, **_threads(module))
+        got = iter([from_array(g) for g in grads if g is not None])
+        return (None, *[next(got) if k in op._differentiable else None for k in range(n)])
 
-        def backward(g, tensors, out, arrays):
-            return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
-        # without create_graph nothing differentiates the backward: its implementation directly
-        backward = backward if torch.is_grad_enabled() else \
-            functools.partial(op._backward_impl, found=ctx.found, layout=ctx.layout)
-        return (None, *op._input_grads(backward, grad_output, *_unpack(ctx.saved_tensors, ctx.n_inputs)))
+
+def _unaliased(out: torch.Tensor, tensors) -> torch.Tensor:
+    """out, or a copy where it shares an input's memory (an operator's output never aliases its input)."""
+    if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
+        return out.clone()
+    return out
+
+
+def _flat_saved(ctx, kept) -> list:
+    """The saved arrays (as tensors) of the Saved value _Forward kept, its layout remembered for
+    this input signature (as _forward_with_layout remembers it): what _Backward runs on."""
+    _, layouts, _, from_array = ctx.found
+    layout, arrays = bridge.split(ctx.arrays, ctx.output, ctx.saved)
+    tensors = kept[:len(ctx.arrays)]
+    signature = _signature(tensors)
+    if not layouts.known(signature):
+        layouts.remember(signature, layout)
+    return [from_array(a) for a in arrays]
 
 
 class _Backward(torch.autograd.Function):
@@ -538,6 +577,8 @@ _NUMPY_DTYPES: dict = {torch.float16: np.dtype(np.float16), torch.float32: np.dt
                        torch.uint16: np.dtype(np.uint16), torch.uint32: np.dtype(np.uint32),
                        torch.uint64: np.dtype(np.uint64), torch.bool: np.dtype(np.bool_)}
 _TORCH_DTYPES: dict = {d: t for t, d in _NUMPY_DTYPES.items()}
+# the torch dtypes of bridge.CPU_DTYPES: CPU tensors of these may run on the cpu backend
+_CPU_BACKEND_DTYPES = frozenset(t for t, d in _NUMPY_DTYPES.items() if d in bridge.CPU_DTYPES)
 
 
 def _threads(module) -> dict:

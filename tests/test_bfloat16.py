@@ -218,20 +218,44 @@ def test_overlapping_windows_add_in_bfloat16_as_jax(name, params, shape):
         assert _bits(y) == _bits(want_y) and got.dtype == BF16 and _bits(got) == _bits(want), (name, x, g)
 
 
-def test_cpu_backend_refuses_a_bfloat16_gradient_the_preset_adds_in_bfloat16():
-    """The compiled kernels add in float32: under a preset that adds bfloat16 gradients in bfloat16
-    the cpu backend's bfloat16 backward raises one TypeError naming the NumPy backend (forward and
-    jvp, which add nothing, are the NumPy module's bits)."""
+# the cpu backend's b16 backward kernels under both presets: one overlapping geometry under the torch
+# preset in the default run (one tests/test_cpu.py compiles), both presets and every overlapping max
+# pooling with -m slow
+CPU_OVERLAPPING = [pytest.param("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9, 8), c, id=f"k3s2p1-{c}",
+                                marks=[pytest.mark.slow] if c == "jax" else []) for c in ("torch", "jax")] + [
+    pytest.param(name, params, shape, c, id=f"{name}-{i}-{c}", marks=pytest.mark.slow)
+    for i, (name, params, shape) in enumerate(OVERLAPPING[:4]) for c in ("torch", "jax")]
+
+
+@pytest.mark.parametrize("name,params,shape,convention", CPU_OVERLAPPING)
+def test_cpu_backend_adds_bfloat16_as_the_preset(name, params, shape, convention):
+    """Overlapping windows (issue 28, item 11): the cpu backend's b16 kernels add each window's
+    gradient in output order, each add rounded to bfloat16, as PyTorch's CPU kernel (torch preset)
+    and XLA's select_and_scatter (jax preset): bit for bit with the framework and the NumPy module,
+    forward and backward, NCHW and channels-last, 1 and 2 threads (it raised a TypeError before)."""
     if not any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))):
         pytest.skip("no C compiler: the cpu backend needs one")
-    m = symgrad.load("max_pool1d", backend="cpu", convention="torch", kernel_size=3, stride=1)
-    ref = symgrad.load("max_pool1d", convention="torch", kernel_size=3, stride=1)
-    x = np.random.default_rng(6).standard_normal((2, 3, 9)).astype(BF16)
-    (y, saved), (y_ref, _) = m.forward(x), ref.forward(x)
-    assert _bits(y) == _bits(y_ref)
-    with pytest.raises(TypeError, match="backend='numpy'") as err:
-        m.backward(np.ones(y.shape, BF16), saved)
-    assert "\n" not in str(err.value)
+    m = symgrad.load(name, backend="cpu", convention=convention, **params)
+    ref = symgrad.load(name, convention=convention, **params)
+    fn = (_torch_pool(name, params) if convention == "torch" else
+          _jax_pool({"stride": params["kernel_size"], "padding": 0} | params, len(shape) - 2))
+    run = _torch_run if convention == "torch" else _jax_run
+    rng = np.random.default_rng(8)
+    for trial, (x, g) in enumerate(_overlapping_inputs(rng, shape, lambda x: ref.forward(x)[0].shape)):
+        if convention == "jax" and name == "max_pool2d" and params.get("dilation", 1) != 1:
+            continue  # (_jax_pool has no dilation)
+        want_y, (want,) = run(fn, [x], g)
+        (numpy_grad,) = ref.backward(g, ref.forward(x)[1])
+        assert _bits(numpy_grad) == _bits(want), (name, convention, x, g)
+        cl = trial % 2 == 1 and len(shape) == 4  # channels-last every other trial
+        lay = (lambda a: np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)) if cl else (lambda a: a)
+        y, saved = m.forward(lay(x), threads=1 + trial % 2)
+        (got,) = m.backward(lay(g), saved, threads=1 + trial % 2)
+        assert got.dtype == BF16 and _bits(np.ascontiguousarray(y)) == _bits(want_y)
+        assert _bits(np.ascontiguousarray(got)) == _bits(want), (name, convention, cl, x, g)
+    # a float32 gradient of a bfloat16 op (the bfloat16 wrappers, then the b16 kernels): as the NumPy module's
+    (wide,) = m.backward(g.astype(np.float32), m.forward(x)[1])
+    assert _bits(wide) == _bits(ref.backward(g.astype(np.float32), ref.forward(x)[1])[0])
 
 
 @pytest.mark.parametrize("name,params,fn,shape", POOLS[:3], ids=[p[0] for p in POOLS[:3]])

@@ -612,3 +612,43 @@ def test_amax_double_backward_is_pytorchs_bit_for_bit(monkeypatch, choice):
                         assert got[0] == got[1], (name, dim, shape, dtype)
     finally:
         torch.set_num_threads(threads)
+
+
+# float64 first: the cpu backend's module (where a C compiler is found); float16 split: the NumPy module
+@pytest.mark.parametrize("ties, dtype", [("first", torch.float64), ("split", torch.float16)])
+def test_eager_backward_hands_the_saved_value_back_as_it_is(monkeypatch, ties, dtype):
+    """Eager first-order autograd keeps the module's Saved value and hands it to its backward: no
+    flattening into tensors and back (bridge.split/join, the per-call work of an eager step); the
+    output and gradient equal the NumPy module's own, bit for bit, on a tie-heavy input; autograd still refuses an input edited in place since the forward and a second
+    backward of a freed graph, and retain_graph gives the same gradient twice."""
+    f = st.op("max_pool2d", kernel_size=3, stride=2, padding=1, ties=ties)
+    numpy_module = symgrad.load("max_pool2d", kernel_size=3, stride=2, padding=1, ties=ties)
+    rng = np.random.default_rng(21)
+    x0 = rng.integers(0, 3, size=(2, 3, 7, 6)).astype(np.float64)
+    f(torch.from_numpy(x0).to(dtype))  # (any layout made before the check below)
+
+    def refused(*args):
+        raise AssertionError("bridge.split/join ran in an eager first-order call")
+    monkeypatch.setattr(st.bridge, "split", refused)
+    monkeypatch.setattr(st.bridge, "join", refused)
+    x = torch.from_numpy(x0).to(dtype).requires_grad_()
+    y = f(x)
+    g0 = rng.standard_normal(tuple(y.shape))
+    g = torch.from_numpy(g0).to(dtype)
+    y.backward(g, retain_graph=True)
+    first = x.grad.clone()
+    x.grad = None
+    y.backward(g)
+    want_y, saved = numpy_module.forward(x0.astype(first.numpy().dtype))
+    (want_gx,) = numpy_module.backward(g0.astype(want_y.dtype), saved)
+    assert y.detach().numpy().tobytes() == want_y.tobytes()
+    assert first.numpy().tobytes() == x.grad.numpy().tobytes() == want_gx.tobytes()
+    with pytest.raises(RuntimeError, match="freed|second time"):
+        y.backward(g)
+    x2 = torch.from_numpy(x0).to(dtype).requires_grad_()
+    leaf = x2 * 1
+    y2 = f(leaf)
+    with torch.no_grad():
+        leaf.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y2.backward(g)

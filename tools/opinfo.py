@@ -27,7 +27,7 @@ framework self-contradiction (README, Framework conventions: PyTorch's SIMD lane
 PyTorch run on each element alone (one-element tensors, its scalar path) while the whole tensor
 gives another result for the same values, and those of an exception docs/guarantees.md or
 docs/backends.md states (documented(): logsumexp's exp and log, JAX's order of a broadcast sum,
-PyTorch's bfloat16 fmax/fmin at +-0, the cpu backend's float16 pooling sums rounded once).  The
+PyTorch's bfloat16 fmax/fmin at +-0).  The
 fidelity target (issue 28) is 100% of the samples that involve no NaN, outside those.  The cpu
 backend's documented refusal of bfloat16 where a preset adds in bfloat16 is counted apart.
 
@@ -441,8 +441,6 @@ def documented(case: Case, framework: str, backend: str):
         return "a broadcast input's summed gradient in XLA's order"
     if framework == "torch" and case.op in ("fmax", "fmin") and dtype == "bfloat16":
         return "PyTorch's bfloat16 fmax/fmin of +0 and -0 return the second"
-    if backend == "cpu" and dtype == "float16" and "pool" in case.op:
-        return "the cpu backend rounds float16 sums once (symgrad.torch and .jax use the NumPy module)"
     return None
 
 

@@ -103,19 +103,24 @@ def half_in_numpy(op: str, params: dict, ties) -> bool:
 
 
 def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,
-            layout: str = "contiguous", seed: int = 0, module=None) -> list[str]:
+            layout: str = "contiguous", seed: int = 0, module=None, half: bool = False) -> list[str]:
     """Run both backends on the inputs (cast to dtype); return a list of mismatches ([] if none).
-    ``ties`` is a tie policy or a dict of load()'s settings (ties, nan, convention)."""
+    ``ties`` is a tie policy or a dict of load()'s settings (ties, nan, convention); ``half``:
+    float16 backward and jvp are compared with the NumPy module run in float16 whatever the op
+    (the cpu backend's max pooling adds its windows' terms in float16, each add rounded, as that
+    module does), forward as without it."""
     numpy_module = symgrad.load(op, **settings_of(ties), **params)
     cuda_module = module or symgrad.load(op, backend="cuda", **settings_of(ties), **params)
     ref = np.float32 if dtype == np.float16 and not half_in_numpy(op, params, ties) else dtype
+    sums = dtype if half else ref  # the type of the NumPy module's run for backward and jvp
     with np.errstate(over="ignore"):  # the largest float64 becomes inf in float32/float16, meant so
         xs = [x.astype(dtype) for x in inputs]
     # an output that overflows is +-inf (leaky_relu's slope 2 times the largest float), meant so
     with np.errstate(over="ignore"):
         y_ref, saved_ref = numpy_module.forward(*[x.astype(ref) for x in xs])
+        saved_sums = saved_ref if sums == ref else numpy_module.forward(*[x.astype(sums) for x in xs])[1]
     g = np.random.default_rng(seed).integers(-3, 4, size=y_ref.shape).astype(dtype)
-    grads_ref = numpy_module.backward(g.astype(ref), saved_ref)
+    grads_ref = numpy_module.backward(g.astype(sums), saved_sums)
 
     y, saved = cuda_module.forward(*[to_device(cp, x, layout) for x in xs])
     grads = cuda_module.backward(to_device(cp, g, layout if g.ndim == xs[0].ndim else "contiguous"), saved)
@@ -142,7 +147,7 @@ def compare(cp, op: str, params: dict, ties, inputs: list[np.ndarray], dtype,
     ts = [None if OPS[op].inputs[k] in OPS[op].constant_inputs else  # no tangent: integer windows
           np.random.default_rng(seed + 1 + k).integers(-3, 4, size=x.shape).astype(dtype)
           for k, x in enumerate(xs)]
-    jvp_ref = numpy_module.jvp(*[t if t is None else t.astype(ref) for t in ts], saved_ref)
+    jvp_ref = numpy_module.jvp(*[t if t is None else t.astype(sums) for t in ts], saved_sums)
     jvp = cuda_module.jvp(*[t if t is None else to_device(cp, t, layout) for t in ts], saved)
     m = mismatch(to_host(cp, jvp), jvp_ref.astype(dtype), loose)
     if m:

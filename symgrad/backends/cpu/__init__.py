@@ -70,6 +70,10 @@ def cflags(op: Op) -> tuple[str, ...]:
 C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half(v)"),
             ("f32", "float", "float", "v", "v"),
             ("f64", "double", "double", "v", "v"))
+# max pooling's backward of whole-bfloat16 calls (scan form): bfloat16 as its bits, computed in float
+# (the helpers _B16_HELPERS); forward and jvp go through the float32 kernels (the bfloat16 wrappers)
+B16 = ("b16", "sg_bf16", "float", "sg_bf16_to_float(v)", "sg_float_to_bf16(v)")
+POOL_DTYPES = C_DTYPES + (B16,)
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 # the loader's standard-library imports (it compiles, caches and calls the library through ctypes)
 LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import os", "import shutil",
@@ -225,8 +229,8 @@ def _signatures(writes: list, reads: list) -> dict:
         return "".join(f"{const}{c}* {name}, " for name, c in arrays)
 
     return {"writes_doc": doc(writes, ""), "reads_doc": doc(reads, "const "),
-            "writes": {dt: params(writes, "", ct) for dt, ct, *_ in C_DTYPES},
-            "reads": {dt: params(reads, "const ", ct) for dt, ct, *_ in C_DTYPES}}
+            "writes": {dt: params(writes, "", ct) for dt, ct, *_ in POOL_DTYPES},
+            "reads": {dt: params(reads, "const ", ct) for dt, ct, *_ in POOL_DTYPES}}
 
 
 def _saved(kernel: WindowKernel, index_ctype: str, count_ctype: str) -> dict:
@@ -316,15 +320,17 @@ def _tiles(op: Op) -> bool:
 
 def _scatter_accumulators() -> dict:
     """Scatter-form backward's sums, per data type: in grad_x itself where the compute type is the
-    storage type, else (float16) in a float scratch band per thread, rounded once into grad_x."""
+    storage type, else (float16) in a float scratch band per thread, each add rounded to float16
+    (sg_round_f16), stored exactly into grad_x."""
     out = {}
-    for name, ctype, acc, *_ in C_DTYPES:
+    for name, ctype, acc, *_ in POOL_DTYPES:
         apart = ctype != acc
         out[name] = {
-            "doc": (f"{name}: the sums in a {acc} scratch band per thread, each rounded once into grad_x."
+            "doc": (f"{name}: the sums in a {acc} scratch band per thread, each add rounded as the NumPy module's "
+                    f"(sg_round_{name}), stored into grad_x."
                     if apart else f"{name}: the sums are made in grad_x itself."),
             "accumulator": "scratch" if apart else "region",
-            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);  // rounded once"]
+            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);"]
                       if apart else []),
             "alloc": (f"({acc}*)malloc(sizeof({acc}) * (size_t)(((l0 + bands - 1) / bands) * s0 + 1))"
                       if apart else "NULL"),
@@ -418,6 +424,54 @@ def _select_parts(kernel: WindowKernel, ctx: dict) -> dict:
             **_SELECT_BACKWARD["gather"], **ctx,
             "c_count_partial": ("cpu/_count_saved.c.jinja" if saved_counts else
                                 "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja")}
+
+
+# bfloat16 as its bits: widened exactly, rounded to nearest even (a NaN to the quiet NaN of its sign,
+# as ml_dtypes rounds it), and +0 + v on the bits (the write form: +0 for -0, that quiet NaN for a NaN)
+_B16_HELPERS = [
+    "typedef uint16_t sg_bf16;  // bfloat16 as its bits",
+    "SG_INLINE float sg_bf16_to_float(const sg_bf16 h) { return sg_uint_as_float((uint32_t)h << 16); }",
+    "SG_INLINE sg_bf16 sg_float_to_bf16(const float f) {",
+    "  const uint32_t u = sg_float_as_uint(f);",
+    "  const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;",
+    "  return (sg_bf16)sg_blend((u & 0x7fffffffu) > 0x7f800000u, nan, (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);",
+    "}",
+    "SG_INLINE float sg_load_b16(const sg_bf16 v) { return sg_bf16_to_float(v); }",
+    "SG_INLINE sg_bf16 sg_store_b16(const float v) { return sg_float_to_bf16(v); }",
+    "SG_INLINE sg_bf16 sg_zero_plus_b16(const sg_bf16 h) {",
+    "  const uint32_t u = h;",
+    "  return (sg_bf16)sg_blend((u & 0x7fffu) > 0x7f80u, 0x7fc0u | (u & 0x8000u), sg_blend(u == 0x8000u, 0u, u));",
+    "}",
+    "SG_INLINE sg_bf16 sg_keep_b16(const bool keep, const sg_bf16 h) {",
+    "  return (sg_bf16)(h & (0u - (uint32_t)keep));",
+    "}",
+]
+
+
+# max pooling's sums of windows' gradients, per data type: each add rounded as the NumPy module
+# rounds it: float16 to float16 (np.add in float16: the float sum rounded to the nearest half),
+# bfloat16 to bfloat16 where the preset adds in bfloat16 (bfloat16_adds; else in float32, the sum
+# rounded once), float32 and float64 in their own type.  sg_round_<dt>(v): v so rounded, in the
+# compute type.
+def _pool_rounding(kernel: WindowKernel) -> dict:
+    """The C helper that rounds a sum of windows' gradients, per data type (in the compute type)."""
+    out = {}
+    for name, ctype, acc, *_ in POOL_DTYPES:
+        rounds = ctype != acc and (name != "b16" or kernel.bfloat16_adds == "bfloat16")
+        body = f"sg_load_{name}(sg_store_{name}(v))" if rounds else "v"
+        out[name] = [f"SG_INLINE {acc} sg_round_{name}(const {acc} v) {{ return {body}; }}  "
+                     f"// a sum of windows' gradients, each add rounded so"]
+    return out
+
+
+def _pool_b16(kernel: WindowKernel) -> dict:
+    """The b16 backward kernels (scan form: whole-bfloat16 calls' backward on their bits) and
+    their helpers, or none (the mask form: bfloat16 through the float32 kernels)."""
+    if kernel.selection.form != "scan":
+        return {"b16": None}
+    name, ctype, acc, load, store = B16
+    return {"b16": {"name": name, "ctype": ctype, "acc": acc, "load": load, "store": store},
+            "b16_helpers": _B16_HELPERS}
 
 
 def _base_context(art: Artifacts) -> dict:
@@ -547,7 +601,8 @@ def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
         # the write form's kernel refuses an index outside the window in its own pass (returns -1)
         "backward_checks_index": repr(sel.form == "scan" and _tiles(op)),
         "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
-        "band": _band_windows(g), "scatter": _scatter_accumulators(),
+        "band": _band_windows(g), "scatter": _scatter_accumulators(), "pool_rounding": _pool_rounding(kernel),
+        **_pool_b16(kernel),
         # the step between windows along each dim (the coordinate's coefficient of the window)
         "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
                   for a in range(op.spec.spatial)],
@@ -574,10 +629,11 @@ def _write_gradient(keep: str) -> dict:
     """The write form's gradient of an element (keep: it is its window's winner) per data type,
     and the helpers it calls."""
     out = {"write_helpers": {}, "write_gradient": {}}
-    for name, ctype, acc, *_ in C_DTYPES:
+    for name, ctype, acc, *_ in POOL_DTYPES:
         half = ctype != acc
-        out["write_helpers"][name] = _HALF_WRITE if half else []
+        out["write_helpers"][name] = _HALF_WRITE if name == "f16" else []  # b16's: _B16_HELPERS
         out["write_gradient"][name] = (
+            f"sg_keep_b16({keep}, sg_zero_plus_b16(grad_output[o]))" if name == "b16" else
             f"sg_keep_half({keep}, sg_zero_plus_half(grad_output[o]))" if half else
             f"sg_store_{name}(sg_keep_{acc}({keep}, ({acc})0 + sg_load_{name}(grad_output[o])))")
     return out
@@ -1222,11 +1278,13 @@ def _input_variables(names: list) -> dict:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the C source and the loader of an op (its bfloat16 wrappers the
     NumPy module's, from the same context)."""
-    ctx = context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
+    ctx = {"b16": None} | context(art) | bfloat16_context(art) | {"bfloat16_refusal": ""}
     ctx |= _input_variables(ctx["input_names"]) | preamble_context(ctx["header_py"], ctx["loader_note"], LOADER_IMPORTS)
     ctx |= NUMPY_ARRAYS
     if computes_bfloat16(art):  # the NumPy module computes (some of) bfloat16 in bfloat16: refused
         ctx.update(_bfloat16_refused(art))
+    if ctx["b16"] and ctx["bfloat16_kernels"]:  # max pooling's bfloat16 adds: its b16 kernels
+        ctx["bfloat16_kernels"] = ctx["bfloat16_kernels"] | {"backward": "_backward_b16"}
     env = _environment()
     source, loader = file_names(art.op)
     return {source: env.get_template(ctx["template"]).render(**ctx),
