@@ -1147,7 +1147,8 @@ def _logsumexp_context(art: Artifacts) -> dict:
     real_types = [{"name": {"float": "f32", "double": "f64"}[rt], "type": rt,
                    "shift": c_code(kernel.shift, rt),
                    "forward_arg": c_code(forward_exp.args[0], rt),
-                   "backward_arg": c_code(backward_exp.args[0], rt)} for rt in C_REAL_TYPES]
+                   "backward_arg": c_code(backward_exp.args[0], rt),
+                   "lanes": _LANES[rt][0], "mask": _LANES[rt][1]} for rt in C_REAL_TYPES]  # a row's max in lanes
     return _base_context(art) | {
         "template": "cpu/logsumexp.c.jinja", "loader_template": "cpu/loader_logsumexp.py.jinja",
         "rows_doc_end": " (the NumPy module's rows, in its memory order)",
