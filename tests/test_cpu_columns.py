@@ -1,7 +1,8 @@
 """The cpu reductions' column kernels (the mask form on a block of reduced dims with others after it,
-folded as it lies: select.c.jinja's _select_reduction): forward and backward equal the NumPy
-module's bits on columns whose extremum is a zero of either sign, a NaN, or a tie, in every dtype;
-the exhaustive variant under every mask policy x NaN rule and both presets, amax and amin."""
+folded as it lies: select.c.jinja's _select_reduction) and the forward's fold of a row in SIMD lanes
+(a NaN flagged on the side): forward and backward equal the NumPy module's bits on columns and
+rows whose extremum is a zero of either sign, a NaN, or a tie, in every dtype; the exhaustive
+variant under every mask policy x NaN rule and both presets, amax and amin."""
 
 import numpy as np
 import pytest
@@ -12,6 +13,8 @@ from symgrad.policy import NAN_RULES
 
 # (shape, dim): columns of 2-d arrays, a block with kept dims before and after it
 CASES = [((9, 2), 0), ((6, 5), 0), ((3, 7, 4), 0), ((2, 5, 3, 4), (1, 2))]
+# rows of 16 elements or more (the fold in lanes), a NaN in the lanes' loop, the first vectors or the tail
+ROWS = [((70,), 0), ((16,), 0), ((3, 70), -1), ((2, 3, 50), (1, 2)), ((5, 16), 1)]
 # mask-form settings (the column kernels' form): every NaN rule of 'split' and 'all', both presets
 SETTINGS = ([{"ties": t, "nan": n} for n, rule in NAN_RULES.items() for t in ("split", "all")
              if t in rule.policies] + [{"convention": "torch"}, {"convention": "jax"}])
@@ -21,11 +24,16 @@ def test_columns_equal_the_numpy_module():
     _check("amax", {"convention": "torch"}, [(s, 0) for s, d in CASES if d == 0])
 
 
+def test_rows_folded_in_lanes_equal_the_numpy_module():
+    _check("amax", {"convention": "torch"}, ROWS[:2], None)  # the library of the test above
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("op", ["amax", "amin"])
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(s.values()))
 def test_columns_equal_the_numpy_module_every_setting(op, settings):
     _check(op, settings, CASES)
+    _check(op, settings, ROWS, None)
 
 
 def _inputs(rng, shape, dtype):
@@ -36,14 +44,18 @@ def _inputs(rng, shape, dtype):
     x = rng.choice(np.array(values), size=shape)
     nan = x.copy()
     nan.flat[::5] = np.nan
-    arrays = [x, nan]
+    ties = np.round(rng.standard_normal(shape) * 2)  # an extremum the lanes' fold keeps
+    one_nan = ties.reshape(-1, shape[-1]).copy()  # a NaN a row: at 20 (the lanes' loop), 3 or the last
+    rows = np.arange(len(one_nan))
+    one_nan[rows, np.array([20, 3, -1])[rows % 3] % shape[-1]] = np.nan
+    arrays = [x, nan, ties, one_nan.reshape(shape)]
     if dtype != np.float16:
         zeros = rng.choice(np.array([-1.0, -0.0, 0.0]), size=shape)
         arrays += [zeros, -zeros]
     return [a.astype(dtype) for a in arrays]
 
 
-def _check(op, settings, cases):
+def _check(op, settings, cases, layout="columns"):
     rng = np.random.default_rng(5)
     for shape, dim in cases:
         try:
@@ -52,7 +64,7 @@ def _check(op, settings, cases):
             continue
         cpu = symgrad.load(op, backend="cpu", dim=dim, **settings)
         ref = symgrad.load(op, dim=dim, **settings)
-        assert _kernel_layout(cpu, shape) == "columns", (shape, dim)  # the kernels under test
+        assert _kernel_layout(cpu, shape) == layout, (shape, dim)  # the kernels under test
         for dtype in (np.float16, np.float32, np.float64):
             for k, x in enumerate(_inputs(rng, shape, dtype)):
                 (y, s), (y0, s0) = cpu.forward(x), ref.forward(x)
