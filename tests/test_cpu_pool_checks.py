@@ -10,9 +10,10 @@ import symgrad
 
 # (op, output_size, input shape, the output whose winner is forged, the box's cell given it): along
 # axis 0 the windows of 8 -> 3 are [0, 3), [2, 6), [5, 8), the box 4: the first is a cell short
+# (test_cpu_kinds' geometries, their libraries built there)
 ADAPTIVE_OUTSIDE = [
     ("adaptive_max_pool1d", 3, (1, 2, 8), (..., 0), 3),
-    ("adaptive_max_pool2d", (3, 2), (2, 3, 8, 5), (..., 0, 1), 11),  # box 4 x 3, cell (3, 2)
+    ("adaptive_max_pool2d", (3, 4), (2, 3, 8, 9), (..., 0, 1), 9),  # box 4 x 3 (9 -> 4: [0, 3) ...), cell (3, 0)
 ]
 
 
@@ -20,8 +21,8 @@ ADAPTIVE_OUTSIDE = [
 @pytest.mark.parametrize("dtype", (np.float32, np.float16))
 @pytest.mark.parametrize("channels_last", (False, True))
 def test_an_adaptive_index_outside_its_own_window_is_refused(op, size, shape, where, cell, dtype, channels_last):
-    m = symgrad.load(op, backend="cpu", output_size=size)
-    ref = symgrad.load(op, output_size=size)
+    m = symgrad.load(op, backend="cpu", output_size=size, ties="first")
+    ref = symgrad.load(op, output_size=size, ties="first")
     x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     if channels_last:
         x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
@@ -37,18 +38,24 @@ def test_an_adaptive_index_outside_its_own_window_is_refused(op, size, shape, wh
         module.backward(np.ones(y.shape, dtype), saved)  # the index forward saved is taken
 
 
-@pytest.mark.parametrize("ties", ("first", "all"))
-@pytest.mark.parametrize("bad", (-1, 16, 2**40))
-def test_unpool_indices_outside_a_plane_are_refused_by_the_kernels_as_numpy_refuses_them(ties, bad):
+# (op, params, input shape, the output plane's size, ties): test_cpu_kinds' unpooling geometries
+UNPOOL_OUTSIDE = [("max_unpool2d", {"kernel_size": 2}, (2, 3, 2, 2), 16, "all"),
+                  ("max_unpool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 6), 11, "first")]
+
+
+@pytest.mark.parametrize("op,params,shape,size,ties", UNPOOL_OUTSIDE)
+@pytest.mark.parametrize("bad", (-1, "size", 2**40))
+def test_unpool_indices_outside_a_plane_are_refused_by_the_kernels_as_numpy_refuses_them(op, params, shape, size, ties, bad):
     """The cpu loader leaves the indices' range to its kernels (forward's, backward's and jvp's
     check a plane before they read it): an index outside a later plane gives the NumPy module's
     ValueError, word for word, and nothing is written outside the output."""
-    m = symgrad.load("max_unpool2d", backend="cpu", kernel_size=2, ties=ties)
-    ref = symgrad.load("max_unpool2d", kernel_size=2, ties=ties)
-    x = np.random.default_rng(0).standard_normal((2, 3, 2, 2)).astype(np.float32)
-    idx = np.random.default_rng(1).integers(0, 16, size=x.shape)
+    bad = size if bad == "size" else bad
+    m = symgrad.load(op, backend="cpu", ties=ties, **params)
+    ref = symgrad.load(op, ties=ties, **params)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    idx = np.random.default_rng(1).integers(0, size, size=shape)
     forged = idx.copy()
-    forged[1, 2, 1, 0] = bad  # the last plane
+    forged.reshape(-1)[-2] = bad  # in the last plane
     errors = []
     for module in (m, ref):
         with pytest.raises(ValueError) as info:

@@ -422,6 +422,7 @@ def _select_parts(kernel: WindowKernel, ctx: dict) -> dict:
             "geometry_params": "", "accumulate_partial": "cpu/_gather_sum.c.jinja",
             # a reduction's fold in SIMD lanes, its forward compiled for each SIMD width (_row_lanes)
             "lane_helpers": [], "row_lanes": {}, "forward_clones": {},
+            "window_lanes": {},  # a scan's prefilter in SIMD lanes (_window_lanes)
             **_SELECT_BACKWARD["gather"], **ctx,
             "c_count_partial": ("cpu/_count_saved.c.jinja" if saved_counts else
                                 "cpu/_count.c.jinja" if sel.counts else "cpu/_no_count.c.jinja")}
@@ -1007,6 +1008,7 @@ def _adaptive_context(art: Artifacts) -> dict:
     return _base_context(art) | _select_parts(kernel, {
         **(_SELECT_BACKWARD["scatter"] if scatter else {}),
         **_adaptive_holder_strings(kernel, spatial),
+        **_window_lanes(kernel, spatial),
         "loader_geometry_partial": "cpu/_loader_adaptive.py.jinja",
         "numpy_partial": f"host/_adaptive_{sel.form}.py.jinja",
         **host_partials(kernel),
@@ -1030,6 +1032,92 @@ def _adaptive_context(art: Artifacts) -> dict:
         **adaptive_window_code(),  # the loader's Python (the NumPy module's _axis)
         "loader_note": _loader_note(op, "; NCHW or channels-last, other strides are copied", "the elements"),
     })
+
+
+def _window_lanes(kernel: WindowKernel, spatial: int) -> dict:
+    """A scan's forward prefilter for adaptive windows whose rows (along the last axis) are
+    contiguous and at least a vector long, as finished C lines: the window's extremum folded in
+    SIMD lanes (the reductions' helpers, _row_lanes; two chains, the rows alternating between
+    them), kept where the order of the fold cannot matter (neither NaN, so no element is NaN, nor
+    a zero, so the value names its bits); the winner is then the first element equal to it in
+    row-major order, or the last where a tie goes to the later element (sg_take of the value with
+    itself), found by a search that stops there.  Else the window's own scan follows.  float16
+    windows scan element by element."""
+    if kernel.selection.form != "scan":
+        return {}
+    axes, last = range(spatial), spatial - 1
+    first = " + ".join(f"s{a} * in.s{a}" for a in axes)  # the window's first element's offset
+    outer = " + ".join(f"i{a} * in.s{a}" for a in axes[:-1]) or "0"  # a row's, from its window's
+    rowlocal = "0"  # a row's first element's row-major index in the window box
+    for a in axes[:-1]:
+        rowlocal = f"({rowlocal} + (i{a} - s{a})) * k{a + 1}" if a else f"(i0 - s0) * k1"
+    width = f"e{last} - s{last}"
+
+    def rows(order: str, body: list[str]) -> list[str]:  # the window's rows, in row-major order or reversed
+        heads = [f"for (I i{a} = s{a}; i{a} < e{a}; ++i{a})" if order == "first" else
+                 f"for (I i{a} = e{a} - 1; i{a} >= s{a}; --i{a})" for a in axes[:-1]]
+        lines = ["  " * a + head for a, head in enumerate(heads)]
+        ind = "  " * last
+        return lines + [f"{ind}{{", *[f"{ind}  {line}" for line in body], f"{ind}}}"]
+
+    def search(order: str) -> list[str]:  # the first (last) element equal to the extremum, then found
+        loop = (f"for (I k = 0; k < {width}; ++k)" if order == "first" else f"for (I k = {width} - 1; k >= 0; --k)")
+        return rows(order, [f"const I at = {outer} + s{last};",
+                            f"{loop} {{",
+                            "  if (x[base + at + k] == fold) {",
+                            f"    winner = {rowlocal} + k;",
+                            "    winner_at = at + k;",
+                            "    goto found;",
+                            "  }",
+                            "}"])
+
+    lines = {}
+    for name, ctype, acc, *_ in C_DTYPES:
+        if acc != ctype:
+            lines[name] = []
+            continue
+        lanes = _LANES[acc][0]
+        fold = rows("first", [
+            f"const {acc}* restrict row = x + base + {outer} + s{last};",
+            "I k = 0;",
+            f"for (; k + {2 * lanes} <= {width}; k += {2 * lanes}) {{  // two vectors: two chains",
+            f"  sg_{acc}_lanes v[2];",
+            "  memcpy(v, row + k, sizeof v);",
+            f"  lane = sg_lanes_{acc}(lane, v[0]);",
+            f"  other = sg_lanes_{acc}(other, v[1]);",
+            "}",
+            f"for (; k + {lanes} <= {width}; k += {lanes}) {{",
+            f"  sg_{acc}_lanes v;",
+            "  memcpy(&v, row + k, sizeof v);",
+            f"  lane = sg_lanes_{acc}(lane, v);",
+            "}",
+            f"for (; k < {width}; ++k) fold = sg_lane_{acc}(fold, row[k]);",
+            f"const sg_{acc}_lanes swap = lane;  // the next row's vectors: the other chain first",
+            "lane = other;",
+            "other = swap;"])
+        lines[name] = [
+            f"if (in.s{last} == 1 && {width} >= {lanes}) {{  // the window's extremum in lanes, kept where its order cannot matter",
+            f"  {acc} fold = x[base + {first}];",
+            f"  sg_{acc}_lanes lane, other;",
+            f"  for (int j = 0; j < {lanes}; ++j) lane[j] = other[j] = fold;",
+            *["  " + line for line in fold],
+            f"  lane = sg_lanes_{acc}(lane, other);",
+            f"  for (int j = 0; j < {lanes}; ++j) fold = sg_lane_{acc}(fold, lane[j]);",
+            "  if (fold != 0 && !sg_isnan(fold)) {  // no NaN in the window, and the extremum's bits are its own",
+            "    I winner = 0, winner_at = 0;",
+            f"    if (sg_take_{acc}(fold, fold)) {{  // a tie goes to the later element: the last equal to it",
+            *["      " + line for line in search("last")],
+            "    } else {  // the first equal to it",
+            *["      " + line for line in search("first")],
+            "    }",
+            "  found:",
+            "    out[t] = x[base + winner_at];",
+            "    index[t] = winner;",
+            "    continue;",
+            "  }",
+            "}",
+        ]
+    return {"window_lanes": lines, "lane_helpers": _row_lanes(kernel)["lane_helpers"]}
 
 
 def _adaptive_holder_strings(kernel: WindowKernel, spatial: int) -> dict:
