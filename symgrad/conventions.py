@@ -102,6 +102,10 @@ BROADCAST_SUMS = {
     "torch": "the order of PyTorch's autograd, at::sum_to: one CPU at::sum over the leading and "
              "the broadcast dims (SumKernel.cpp's cascade sum in its TensorIterator's dim order, "
              "32-byte vectors), in at least float32, rounded once",
+    "jax": "the order of JAX's transpose of broadcast_in_dim on the CPU: one XLA reduce over the "
+           "leading and the broadcast dims (the terms of each output in row-major order from +0; a "
+           "dim longer than 32 first summed in windows of 32: TreeReductionRewriter), in the "
+           "gradient's dtype, each add rounded to it",
 }
 
 
@@ -638,3 +642,6 @@ TORCH["roi_max_pool"] = Preset("first", "keep", zeros="first", note=(
     "never wins and a bin of NaN, -inf or values at or below -FLT_MAX has output -FLT_MAX and no "
     "gradient; an empty bin is 0; backward adds each bin's gradient onto its winner in box, "
     "channel, bin order"))
+# JAX's binary max/min: a broadcast input's gradient summed as XLA sums it (BROADCAST_SUMS "jax")
+for _name in ("maximum", "minimum", "fmax", "fmin"):
+    JAX[_name] = dataclasses.replace(JAX[_name], broadcast_sum="jax")

@@ -8,7 +8,7 @@
 # argument order: given (convention jax)
 # forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
 # gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
-# key: eb2ebd2dd7228276fc44
+# key: 547bf71329f472a2d4e8
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """maximum forward and backward under the tie policy 'split'.
 

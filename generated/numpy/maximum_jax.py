@@ -8,7 +8,7 @@
 # argument order: given (convention jax)
 # forward max/min of equal operands: ordered (convention jax): -0 is below +0 (IEEE 754-2019 maximum/minimum, XLA's max/min, fabs)
 # gradient form: product (convention jax): g * (a sum over the pieces of (condition ? coefficient : 0)): g times a weight, so a weight of 0 gives a zero with g's sign (and NaN for an infinite g)
-# key: 4fccd3841554bbcf2dc0
+# key: 76f0908a3f1ce9588118
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """maximum forward and backward under the tie policy 'split'.
 
@@ -37,6 +37,7 @@ Convention 'jax': jnp.maximum: _balanced_eq: 1/2 each at a tie, 0 to both when e
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -204,17 +205,56 @@ def _select(cond, a) -> np.ndarray:
     return out
 
 
+# XLA's CPU TreeReductionRewriter: a reduce over a dim longer than this first sums windows of this
+# many along it (a smaller reduced dim: one window), padded with zeros evenly ("same" padding)
+_XLA_WINDOW = 32
+# the dtype whose adds a whole-bfloat16 call rounds to while its float32 code runs (the wrapper's)
+_SUMS = threading.local()
+
+
 def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum a broadcast gradient back to an input's shape, in at least float32 (float16 is rounded
-    once, as PyTorch's sum and the CUDA kernels round it)."""
-    dtype, total = grad.dtype, grad
+    """Sum a broadcast gradient back to an input's shape as JAX on the CPU does: one XLA reduce
+    over the leading and the broadcast dims (dims of size 1 are reshaped, not added), in the
+    gradient's dtype (bfloat16 in a bfloat16 call), each add rounded to it (_xla_reduce)."""
     lead = grad.ndim - len(shape)
-    if lead:
-        total = total.sum(axis=tuple(range(lead)), dtype=np.promote_types(dtype, np.float32))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and total.shape[i] != 1)
-    if axes:
-        total = total.sum(axis=axes, keepdims=True, dtype=np.promote_types(dtype, np.float32))
-    return total.astype(dtype, copy=False)
+    full = (1,) * lead + tuple(shape)
+    axes = tuple(d for d in range(grad.ndim) if full[d] == 1 and grad.shape[d] != 1)
+    if not axes:
+        return grad.reshape(shape)
+    rounded = getattr(_SUMS, "dtype", None)
+    terms = grad if rounded is None else grad.astype(rounded)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as XLA adds
+        return _xla_reduce(terms, axes).reshape(shape).astype(grad.dtype, copy=False)
+
+
+def _xla_reduce(terms: np.ndarray, axes: tuple) -> np.ndarray:
+    """XLA's CPU reduce-sum over axes (kept as size 1): while a reduced dim is longer than
+    _XLA_WINDOW, the rewriter's reduce_window (windows of _XLA_WINDOW along it, whole along the
+    other reduced dims, padded with zeros, the padding's odd one after) and its sums reduced
+    again; then _row_major_sum."""
+    while any(terms.shape[a] > _XLA_WINDOW for a in axes):
+        pads, split = [], []
+        for d, n in enumerate(terms.shape):
+            width = min(n, _XLA_WINDOW) if d in axes else 1
+            count = -(-n // width)
+            pad = count * width - n
+            pads.append((pad // 2, pad - pad // 2))
+            split += [count, width]
+        windows = np.pad(terms, pads).reshape(split)
+        terms = _row_major_sum(windows, tuple(range(1, len(split), 2))).reshape(split[::2])
+    return _row_major_sum(terms, axes)
+
+
+def _row_major_sum(terms: np.ndarray, axes: tuple) -> np.ndarray:
+    """The sum over axes (kept as size 1) of XLA's CPU reduce loop: the terms of each output in
+    row-major order, added one by one to +0."""
+    kept = [d for d in range(terms.ndim) if d not in axes]
+    moved = np.transpose(terms, kept + list(axes))
+    rows = moved.reshape(moved.shape[:len(kept)] + (-1,))
+    total = np.zeros(rows.shape[:-1], dtype=terms.dtype)
+    for k in range(rows.shape[-1]):
+        total = total + rows[..., k]
+    return total.reshape([1 if d in axes else n for d, n in enumerate(terms.shape)])
 
 
 def forward(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, Saved]:
@@ -476,8 +516,12 @@ def backward(grad_output, saved):
     wide, bf16, whole, fields = _widened_saved(saved)
     if bf16 is None:
         return _float_backward(_widened("grad_output", grad_output), saved)
-    grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
-                            _widened("grad_output", grad_output), wide)
+    _SUMS.dtype = bf16 if whole else None  # (_sum_to_shape rounds each add to bfloat16, as XLA adds)
+    try:
+        grads = _float_backward(_through("grad_output", grad_output, bf16) if whole else
+                                _widened("grad_output", grad_output), wide)
+    finally:
+        _SUMS.dtype = None
     return tuple(_rounded(g, bf16) if whole or name in fields else g for name, g in zip(INPUTS, grads))
 
 

@@ -46,7 +46,9 @@ def bfloat16_context(art: Artifacts) -> dict:
         n for n in names if n not in op.spec.constant_inputs and n not in integer)),
             # the functions computing a whole-bfloat16 op in bfloat16 (None: its float32 ones), and
             # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
-            "bfloat16_kernels": None, "bfloat16_note": []}
+            "bfloat16_kernels": None, "bfloat16_note": [],
+            # a broadcast input's gradient summed in XLA's order (conventions.BROADCAST_SUMS "jax")
+            "xla_sum_to": getattr(art.kernel, "broadcast_sum", "numpy") == "jax"}
 
 
 def computes_bfloat16(art: Artifacts) -> bool:

@@ -49,7 +49,8 @@ def file_names(op: Op) -> tuple[str, ...]:
 def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
     ctx = bfloat16_context(art) | context(art)
-    ctx |= preamble_context(ctx["header"], None, tuple(f"import {m}" for m in sorted([*ctx["imports"], "os"])))
+    ctx |= preamble_context(ctx["header"], None, tuple(f"import {m}" for m in sorted(
+        [*ctx["imports"], "os", *(["threading"] if ctx["xla_sum_to"] else [])])))  # (_xla_sum_to's)
     ctx |= NUMPY_ARRAYS
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
