@@ -184,8 +184,8 @@ class SymgradOp:
         if compiling:  # the registered operators, which tracing sees
             return self._returned(self._ops[0](list(tensors)), self._layout(tensors))
         if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-            # no graph: the implementation
-            return self._returned(*self._forward_with_layout(tensors, self._backend(tensors)))
+            results = self._run(tensors)[-1]  # no graph: the implementation
+            return tuple(results) if len(results) > 1 else results[0]
         # eagerly, the same implementations through autograd.Function: no dispatcher round trips
         return _Forward.apply(self, *tensors)
 
@@ -244,34 +244,35 @@ class SymgradOp:
     def _layout(self, tensors) -> bridge.Layout:
         return self._backend(tensors)[1].get(_signature(tensors))
 
-    def _forward_impl(self, tensors: list) -> list:
-        return self._forward_with_layout(tensors, self._backend(tensors))[0]
-
-    def _forward_with_layout(self, tensors: list, found: tuple) -> tuple[list, bridge.Layout]:
-        """(the forward operator's tensors, the layout of this call's saved state), on
-        ``found = self._backend(tensors)`` (eager autograd keeps both for its backward)."""
-        module, layouts, to_array, from_array = found
+    def _run(self, tensors) -> tuple:
+        """An eager call of the module: (_backend's answer, the arrays it ran on, its output, its
+        Saved value, its threads= keyword, the op's results [output, *other outputs] as tensors).
+        Nothing flattened (bridge.split): eager autograd hands the Saved value back as it is."""
+        found = module, _, to_array, from_array = self._backend(tensors)
         arrays = [to_array(t) for t in tensors]
-        output, saved = module.forward(*arrays, **_threads(module))
-        layout, extra = bridge.split(arrays, output, saved)
-        signature = _signature(tensors)
-        if not layouts.known(signature):
-            layouts.remember(signature, layout)
-        out = _unaliased(from_array(bridge.first(output)), tensors)
-        return [out] + [from_array(a) for a in extra], layout
+        threads = _threads(module)
+        output, saved = module.forward(*arrays, **threads)
+        results = [_unaliased(from_array(bridge.first(output)), tensors)]
+        if isinstance(output, tuple):  # an order statistic's (values, indices)
+            results += [from_array(a) for a in output[1:]]
+        return found, arrays, output, saved, threads, results
 
-    def _saved(self, inputs, output, arrays, found=None, layout=None):
-        """(module, from_array, its Saved value) for the operators' tensors (found, layout: what
-        the forward used, where the caller kept them; else looked up again)."""
-        module, layouts, to_array, from_array = found or self._backend(inputs)
-        layout = layout or layouts.get(_signature(inputs))
+    def _forward_impl(self, tensors: list) -> list:
+        """The forward operator's tensors: the output, then the saved arrays (bridge.split)."""
+        found, arrays, output, saved, _, results = self._run(tensors)
+        return results[:1] + _flattened(found, tensors, arrays, output, saved)
+
+    def _saved(self, inputs, output, arrays):
+        """(module, to_array, from_array, its Saved value) for the operators' tensors."""
+        module, layouts, to_array, from_array = self._backend(inputs)
+        layout = layouts.get(_signature(inputs))
         used = layout.used  # only the tensors the saved state holds become arrays
         saved = bridge.join(module, layout, [to_array(t) if k in used.inputs else None for k, t in enumerate(inputs)],
                             to_array(output) if used.output else None, [to_array(a) for a in arrays])
         return module, to_array, from_array, saved
 
-    def _backward_impl(self, grad_output, inputs: list, output, arrays: list, found=None, layout=None) -> list:
-        module, to_array, from_array, saved = self._saved(inputs, output, arrays, found, layout)
+    def _backward_impl(self, grad_output, inputs: list, output, arrays: list) -> list:
+        module, to_array, from_array, saved = self._saved(inputs, output, arrays)
         grads = module.backward(to_array(grad_output.contiguous()), saved, **_threads(module))
         return [from_array(g) for g in grads if g is not None]
 
@@ -426,16 +427,12 @@ class _Forward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op: SymgradOp, *tensors):
         ctx.op = op
-        ctx.found = module, _, to_array, from_array = op._backend(tensors)
-        ctx.arrays = [to_array(t) for t in tensors]  # the arrays the module ran on
-        ctx.output, ctx.saved = module.forward(*ctx.arrays, **_threads(module))
-        out = _unaliased(from_array(bridge.first(ctx.output)), tensors)
-        extra = [from_array(a) for a in ctx.output[1:]] if isinstance(ctx.output, tuple) else []
-        ctx.save_for_backward(*tensors, out, *extra)
-        if extra:  # an order statistic's indices: no gradient
-            ctx.mark_non_differentiable(*extra)
-            return (out, *extra)
-        return out
+        ctx.found, ctx.arrays, ctx.output, ctx.saved, ctx.threads, results = op._run(tensors)
+        ctx.save_for_backward(*tensors, *results)
+        if len(results) > 1:  # an order statistic's indices: no gradient
+            ctx.mark_non_differentiable(*results[1:])
+            return tuple(results)
+        return results[0]
 
     @staticmethod
     def backward(ctx, grad_output, *_):  # (an order statistic's indices: no gradient)
@@ -444,9 +441,10 @@ class _Forward(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: a backward that autograd differentiates again
             def backward(g, tensors, out, arrays):
                 return _Backward.apply(op, g, len(tensors), *tensors, out, *arrays)
-            return (None, *op._input_grads(backward, grad_output, list(kept[:n]), kept[n], _flat_saved(ctx, kept)))
+            flat = _flattened(ctx.found, kept[:n], ctx.arrays, ctx.output, ctx.saved)
+            return (None, *op._input_grads(backward, grad_output, list(kept[:n]), kept[n], flat))
         module, _, to_array, from_array = ctx.found
-        grads = module.backward(to_array(grad_output.contiguous()), ctx.saved, **_threads(module))
+        grads = module.backward(to_array(grad_output.contiguous()), ctx.saved, **ctx.threads)
         got = iter([from_array(g) for g in grads if g is not None])
         return (None, *[next(got) if k in op._differentiable else None for k in range(n)])
 
@@ -458,16 +456,16 @@ def _unaliased(out: torch.Tensor, tensors) -> torch.Tensor:
     return out
 
 
-def _flat_saved(ctx, kept) -> list:
-    """The saved arrays (as tensors) of the Saved value _Forward kept, its layout remembered for
-    this input signature (as _forward_with_layout remembers it): what _Backward runs on."""
-    _, layouts, _, from_array = ctx.found
-    layout, arrays = bridge.split(ctx.arrays, ctx.output, ctx.saved)
-    tensors = kept[:len(ctx.arrays)]
+def _flattened(found: tuple, tensors, arrays: list, output, saved) -> list:
+    """The saved arrays (as tensors) of a forward's Saved value, its layout remembered for this
+    input signature (where the operators' backward and jvp find it): what the forward operator
+    returns after the output, and what _Backward runs on."""
+    _, layouts, _, from_array = found
+    layout, flat = bridge.split(arrays, output, saved)
     signature = _signature(tensors)
     if not layouts.known(signature):
         layouts.remember(signature, layout)
-    return [from_array(a) for a in arrays]
+    return [from_array(a) for a in flat]
 
 
 class _Backward(torch.autograd.Function):

@@ -632,7 +632,10 @@ def test_eager_backward_hands_the_saved_value_back_as_it_is(monkeypatch, ties, d
     monkeypatch.setattr(st.bridge, "split", refused)
     monkeypatch.setattr(st.bridge, "join", refused)
     x = torch.from_numpy(x0).to(dtype).requires_grad_()
+    with torch.no_grad():
+        no_graph = f(x)
     y = f(x)
+    assert no_graph.numpy().tobytes() == y.detach().numpy().tobytes()
     g0 = rng.standard_normal(tuple(y.shape))
     g = torch.from_numpy(g0).to(dtype)
     y.backward(g, retain_graph=True)
