@@ -56,3 +56,32 @@ def test_compiled_window_module_equals_numpy_module(name, kw, shape):
     _same(y, y_np, f"{name} {kw} compiled forward")
     _same(got, want, f"{name} {kw} compiled backward")
     _same(got_jvp, want_jvp, f"{name} {kw} compiled jvp")
+
+
+# adaptive windows: each output's window a block of the input (one holding window per element), so
+# an element that is no window's winner (or whose weight is -0) gets +0.0 + -0.0 = +0.0 from the
+# NumPy module; a start of zeros that Inductor folds away (zeros + w is w) would leave -0.0
+ADAPTIVE_CASES = [
+    ("adaptive_max_pool2d", {"output_size": (2, 3), "ties": "first"}, (2, 3, 4, 6)),
+    ("adaptive_max_pool2d", {"output_size": (2, 3), "ties": "split"}, (2, 3, 4, 6)),
+]
+
+
+@pytest.mark.slow  # Inductor compiles 2 graphs of 24 window elements each
+@pytest.mark.parametrize("name,kw,shape", ADAPTIVE_CASES, ids=[kw.get("ties") for _, kw, _ in ADAPTIVE_CASES])
+def test_compiled_adaptive_module_starts_from_plus_zero(name, kw, shape):
+    np_mod, th_mod = symgrad.load(name, **kw), symgrad.load(name, backend="torch", **kw)
+    a, rng = _window_arrays(shape, np.float32, 0)
+    y_np, s_np = np_mod.forward(a)
+    g = np.where(rng.random(y_np.shape) < 0.5, -0.0, -rng.random(y_np.shape)).astype(np.float32)
+    t = np.where(rng.random(shape) < 0.5, -0.0, rng.standard_normal(shape)).astype(np.float32)
+    want, want_jvp = np_mod.backward(g, s_np)[0], np_mod.jvp(t, s_np)
+    assert (np.signbit(want) & (want == 0)).sum() < (want == 0).sum()  # +0.0 entries that a fold would flip
+
+    def step(x, grad, tangent):
+        y, saved = th_mod.forward(x)
+        return y, th_mod.backward(grad, saved)[0], th_mod.jvp(tangent, saved)
+    y, got, got_jvp = _compiled(step)(*(torch.from_numpy(v) for v in (a, g, t)))
+    _same(y, y_np, f"{name} {kw} compiled forward")
+    _same(got, want, f"{name} {kw} compiled backward")
+    _same(got_jvp, want_jvp, f"{name} {kw} compiled jvp")
