@@ -21,7 +21,9 @@ probing the forward:
    op's tied pieces in the order of its definition (``symgrad.ops``; the argument order setting
    applies): first/last must equal the one-sided derivative on the side where that piece wins,
    split their average, all their sum.  Without an op definition (a user function), first/last
-   must equal one of the two one-sided derivatives.
+   must equal one of the two one-sided derivatives.  A join with one slope (celu at 0, elu with
+   alpha 1: a kink of the second derivative only), where the differences agree, is found from
+   the definition (a max/min node of the element tied there) and checked as a kink.
 4. Mass: the gradients of a tied window's elements add up to the window's derivative along
    moving all its elements together (the upstream gradient), except under all.
 5. Unpooling: writers of one slot (repeated indices) tie; only the writer that stays moves the
@@ -433,13 +435,16 @@ def _check_output(report, target, xs, elements, y0, o, w, dp, dm, ties, pieces, 
     for e in deps:
         if e in tied:
             continue
-        if e in kinks:
+        # a join with one slope (celu at 0) is a kink the differences cannot see
+        join = e not in kinks and pieces.at_join(xs, elements[e], out_index)
+        if e in kinks or join:
             report.kinks += 1
             expected, why = pieces.at_kink(xs, elements[e], out_index, dp[e], dm[e], w[e])
+            why += " (pieces joined with one slope)" if join else ""
         else:
             expected, why = (dp[e] + dm[e]) / 2, "central differences"
         if expected is not None and not _close(w[e], expected, rtol, atol):
-            fail(e, expected, "kink" if e in kinks else "smooth", why)
+            fail(e, expected, "kink" if e in kinks or join else "smooth", why)
     if tied:
         _check_tie(report, target, xs, elements, o, w, dp, dm, tied, deps, ties, fail, rtol, atol)
     return True
@@ -592,6 +597,7 @@ class _Pieces:
 
     def __init__(self, op, ties):
         self.op, self.ties = op, ties
+        self._expr = None  # (symbols, the forward expression), made on first use
 
     @classmethod
     def of(cls, name, params, order, ties):
@@ -628,21 +634,40 @@ class _Pieces:
         return (dp, f"the {self.ties} piece wins above it") if side > 0 else \
             (dm, f"the {self.ties} piece wins below it")
 
+    def at_join(self, xs, element, out_index) -> bool:
+        """Whether the element sits where two pieces of one of the op's max/min nodes in it tie
+        although the one-sided differences agree: a join with one slope (celu at 0, elu with
+        alpha 1), a kink of the second derivative only, where the policy still decides (all: the
+        pieces' sum).  False without the op's definition."""
+        if self.op is None:
+            return False
+        symbols, expr, env = self._definition(xs, out_index)
+        node = _tied_node(expr, env)
+        return node is not None and symbols[element[0]] in node.free_symbols
+
+    def _definition(self, xs, out_index):
+        """(the inputs' symbols, the op's forward expression, the symbols' values at out_index)."""
+        import sympy as sp
+
+        from .indicators import MaxOf, MinOf
+        spec = self.op.spec
+        if self._expr is None:
+            symbols = [sp.Symbol(n, real=True) for n in spec.inputs]
+            expr = spec.forward(self.op.params, symbols)
+            if self.op.order == "reversed":
+                expr = expr.replace(lambda e: isinstance(e, (MaxOf, MinOf)), lambda e: e.func(*reversed(e.args)))
+            self._expr = (symbols, expr)
+        symbols, expr = self._expr
+        shape = np.broadcast_shapes(*[x.shape for x in xs])
+        return symbols, expr, {s: float(np.broadcast_to(x, shape)[out_index]) for s, x in zip(symbols, xs)}
+
     def _side(self, xs, k, out_index):
         """+1 when the policy's piece of the tied node wins above the kink (input k moving up),
         -1 below, None when the op's definition is not known."""
         if self.op is None:
             return None
-        import sympy as sp
-
-        from .indicators import MaxOf, MinOf
-        spec = self.op.spec
-        symbols = [sp.Symbol(n, real=True) for n in spec.inputs]
-        expr = spec.forward(self.op.params, symbols)
-        if self.op.order == "reversed":
-            expr = expr.replace(lambda e: isinstance(e, (MaxOf, MinOf)), lambda e: e.func(*reversed(e.args)))
-        shape = np.broadcast_shapes(*[x.shape for x in xs])
-        env = {s: float(np.broadcast_to(x, shape)[out_index]) for s, x in zip(symbols, xs)}
+        from .indicators import MaxOf
+        symbols, expr, env = self._definition(xs, out_index)
         node = _tied_node(expr, env)
         if node is None:
             return None

@@ -126,9 +126,9 @@ def _torch_backward(torch, grad, y, k, w, reduction):
 
 # ----------------------------------------------------------------------------- jax
 
-def jax_loss(input, target, margin, weight, reduction, kink):
-    """The jnp expression of multi_margin.py's docstring, kink (symgrad.jax's relu) for
-    jnp.maximum(0, z)."""
+def jax_loss(input, target, margin, weight, reduction, make_kink):
+    """The jnp expression of multi_margin.py's docstring, make_kink() (symgrad.jax's relu, made
+    once the arguments are checked) for jnp.maximum(0, z)."""
     import jax
     import jax.numpy as jnp
     _check(input, target, weight, jnp.issubdtype(input.dtype, jnp.floating),
@@ -136,7 +136,7 @@ def jax_loss(input, target, margin, weight, reduction, kink):
     x, y = jnp.reshape(input, (-1, input.shape[-1])), jnp.reshape(target, (-1,))
     if not isinstance(y, jax.core.Tracer):  # (known: checked here, in NumPy, even under a trace)
         _check_range(np.asarray(y), x.shape[1])
-    z = kink(margin - jnp.take_along_axis(x, y[:, None], 1) + x)
+    z = make_kink()(margin - jnp.take_along_axis(x, y[:, None], 1) + x)
     if weight is not None:
         z = z * jnp.asarray(weight, x.dtype)[y][:, None]
     rows = jnp.sum(jnp.where(jnp.arange(x.shape[1]) == y[:, None], 0, z), axis=-1) / x.shape[1]

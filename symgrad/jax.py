@@ -647,7 +647,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, *, reduction=
     relu for the hinge (framework_multi_margin.py)."""
     margin, reduction, kink = framework_multi_margin.settings_of(
         p, margin, reduction, dict(ties=ties, convention=convention, nan=nan))
-    return framework_multi_margin.jax_loss(input, target, margin, weight, reduction, op("relu", **kink))
+    return framework_multi_margin.jax_loss(input, target, margin, weight, reduction, lambda: op("relu", **kink))
 
 
 __all__ += ["multi_margin_loss"]
