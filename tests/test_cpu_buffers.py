@@ -1,7 +1,8 @@
 """The cpu backend's elementwise loaders reuse the buffers of their large outputs once nothing
 refers to them (loader_elementwise.py.jinja: _buffer, REUSE), and never one that is still
 referenced: a new output never shares memory with an array, view, memoryview, ctypes pointer or
-tensor on an earlier one, whose values stay as they were; at most REUSE buffers are kept.
+tensor on an earlier one, whose values stay as they were; at most REUSE buffers of KEPT_BYTES in all
+are kept.
 
 Oracle: the NumPy module's results, compared on the bits; the memory addresses of the arrays."""
 
@@ -104,6 +105,25 @@ def test_at_most_reuse_buffers_are_kept(modules, monkeypatch):
     cpu.forward(x, x)
     cpu.forward(x, x)
     assert cpu._buffers == []
+
+
+def test_the_kept_buffers_bytes_are_bounded(modules, monkeypatch):
+    """No more than KEPT_BYTES are kept in all: a larger output's buffer is never kept, and free
+    ones of other sizes are given up to make room."""
+    cpu, _ = modules
+    x, _ = _inputs(4)
+    monkeypatch.setattr(cpu, "_buffers", [])
+    monkeypatch.setattr(cpu, "KEPT_BYTES", 3 * N * 4)  # room for two outputs of N float32 with their padding
+    for _ in range(3):
+        cpu.forward(x, x)
+    assert len(cpu._buffers) == 1
+    big = np.resize(x, 3 * N)
+    out, _ = cpu.forward(big, big)
+    assert sum(n for n, _ in cpu._buffers) <= cpu.KEPT_BYTES and len(cpu._buffers) == 1
+    del out
+    held = [cpu.forward(x, x)[0] for _ in range(3)]
+    assert sum(n for n, _ in cpu._buffers) <= cpu.KEPT_BYTES and len(cpu._buffers) == 2
+    del held
 
 
 def test_threads_never_share_an_output(modules):
