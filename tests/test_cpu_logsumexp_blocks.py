@@ -1,7 +1,8 @@
-"""The cpu logsumexp's forward a block of rows at a time (its kernel's shift and arguments of exp,
-then NumPy's exp and sum over those rows) and each row's max in SIMD lanes: forward and backward
-equal the NumPy module's bytes on rows that span several blocks (the last one shorter), with a
-NaN inside the lanes' loop, +-inf, a max of +-0 and ties, float32 and float64, 1 and 2 threads."""
+"""The cpu logsumexp's forward and backward a block of rows at a time (the kernels' shift and
+arguments of exp, then NumPy's exp and sum or product over those rows) and each row's max in SIMD
+lanes: forward and backward equal the NumPy module's bytes on rows that span several blocks (the
+last one shorter), with a NaN inside the lanes' loop, +-inf, a max of +-0 and ties, float32 and
+float64, 1 and 2 threads."""
 
 import numpy as np
 
