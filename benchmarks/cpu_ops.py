@@ -152,11 +152,11 @@ def inputs(op: str, params: dict, shape: tuple, dtype: np.dtype, rng):
 
 def contenders(label, op, params, shape, torch_forward, dtype, rng) -> dict:
     # bfloat16 where the torch preset adds overlapping windows' terms in bfloat16 as PyTorch does,
-    # which only the NumPy module computes (the cpu backend refuses it): time that module, which
-    # symgrad.torch runs then; elsewhere (windows that cannot overlap, elementwise) the cpu backend
+    # which the cpu backend computes for max pooling only (its b16 kernels): the NumPy module
+    # elsewhere (adaptive and fractional pooling), which symgrad.torch runs then
     kernel = build(resolve(op, convention="torch", **params)).kernel
     adds = getattr(kernel, "bfloat16_adds", "float32") == "bfloat16"
-    backend = "numpy" if dtype == BFLOAT16 and adds else "cpu"
+    backend = "numpy" if dtype == BFLOAT16 and adds and not op.startswith("max_pool") else "cpu"
     one = {} if backend == "numpy" else {"threads": 1}
     m = symgrad.load(op, backend=backend, convention="torch", **params)
     if NO_REUSE and hasattr(m, "REUSE"):
@@ -203,7 +203,7 @@ def main() -> None:
     print("symgrad's elementwise outputs: " + ("mapped afresh each call (--no-reuse)" if NO_REUSE
           else "a freed output's buffer reused (the loaders' REUSE)"))
     print(f"times: process CPU time, median of {rounds} interleaved shuffled rounds after {warm} warm-up; "
-          "symgrad cpu backend threads=1 (bfloat16 with overlapping windows: the NumPy module), convention='torch'; "
+          "symgrad cpu backend threads=1 (bfloat16 adaptive/fractional pooling with overlapping windows: the NumPy module), convention='torch'; "
           "PyTorch torch.set_num_threads(1)\n")
     print("| case | dtype | forward ms: symgrad / torch | ratio | backward ms: symgrad / torch | ratio | target |")
     print("|---|---|---|---|---|---|---|")

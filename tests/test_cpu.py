@@ -784,3 +784,31 @@ def test_float16_write_backward_equals_numpy_for_every_half_gradient(settings):
         nan = np.isnan(want)
         assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
         assert np.isnan(got[nan]).all()
+
+
+@pytest.mark.parametrize("settings", [{"convention": "torch"}, pytest.param({"ties": "split"}, marks=pytest.mark.slow)],
+                         ids=["torch-scatter", "split-gather"])
+def test_float16_f16c_and_portable_backward_give_the_same_bits(monkeypatch, settings):
+    """float16's overlapping-window backward is compiled twice, with F16C's conversions (run where
+    the CPU has F16C) and with the portable bit helpers (f16_generic): every half as grad_output
+    (every NaN, +-inf, +-0 and subnormal among them, sums that round at each add) gets the same
+    bits from both, NaNs included, and the NumPy module's float16 bits off NaN."""
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    m = symgrad.load("max_pool2d", backend="cpu", **settings, **params)
+    reference = symgrad.load("max_pool2d", **settings, **params)
+    x = np.random.default_rng(1).integers(0, 3, size=(2, 8, 128, 130)).astype(np.float16)  # ties
+    x[0, 0, :2, :4] = np.nan
+    y, saved = m.forward(x, threads=1)
+    every = np.arange(2**16, dtype=np.uint16).view(np.float16)
+    assert y.size >= every.size
+    g = np.resize(every, y.shape)
+    (dispatched,) = m.backward(g, saved, threads=1)
+    monkeypatch.setitem(m._DTYPES, "float16", "f16_generic")  # the portable kernels by name
+    monkeypatch.setattr(m, "_functions", {})
+    (portable,) = m.backward(g, saved, threads=1)
+    assert portable.view(np.uint16).tobytes() == dispatched.view(np.uint16).tobytes()
+    with np.errstate(over="ignore", invalid="ignore"):  # 65504 + 65504: inf, inf - inf: NaN, meant so
+        (want,) = reference.backward(g, reference.forward(x)[1])
+    nan = np.isnan(want)
+    assert np.array_equal(portable.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    assert np.isnan(portable[nan]).all()

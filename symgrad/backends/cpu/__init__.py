@@ -73,7 +73,10 @@ C_DTYPES = (("f16", "sg_half", "float", "sg_half_to_float(v)", "sg_float_to_half
 # max pooling's backward of whole-bfloat16 calls (scan form): bfloat16 as its bits, computed in float
 # (the helpers _B16_HELPERS); forward and jvp go through the float32 kernels (the bfloat16 wrappers)
 B16 = ("b16", "sg_bf16", "float", "sg_bf16_to_float(v)", "sg_float_to_bf16(v)")
-POOL_DTYPES = C_DTYPES + (B16,)
+# ... and float16's scatter and gather backward compiled a second time with F16C's conversions
+# (x86-64 with GCC; chosen when the library runs, where the CPU has F16C: _F16C_HELPERS)
+F16C = ("f16c", "sg_half", "float", "sg_f16c_to_float(v)", "sg_float_to_f16c(v)")
+POOL_DTYPES = C_DTYPES + (B16, F16C)
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 # the loader's standard-library imports (it compiles, caches and calls the library through ctypes)
 LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import os", "import shutil",
@@ -318,25 +321,37 @@ def _tiles(op: Op) -> bool:
             and all(d == 1 for d in p["dilation"]) and tuple(p["stride"]) == tuple(p["kernel_size"]))
 
 
-def _scatter_accumulators() -> dict:
+def _scatter_accumulators(kernel: WindowKernel) -> dict:
     """Scatter-form backward's sums, per data type: in grad_x itself where the compute type is the
-    storage type, else (float16) in a float scratch band per thread, each add rounded to float16
-    (sg_round_f16), stored exactly into grad_x."""
+    storage type or each add rounds to the storage type (float16; bfloat16 under bfloat16_adds:
+    the sum loaded, added to, stored at each add, no scratch and no pass to store it), else
+    (bfloat16 rounded once) in a float scratch band per thread, stored into grad_x."""
     out = {}
     for name, ctype, acc, *_ in POOL_DTYPES:
-        apart = ctype != acc
+        apart = ctype != acc and not _rounds_each_add(kernel, name)
+        direct = ctype != acc and not apart  # in grad_x, converted at each add
         out[name] = {
-            "doc": (f"{name}: the sums in a {acc} scratch band per thread, each add rounded as the NumPy module's "
-                    f"(sg_round_{name}), stored into grad_x."
-                    if apart else f"{name}: the sums are made in grad_x itself."),
+            "doc": (f"{name}: the sums in a {acc} scratch band per thread, stored into grad_x." if apart else
+                    f"{name}: the sums are made in grad_x itself, each add rounded to {ctype} (as the NumPy module's)."
+                    if direct else f"{name}: the sums are made in grad_x itself."),
+            "sum_type": acc if apart else ctype,
+            "add": (f"*sum = sg_store_{name}(sg_load_{name}(*sum) + sg_load_{name}(grad_output[o]));" if direct else
+                    f"*sum += sg_load_{name}(grad_output[o]);"),
             "accumulator": "scratch" if apart else "region",
-            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);"]
+            "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);  // rounded once"]
                       if apart else []),
             "alloc": (f"({acc}*)malloc(sizeof({acc}) * (size_t)(((l0 + bands - 1) / bands) * s0 + 1))"
                       if apart else "NULL"),
             "missing": "scratch == NULL" if apart else "false",
         }
     return out
+
+
+def _rounds_each_add(kernel: WindowKernel, name: str) -> bool:
+    """Whether a sum of windows' gradients in data type name rounds to its storage type after each
+    add, as the NumPy module's: float16 always (NumPy's float16 adds), bfloat16 where the preset
+    adds in bfloat16 (bfloat16_adds; else in float32, the sum rounded once)."""
+    return name in ("f16", "f16c") or (name == "b16" and kernel.bfloat16_adds == "bfloat16")
 
 
 def _loader_note(op: Op, layout: str, over: str, extra: str = "") -> list[str]:
@@ -440,12 +455,13 @@ _B16_HELPERS = [
     "}",
     "SG_INLINE float sg_load_b16(const sg_bf16 v) { return sg_bf16_to_float(v); }",
     "SG_INLINE sg_bf16 sg_store_b16(const float v) { return sg_float_to_bf16(v); }",
-    "SG_INLINE sg_bf16 sg_zero_plus_b16(const sg_bf16 h) {",
-    "  const uint32_t u = h;",
-    "  return (sg_bf16)sg_blend((u & 0x7fffu) > 0x7f80u, 0x7fc0u | (u & 0x8000u), sg_blend(u == 0x8000u, 0u, u));",
+    "SG_INLINE sg_bf16 sg_zero_plus_b16(const sg_bf16 h) {  // in 16-bit lanes, as sg_zero_plus_half",
+    "  const uint16_t nan = (uint16_t)-(uint16_t)((uint16_t)(h & 0x7fffu) > 0x7f80u);",
+    "  const uint16_t minus_zero = (uint16_t)-(uint16_t)(h == 0x8000u);",
+    "  return (sg_bf16)(((uint16_t)(0x7fc0u | (h & 0x8000u)) & nan) | (h & (uint16_t)~nan & (uint16_t)~minus_zero));",
     "}",
     "SG_INLINE sg_bf16 sg_keep_b16(const bool keep, const sg_bf16 h) {",
-    "  return (sg_bf16)(h & (0u - (uint32_t)keep));",
+    "  return (sg_bf16)(h & (uint16_t)-(uint16_t)keep);",
     "}",
 ]
 
@@ -459,11 +475,41 @@ def _pool_rounding(kernel: WindowKernel) -> dict:
     """The C helper that rounds a sum of windows' gradients, per data type (in the compute type)."""
     out = {}
     for name, ctype, acc, *_ in POOL_DTYPES:
-        rounds = ctype != acc and (name != "b16" or kernel.bfloat16_adds == "bfloat16")
+        rounds = ctype != acc and _rounds_each_add(kernel, name)
         body = f"sg_load_{name}(sg_store_{name}(v))" if rounds else "v"
         out[name] = [f"SG_INLINE {acc} sg_round_{name}(const {acc} v) {{ return {body}; }}  "
                      f"// a sum of windows' gradients, each add rounded so"]
     return out
+
+
+# float16 through F16C's conversions (vcvtph2ps, vcvtps2ph: exact, and rounding to nearest even),
+# a NaN stored as the quiet NaN of its sign as sg_float_to_half stores it: the same bits as the
+# portable helpers; the functions between the pragmas are compiled for F16C (GCC on x86-64)
+_F16C_HELPERS = [
+    "SG_INLINE float sg_f16c_to_float(const sg_half h) { return _cvtsh_ss(h); }",
+    "SG_INLINE sg_half sg_float_to_f16c(const float f) {",
+    "  const uint32_t h = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);",
+    "  return (sg_half)sg_blend((h & 0x7fffu) > 0x7c00u, (h & 0x8000u) | 0x7e00u, h);",
+    "}",
+    "SG_INLINE float sg_load_f16c(const sg_half v) { return sg_f16c_to_float(v); }",
+    "SG_INLINE sg_half sg_store_f16c(const float v) { return sg_float_to_f16c(v); }",
+]
+
+
+def _pool_f16c(kernel: WindowKernel, tiles: bool) -> dict:
+    """float16's backward with F16C's conversions (the scatter and gather forms, whose sums
+    convert at each add; the write form works on the bits), or none."""
+    fast = not (tiles and kernel.selection.form == "scan")
+    # the kernels' data types; entry: the name of backward's exported kernels (float16's portable
+    # ones f16_generic where F16C's are built, both called through f16's, which chooses)
+    dtypes = [{"name": n, "ctype": c, "acc": a, "load": ld, "store": st,
+               "entry": f"{n}_generic" if fast and n == "f16" else n} for n, c, a, ld, st in C_DTYPES]
+    if not fast:
+        return {"f16c": None, "dtypes": dtypes}
+    name, ctype, acc, load, store = F16C
+    return {"f16c": {"name": name, "ctype": ctype, "acc": acc, "load": load, "store": store,
+                     "entry": "f16_f16c"},
+            "f16c_helpers": _F16C_HELPERS, "dtypes": dtypes}
 
 
 def _pool_b16(kernel: WindowKernel) -> dict:
@@ -472,7 +518,7 @@ def _pool_b16(kernel: WindowKernel) -> dict:
     if kernel.selection.form != "scan":
         return {"b16": None}
     name, ctype, acc, load, store = B16
-    return {"b16": {"name": name, "ctype": ctype, "acc": acc, "load": load, "store": store},
+    return {"b16": {"name": name, "ctype": ctype, "acc": acc, "load": load, "store": store, "entry": name},
             "b16_helpers": _B16_HELPERS}
 
 
@@ -603,8 +649,8 @@ def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
         # the write form's kernel refuses an index outside the window in its own pass (returns -1)
         "backward_checks_index": repr(sel.form == "scan" and _tiles(op)),
         "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
-        "band": _band_windows(g), "scatter": _scatter_accumulators(), "pool_rounding": _pool_rounding(kernel),
-        **_pool_b16(kernel),
+        "band": _band_windows(g), "scatter": _scatter_accumulators(kernel), "pool_rounding": _pool_rounding(kernel),
+        **_pool_b16(kernel), **_pool_f16c(kernel, _tiles(op)),
         # the step between windows along each dim (the coordinate's coefficient of the window)
         "steps": [c_integer_code(sp.diff(g.coordinate, geometry.I), {"s": f"S{a}", "k": f"K{a}", "d": f"D{a}"})
                   for a in range(op.spec.spatial)],
@@ -613,16 +659,18 @@ def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
 
 # float16's +0 + v and its kept-or-+0 on the bits: the conversions to float and back of +0 + v leave
 # every half but -0 (+0 then) and a NaN (the quiet NaN of its sign, as sg_float_to_half rounds it)
-# as it is; the write-form backward of max_pool2d 8x64x112x112 k2 in float16: 8.0 -> 3.2 ms
+# as it is; the write-form backward of max_pool2d 8x64x112x112 k2 in float16: 8.0 -> 3.2 ms, and
+# in 16-bit lanes (masks of uint16_t, not uint32_t: the same bits for every half) 1.07x -> 0.88x PyTorch
 _HALF_WRITE = [
     "// float16 on its bits: sg_store_f16((float)0 + sg_load_f16(h)) (+0 for -0, the quiet NaN of its",
     "// sign for a NaN, else h), and h where keep holds, else +0 (no float conversion per element)",
-    "SG_INLINE sg_half sg_zero_plus_half(const sg_half h) {",
-    "  const uint32_t u = h;",
-    "  return (sg_half)sg_blend((u & 0x7fffu) > 0x7c00u, 0x7e00u | (u & 0x8000u), sg_blend(u == 0x8000u, 0u, u));",
+    "SG_INLINE sg_half sg_zero_plus_half(const sg_half h) {  // in 16-bit lanes (vectorized at the half's width)",
+    "  const uint16_t nan = (uint16_t)-(uint16_t)((uint16_t)(h & 0x7fffu) > 0x7c00u);",
+    "  const uint16_t minus_zero = (uint16_t)-(uint16_t)(h == 0x8000u);",
+    "  return (sg_half)(((uint16_t)(0x7e00u | (h & 0x8000u)) & nan) | (h & (uint16_t)~nan & (uint16_t)~minus_zero));",
     "}",
     "SG_INLINE sg_half sg_keep_half(const bool keep, const sg_half h) {",
-    "  return (sg_half)(h & (0u - (uint32_t)keep));",
+    "  return (sg_half)(h & (uint16_t)-(uint16_t)keep);",
     "}",
 ]
 
