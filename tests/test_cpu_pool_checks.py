@@ -47,8 +47,8 @@ UNPOOL_OUTSIDE = [("max_unpool2d", {"kernel_size": 2}, (2, 3, 2, 2), 16, "all"),
 @pytest.mark.parametrize("bad", (-1, "size", 2**40))
 def test_unpool_indices_outside_a_plane_are_refused_by_the_kernels_as_numpy_refuses_them(op, params, shape, size, ties, bad):
     """The cpu loader leaves the indices' range to its kernels (forward's, backward's and jvp's
-    check a plane before they read it): an index outside a later plane gives the NumPy module's
-    ValueError, word for word, and nothing is written outside the output."""
+    check each index as they read it, reading slot 0 instead): an index outside, in a later plane,
+    gives the NumPy module's ValueError, word for word, and nothing is written outside the output."""
     bad = size if bad == "size" else bad
     m = symgrad.load(op, backend="cpu", ties=ties, **params)
     ref = symgrad.load(op, ties=ties, **params)
