@@ -51,6 +51,9 @@ class Preset:
     # the preset of the op without dim (every element one row), where the framework differs there
     # (torch.median(x) splits, torch.median(x, dim) does not)
     whole: "Preset | None" = None
+    # elementwise, a whole-bfloat16 call: the ZERO_RULES of the forward where bfloat16's differs
+    # from zeros (PyTorch's bfloat16 fmax/fmin); None: zeros
+    bfloat16_zeros: str | None = None
 
 
 ZERO_RULES = {
@@ -139,12 +142,12 @@ TORCH = {
     "fmax": Preset("first", "lose", zeros="first", broadcast_sum="torch", note=(
         "torch.fmax: a gets g where a >= b or isnan(b), b gets g elsewhere (masked_fill, +0 "
         "otherwise): a tie goes to a, a NaN loses to a number, a gets g where both are NaN; forward "
-        "returns the first of +0 and -0 (in the SIMD lanes too; in bfloat16 PyTorch returns the "
-        "second: the preset follows the other dtypes). Forward mode (jvp) gives a tie to b "
-        "instead: PyTorch contradicts itself; this preset follows reverse mode")),
+        "returns the first of +0 and -0 (in the SIMD lanes too), in bfloat16 the second (at every "
+        "position and length). Forward mode (jvp) gives a tie to b instead: PyTorch contradicts "
+        "itself; this preset follows reverse mode"), bfloat16_zeros="second"),
     "fmin": Preset("first", "lose", zeros="first", broadcast_sum="torch", note=(
         "torch.fmin: as fmax, mirrored (a gets g where a <= b or isnan(b)); its forward mode "
-        "agrees (a tie to a)")),
+        "agrees (a tie to a)"), bfloat16_zeros="second"),
     "relu": Preset("last", "keep", "reversed", gradient="nested", zeros="first", note=(
         "F.relu: threshold_backward(g, result, 0) = result <= 0 ? 0 : g: 0 at 0, g at NaN; written "
         "max(x, 0), last; forward x < 0 ? 0 : x (relu(-0) is -0)")),

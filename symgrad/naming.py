@@ -149,6 +149,8 @@ def canonical(op: Op, backend: str) -> dict:
         out["tangent_sum"] = op.tangent_sum
     if op.broadcast_sum != "numpy":
         out["broadcast_sum"] = op.broadcast_sum
+    if op.bfloat16_zeros is not None:
+        out["bfloat16_zeros"] = op.bfloat16_zeros
     return out
 
 

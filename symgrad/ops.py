@@ -131,6 +131,9 @@ class Op:
     # order statistics: how the framework computes what a policy alone does not say
     # (conventions.ORDER_FORMS)
     order_form: str = ""
+    # elementwise, a whole-bfloat16 call: the forward's zero rule where it differs from zeros
+    # (Preset.bfloat16_zeros)
+    bfloat16_zeros: str | None = None
 
     @property
     def name(self) -> str:
@@ -332,7 +335,8 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
     broadcast_sum = preset.broadcast_sum if preset else "numpy"
     op = Op(spec, norm, ties, nan, order, convention if preset else None, tuple(origin), padding_mode,
             zeros, gradient, half_in_float, grad_start, bfloat16_adds, grad_order, tangent_sum,
-            broadcast_sum, preset.order_form if preset and ties == preset.ties else "")
+            broadcast_sum, preset.order_form if preset and ties == preset.ties else "",
+            bfloat16_zeros=preset.bfloat16_zeros if preset and spec.strategy.elementwise else None)
     if spec.strategy.static and op.window_size() > MAX_WINDOW:
         what = spec.strategy.window_param
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "

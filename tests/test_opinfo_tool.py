@@ -40,3 +40,24 @@ def test_relu_samples_equal_pytorch_and_a_difference_is_counted(capsys):
     tally = tool.Tally()
     tool.compare(case, g, tool.torch_run(case, g), "numpy", "torch", tally, "torch", "seeded")
     assert tally.n["samples"] == 1 and tally.n["differing"] == 1 and tally.n["contradiction"] == 0
+
+
+@pytest.mark.slow
+def test_xla_shape_contradiction_is_decided_per_sample():
+    """A JAX broadcast sample whose gradient differs is classed as XLA contradicting itself by
+    shape only where symgrad equals JAX's reduce_sum of each output's terms alone (a (2, 2) block
+    summed whole by JAX), never for a gradient off by one."""
+    pytest.importorskip("jax")
+    tool = _tool()
+    case = tool.Case("maximum", {}, [np.full((2, 2), -np.inf, np.float16), np.zeros((1, 1), np.float16)],
+                     [0, 1], None, lambda a, b: tool._jnp()[1].maximum(a, b), elementwise=True)
+    rng = np.random.default_rng(12)
+    classed = 0
+    for _ in range(20):
+        g = (rng.standard_normal((2, 2)) * np.exp2(rng.integers(-3, 8, (2, 2)))).astype(np.float16)
+        want, got = tool.jax_run(case, g), tool.symgrad_run(case, g, "numpy", "jax")
+        if not tool.same_bits(got[1][1], want[1][1]):
+            classed += tool.xla_shape_contradiction(case, g, got, want)
+            off = (got[0], [got[1][0], got[1][1] + np.float16(1)])
+            assert not tool.xla_shape_contradiction(case, g, off, want)
+    assert classed > 0

@@ -48,7 +48,9 @@ def bfloat16_context(art: Artifacts) -> dict:
             # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
             "bfloat16_kernels": None, "bfloat16_note": [],
             # a broadcast input's gradient summed in XLA's order (conventions.BROADCAST_SUMS "jax")
-            "xla_sum_to": getattr(art.kernel, "broadcast_sum", "numpy") == "jax"}
+            "xla_sum_to": getattr(art.kernel, "broadcast_sum", "numpy") == "jax",
+            # a whole-bfloat16 call returns the second of two equal operands (Preset.bfloat16_zeros)
+            "bfloat16_second": op.bfloat16_zeros == "second" and len(names) == 2}
 
 
 def computes_bfloat16(art: Artifacts) -> bool:
