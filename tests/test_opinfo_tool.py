@@ -61,3 +61,20 @@ def test_xla_shape_contradiction_is_decided_per_sample():
             off = (got[0], [got[1][0], got[1][1] + np.float16(1)])
             assert not tool.xla_shape_contradiction(case, g, off, want)
     assert classed > 0
+
+
+@pytest.mark.slow
+def test_a_lane_contradiction_on_either_path_is_decided_per_sample():
+    """PyTorch's softshrink fills the zero band with x * 0 on its scalar path (-0 for -lambd <= x <= -0)
+    and +0 in its SIMD lanes (the preset's): a short tensor runs the scalar path, so the preset
+    differs from it while equal to PyTorch's lanes element by element; a forward off by a sign
+    is never classed so."""
+    tool = _tool()
+    x = np.array([-0.0, -0.25, 0.75, -1.0], np.float16)
+    case = tool.Case("softshrink", {"lambd": 0.5}, [x], [0], lambda t: tool.F.softshrink(t, 0.5), elementwise=True)
+    g = np.ones(4, np.float16)
+    want, got = tool.torch_run(case, g), tool.symgrad_run(case, g, "numpy", "torch")
+    assert not tool.same_bits(got[0], want[0])  # the whole (short) tensor: the scalar path's -0
+    assert tool.lane_contradiction(case, g, got, want)
+    flipped = (np.where(got[0] == 0, -got[0], got[0] + np.float16(1)), got[1])
+    assert not tool.lane_contradiction(case, g, flipped, want)

@@ -383,17 +383,19 @@ def symgrad_run(case: Case, g, backend: str, convention: str):
     return y, [grads[i] for i in case.wrt]
 
 
-def per_element_torch(case: Case, g):
-    """PyTorch on each element alone (its scalar path), for elementwise ops: the output, and the
-    gradients where no input is broadcast (None for a broadcast input's)."""
+def per_element_torch(case: Case, g, lanes: int = 1):
+    """PyTorch on each element alone (its scalar path; lanes > 1: the element repeated lanes
+    times in a contiguous tensor, whose first copy PyTorch computes in its SIMD lanes), for
+    elementwise ops: the output, and the gradients where no input is broadcast (None for a
+    broadcast input's)."""
     shape = np.broadcast_shapes(*(a.shape for a in case.inputs))
     full = [np.broadcast_to(a, shape).reshape(-1) for a in case.inputs]
     ys, grads = [], [[] for _ in case.wrt]
     for k in range(int(np.prod(shape))):
-        y, gr = torch_run(case, g.reshape(-1)[k:k + 1], [a[k:k + 1] for a in full])
-        ys.append(y)
+        y, gr = torch_run(case, np.repeat(g.reshape(-1)[k:k + 1], lanes), [np.repeat(a[k:k + 1], lanes) for a in full])
+        ys.append(y.reshape(-1)[:1])
         for j, v in enumerate(gr):
-            grads[j].append(v)
+            grads[j].append(None if v is None else v.reshape(-1)[:1])
     grads = [np.concatenate(v).reshape(shape) if case.inputs[i].shape == shape else None
              for i, v in zip(case.wrt, grads)]
     return np.concatenate(ys).reshape(shape), grads
@@ -425,12 +427,17 @@ def _rows_summed(terms: np.ndarray, shape: tuple) -> np.ndarray:
                     dtype=terms.dtype).reshape(shape)
 
 
+LANES = 64  # elements of a contiguous tensor whose first PyTorch computes in SIMD lanes (any ISA)
+
+
 def lane_contradiction(case: Case, g, got, want) -> bool:
-    """symgrad equals PyTorch's scalar path (each element alone) where the whole tensor differs:
-    PyTorch contradicting itself by position (README, Framework conventions)."""
-    alone = per_element_torch(case, g)
-    return same_bits(got[0], alone[0]) and all(
-        same_bits(a, w if o is None else o) for a, w, o in zip(got[1], want[1], alone[1]) if w is not None)
+    """symgrad equals PyTorch on each element alone, on one path for every element (its scalar
+    path, or its SIMD lanes: the element repeated in a contiguous tensor), where the whole tensor
+    differs: PyTorch contradicting itself by position (README, Framework conventions)."""
+    def equal(alone) -> bool:
+        return same_bits(got[0], alone[0]) and all(
+            same_bits(a, w if o is None else o) for a, w, o in zip(got[1], want[1], alone[1]) if w is not None)
+    return any(equal(per_element_torch(case, g, lanes)) for lanes in (1, LANES))
 
 
 # ------------------------------------------------------------------ the run
