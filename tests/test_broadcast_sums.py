@@ -177,3 +177,25 @@ def test_torch_order_sum_of_infinities_is_nan_silently_as_pytorch():
     want = tb.grad.numpy()
     assert np.isnan(got[0]) and np.array_equal(got.view(np.uint32)[1:], want.view(np.uint32)[1:])
     assert np.isnan(want[0])
+
+
+@pytest.mark.parametrize("convention", ["torch", "jax"])
+def test_zero_size_broadcast_gradient_equals_the_frameworks(convention):
+    """A broadcast input whose output has no elements (OpInfo's empty samples) gets zeros of its
+    shape, as PyTorch and JAX give (failed before: ValueError from a reshape of -1)."""
+    m = symgrad.load("maximum", convention=convention)
+    for shape_a, shape_b in [((0, 3, 1), (3, 4)), ((2, 0, 3), (3,)), ((0,), (1,))]:
+        a, b = np.ones(shape_a, np.float32), np.ones(shape_b, np.float32)
+        y, saved = m.forward(a, b)
+        got = m.backward(np.ones(y.shape, np.float32), saved)
+        if convention == "torch":
+            ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+            torch.maximum(ta, tb).backward(torch.ones(y.shape))
+            want = [ta.grad.numpy(), tb.grad.numpy()]
+        else:
+            jax = pytest.importorskip("jax")
+            import jax.numpy as jnp
+            want = jax.vjp(jnp.maximum, jnp.asarray(a), jnp.asarray(b))[1](jnp.ones(y.shape, jnp.float32))
+        for u, w in zip(got, want):
+            w = np.asarray(w)
+            assert u.shape == w.shape and u.dtype == w.dtype and u.tobytes() == w.tobytes()

@@ -422,7 +422,8 @@ def _rows_summed(terms: np.ndarray, shape: tuple) -> np.ndarray:
     full = (1,) * (terms.ndim - len(shape)) + tuple(shape)
     axes = [d for d in range(terms.ndim) if full[d] == 1 and terms.shape[d] != 1]
     kept = [d for d in range(terms.ndim) if d not in axes]
-    rows = np.transpose(terms, kept + axes).reshape(int(np.prod([terms.shape[d] for d in kept])), -1)
+    rows = np.transpose(terms, kept + axes).reshape(int(np.prod([terms.shape[d] for d in kept])),
+                                                    int(np.prod([terms.shape[d] for d in axes])))
     return np.array([np.asarray(jax.lax.reduce_sum(jnp.asarray(r), (0,))) for r in rows],
                     dtype=terms.dtype).reshape(shape)
 

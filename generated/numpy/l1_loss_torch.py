@@ -325,6 +325,8 @@ def _torch_sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     kept = [k for k, d in enumerate(keep) if full[d] != 1]
     if not reduced:  # only dims of size 1: each term added to +0
         return (grad + 0).reshape(shape)
+    if grad.size == 0:  # no terms (or no outputs): +0 each
+        return np.zeros(shape, dtype=grad.dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as PyTorch adds
         return _torch_sum_lines(grad, shape, full, reduced, kept)
 

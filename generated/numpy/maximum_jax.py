@@ -221,6 +221,8 @@ def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
     axes = tuple(d for d in range(grad.ndim) if full[d] == 1 and grad.shape[d] != 1)
     if not axes:
         return grad.reshape(shape)
+    if grad.size == 0:  # no terms (or no outputs): +0 each
+        return np.zeros(shape, dtype=grad.dtype)
     rounded = getattr(_SUMS, "dtype", None)
     terms = grad if rounded is None else grad.astype(rounded)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as XLA adds
