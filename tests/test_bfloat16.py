@@ -258,6 +258,31 @@ def test_cpu_backend_adds_bfloat16_as_the_preset(name, params, shape, convention
     assert _bits(wide) == _bits(ref.backward(g.astype(np.float32), ref.forward(x)[1])[0])
 
 
+def test_cpu_b16_scatter_every_bfloat16_gradient_as_the_numpy_module():
+    """The cpu backend's b16 scatter (overlapping windows, torch preset) adds on the bits, a NaN sum
+    taken on a branch (sg_add_b16): every bfloat16 as grad_output (every NaN, +-inf, +-0 and
+    subnormal among them; sums that overflow, cancel and round at each add) gets the NumPy module's
+    bits off NaN, and a NaN where it gives one, as the quiet NaN of its sign (0x7fc0 | sign)."""
+    if not any(shutil.which(c) for c in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang"))):
+        pytest.skip("no C compiler: the cpu backend needs one")
+    params = {"kernel_size": 3, "stride": 2, "padding": 1}
+    m = symgrad.load("max_pool2d", backend="cpu", convention="torch", **params)
+    ref = symgrad.load("max_pool2d", convention="torch", **params)
+    x = np.random.default_rng(1).integers(0, 3, size=(2, 8, 128, 130)).astype(BF16)  # ties
+    x[0, 0, :2, :4] = np.nan
+    y, saved = m.forward(x, threads=1)
+    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(BF16)
+    assert y.size >= every.size
+    g = np.resize(every, y.shape)
+    (got,) = m.backward(g, saved, threads=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        (want,) = ref.backward(g, ref.forward(x)[1])
+    got_bits, want_bits = got.view(np.uint16), want.view(np.uint16)
+    nan = np.isnan(want.astype(np.float32))
+    assert nan.any() and np.array_equal(got_bits[~nan], want_bits[~nan])
+    assert np.array_equal(got_bits[nan], (want_bits[nan] & 0x8000) | 0x7fc0)
+
+
 @pytest.mark.parametrize("name,params,fn,shape", POOLS[:3], ids=[p[0] for p in POOLS[:3]])
 def test_windows_that_cannot_overlap_add_nothing_in_bfloat16(name, params, fn, shape):
     """Where no two windows can hold one element (each window within its stride), an element gets

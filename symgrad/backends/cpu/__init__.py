@@ -335,7 +335,7 @@ def _scatter_accumulators(kernel: WindowKernel) -> dict:
                     f"{name}: the sums are made in grad_x itself, each add rounded to {ctype} (as the NumPy module's)."
                     if direct else f"{name}: the sums are made in grad_x itself."),
             "sum_type": acc if apart else ctype,
-            "add": (f"*sum = sg_store_{name}(sg_load_{name}(*sum) + sg_load_{name}(grad_output[o]));" if direct else
+            "add": (f"*sum = sg_add_{name}(*sum, grad_output[o]);" if direct else
                     f"*sum += sg_load_{name}(grad_output[o]);"),
             "accumulator": "scratch" if apart else "region",
             "store": ([f"for (I e = 0; e < size; ++e) region[e] = sg_store_{name}(acc[e]);  // rounded once"]
@@ -472,14 +472,39 @@ _B16_HELPERS = [
 # rounded once), float32 and float64 in their own type.  sg_round_<dt>(v): v so rounded, in the
 # compute type.
 def _pool_rounding(kernel: WindowKernel) -> dict:
-    """The C helper that rounds a sum of windows' gradients, per data type (in the compute type)."""
+    """The C helper that rounds a sum of windows' gradients, per data type (in the compute type),
+    and where each add rounds, the scatter form's add on the bits (sg_add_<dt>)."""
     out = {}
     for name, ctype, acc, *_ in POOL_DTYPES:
         rounds = ctype != acc and _rounds_each_add(kernel, name)
         body = f"sg_load_{name}(sg_store_{name}(v))" if rounds else "v"
         out[name] = [f"SG_INLINE {acc} sg_round_{name}(const {acc} v) {{ return {body}; }}  "
-                     f"// a sum of windows' gradients, each add rounded so"]
+                     f"// a sum of windows' gradients, each add rounded so"] + (_scatter_add(name, ctype) if rounds else [])
     return out
+
+
+# The scatter form's add of a window's gradient to its winner's sum, on the bits: sg_store_<dt>(
+# sg_load_<dt>(sum) + sg_load_<dt>(v)), the same bits; F16C's and bfloat16's take a NaN sum's quiet
+# NaN of its sign on a branch a number never takes, in place of sg_float_to_<dt>'s select of the
+# bits (a third of the scatter's work per window: case B 8x64x56x56 k3 s2 p1's kernel, float16
+# 0.96 -> 0.68 ms, bfloat16 1.30 -> 0.87 ms, one thread)
+_SCATTER_ADD_NAN = {
+    "f16c": ("const uint32_t h = _cvtss_sh(sg_f16c_to_float(sum) + sg_f16c_to_float(v), _MM_FROUND_TO_NEAREST_INT);",
+             "(h & 0x7fffu) > 0x7c00u", "(h & 0x8000u) | 0x7e00u", "h"),
+    "b16": ("const uint32_t u = sg_float_as_uint(sg_bf16_to_float(sum) + sg_bf16_to_float(v));",
+            "(u & 0x7fffffffu) > 0x7f800000u", "((u >> 16) & 0x8000u) | 0x7fc0u", "(u + 0x7fffu + ((u >> 16) & 1u)) >> 16"),
+}
+
+
+def _scatter_add(name: str, ctype: str) -> list[str]:
+    """sg_add_<name>(sum, v): the scatter form's rounded add on the bits (_SCATTER_ADD_NAN)."""
+    head = f"SG_INLINE {ctype} sg_add_{name}(const {ctype} sum, const {ctype} v) {{"
+    if name not in _SCATTER_ADD_NAN:
+        return [f"{head} return sg_store_{name}(sg_load_{name}(sum) + sg_load_{name}(v)); }}"]
+    bits, nan, quiet, rounded = _SCATTER_ADD_NAN[name]
+    return [f"{head}  // sg_store_{name}(sg_load_{name}(sum) + sg_load_{name}(v)), a NaN on a branch",
+            f"  {bits}", f"  if (__builtin_expect({nan}, 0)) return ({ctype})({quiet});",
+            f"  return ({ctype})({rounded});", "}"]
 
 
 # float16 through F16C's conversions (vcvtph2ps, vcvtps2ph: exact, and rounding to nearest even),
