@@ -39,7 +39,7 @@ from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, adaptive_window_code, b
                     host_partials, preamble_context)
 from ..host.printer import numpy_code
 from ..printing import pool_axis_code, python_integer_code
-from .printer import C_REAL_TYPES, c_code, c_integer_code, uses_exp
+from .printer import C_REAL_TYPES, c_code, c_integer_code, c_real_geometry_code, uses_exp
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
     from ...ops import Op
@@ -1310,7 +1310,15 @@ def _fractional_context(art: Artifacts) -> dict:
         **_fractional_saved_strings(kernel),
         "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
         **python_geometry(kernel),
-    } | fractional_window_code(kernel))  # the NumPy module's window starts (its partials, in the loader)
+    } | fractional_window_code(kernel) | _fractional_starts_code(kernel))
+
+
+def _fractional_starts_code(kernel: WindowKernel) -> dict:
+    """The starts kernel's formulas (the NumPy module's _starts) in each compute type, for the
+    block of one axis (l, o, k: its length, outputs and window; u its sample; i a window)."""
+    names = {"length": "l", "out": "o"}
+    return {"sample_axis": list(kernel.sample_of), "c_starts": {acc: {f: c_real_geometry_code(getattr(kernel.axes, f), acc, names | {"i": f"({acc})i"})
+                               for f in ("alpha", "start", "last_start")} for acc in ("float", "double")}}
 
 
 def _fractional_loop_strings(spatial: int) -> dict:
@@ -1328,6 +1336,8 @@ def _fractional_loop_strings(spatial: int) -> dict:
     return {
         "geometry_params": "".join(f"const int64_t* restrict starts{a}, " for a in axes),
         "starts_doc": "".join(f"const int64* starts{a}, " for a in axes),
+        "starts_out_params": "".join(f"int64_t* restrict starts{a}, " for a in axes),
+        "starts_out_doc": "".join(f"int64* starts{a}, " for a in axes),
         "sizes": _params("I", "planes", *(f"{v}{a}" for v in "lo" for a in axes)) + ", const int threads",
         "sizes_doc": ", ".join(["int64 planes", *(f"int64 {v}{a}" for v in "lo" for a in axes), "int threads"]),
         "outputs": "planes * out_size",

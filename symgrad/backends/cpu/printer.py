@@ -67,3 +67,10 @@ def c_integer_code(expr: sp.Basic, names: dict | None = None) -> str:
     one whose value a Max with 0 or a Min with a bound decides alike: a ceiling of a numerator
     n <= 0 prints as (n + q - 1) / q, which C truncates to a value <= 0, as the ceiling is)."""
     return integer_code(expr, C_ARITHMETIC, names)
+
+
+def c_real_geometry_code(expr: sp.Basic, real_type: str, names: dict | None = None) -> str:
+    """An expression of the window geometry whose floating-point parts are in real_type (float or
+    double: fractional pooling's starts in the compute type, as the NumPy module's _starts), each
+    truncated to long long as C's cast does; the integer parts as c_integer_code's."""
+    return integer_code(expr, replace(C_ARITHMETIC, real=lambda s: f"({real_type})({s})"), names)
