@@ -55,6 +55,13 @@ The order statistics (sort, topk, cummax, cummin, kthvalue, median, nanmedian: P
 (values, indices) outputs, the indices without gradient) take the torch backend's module on every
 device, the CPU included, eagerly and under torch.compile.
 
+Under torch.func (``grad``, ``vmap``, ``jacrev``, ``jacfwd``, ``jvp``, ``hessian``; eagerly) an op
+runs through ``symgrad.torch_func``: autograd.Functions of the functorch-ready form (forward,
+setup_context, a vmap staticmethod) around the same forward, backward and jvp implementations, so
+the gradients are the module's derived ones under its tie policy.  vmap is one merged call for the
+elementwise ops, expressions and (adaptive) max pooling (the batch folded into their leading
+dims) and a loop over the batch for every other op (torch_func's docstring).
+
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
 take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and ``order``.
 """
@@ -76,7 +83,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "symgrad.torch needs PyTorch, which is not installed; install it with "
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
-from . import api, bridge, curvature, framework_losses, framework_multi_margin
+from . import api, bridge, curvature, framework_losses, framework_multi_margin, torch_func
 from .backends.cpu import framework_threads
 from .ops import OPS
 from .suggest import unexpected
@@ -175,6 +182,8 @@ class SymgradOp:
         for k, (name, t) in enumerate(zip(self.inputs, tensors)):
             self._check_tensor(k, name, t)
         compiling = torch.compiler.is_compiling()
+        if not compiling and torch_func.active():  # torch.func: grad, vmap, jvp, jacrev, jacfwd
+            return torch_func.call(self, tensors)
         if self._native is not None:
             if compiling:
                 if NATIVE_UNDER_COMPILE:  # plain torch code that Dynamo traces into
