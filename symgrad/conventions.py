@@ -167,9 +167,11 @@ TORCH = {
         "x*0 and g*0 (NaN at x = -inf and for an infinite g, -0 for x < 0), not relu")),
     "abs": Preset("split", "zero", gradient="product", zeros="ordered", note=(
         "torch.abs: g * sgn(x): 0 at 0 and -0, 0 at NaN; forward fabs (+0 at -0)")),
-    "amax": Preset("split", "nan", tangent_sum="torch", note="torch.amax: (g / count) * mask: a tie is split evenly; a "
-                   "slice holding NaN gets NaN everywhere"),
-    "amin": Preset("split", "nan", tangent_sum="torch", note="torch.amin: as amax"),
+    "amax": Preset("split", "nan", tangent_sum="torch", zeros="first", note=(
+        "torch.amax: (g / count) * mask: a tie is split evenly; a slice holding NaN gets NaN "
+        "everywhere; of tied +0 and -0 the first zero, as its scalar path (rows shorter than two "
+        "SIMD vectors; longer rows fold in lanes, whose zero depends on the positions)")),
+    "amin": Preset("split", "nan", tangent_sum="torch", zeros="first", note="torch.amin: as amax"),
     "max": Preset("split", "dominate", note=(
         "torch.max(x) without dim: evenly_distribute_backward: g / count to each element equal to "
         "the max, and where the max is NaN, g / count to each NaN element (0 elsewhere): the NaNs "

@@ -5,7 +5,8 @@
 // convention: torch
 // tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 // NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-// key: 8dffd0fe41ecd5b3a297
+// forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+// key: 18ecba416287947866f2
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amax forward and backward under the tie policy 'split'.
@@ -25,7 +26,9 @@
 //     hit and count 0, so every element gets NaN.
 //
 // Convention 'torch': torch.amax: (g / count) * mask: a tie is split evenly; a slice holding
-//     NaN gets NaN everywhere.
+//     NaN gets NaN everywhere; of tied +0 and -0 the first zero, as its scalar path (rows
+//     shorter than two SIMD vectors; longer rows fold in lanes, whose zero depends on the
+//     positions).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -156,7 +159,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 // sg_term(grad_output, v, extremum): element v's term of jvp's sum, which is divided by the count once
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return v == extremum;
@@ -170,7 +173,7 @@ __device__ __forceinline__ float sg_term(const float grad_output, const float v,
   return grad_output*hit;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return v == extremum;

@@ -5,7 +5,8 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 8dffd0fe41ecd5b3a297
+# forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+# key: 18ecba416287947866f2
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 
@@ -24,7 +25,9 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
     hit and count 0, so every element gets NaN.
 
 Convention 'torch': torch.amax: (g / count) * mask: a tie is split evenly; a slice holding
-    NaN gets NaN everywhere.
+    NaN gets NaN everywhere; of tied +0 and -0 the first zero, as its scalar path (rows
+    shorter than two SIMD vectors; longer rows fold in lanes, whose zero depends on the
+    positions).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of amax_dimneg1_torch.cu, compiled by

@@ -5,7 +5,8 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: nan (convention torch): the split weight is computed as hit * g / count: a window holding NaN has no hit and count 0, so every element gets NaN
-# key: 0355de357fcf13fc7aa6
+# forward max/min of equal operands: first (convention torch): of two equal operands the first is returned (+0 and -0 included)
+# key: 5d5901c12261df2f8ad2
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 
@@ -24,7 +25,9 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
     hit and count 0, so every element gets NaN.
 
 Convention 'torch': torch.amax: (g / count) * mask: a tie is split evenly; a slice holding
-    NaN gets NaN everywhere.
+    NaN gets NaN everywhere; of tied +0 and -0 the first zero, as its scalar path (rows
+    shorter than two SIMD vectors; longer rows fold in lanes, whose zero depends on the
+    positions).
 """
 
 from __future__ import annotations
@@ -324,8 +327,8 @@ def _fold_winner(rows):
     """The element the running max of each row (last axis) returns."""
     nan = np.isnan(rows)
     hit = rows == np.max(rows, axis=-1, keepdims=True)
-    last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
-    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
+    first_hit = np.argmax(hit, axis=-1)
+    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), first_hit)
 
 
 def _hits(saved: Saved, view: _View) -> tuple:
@@ -448,7 +451,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     view, kept = _view(x)  # kept: what fixes the windows, saved
     rows = _gathered(x, view)
-    output = np.asarray(np.max(rows, axis=-1)).reshape(view.out_shape)
+    output = np.asarray(np.where((extremum := np.max(rows, axis=-1)) == 0, np.take_along_axis(rows, (np.argmax((rows == 0), axis=-1))[..., None], axis=-1)[..., 0], extremum)).reshape(view.out_shape)
     return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
 
 
