@@ -1305,7 +1305,7 @@ def _fractional_context(art: Artifacts) -> dict:
         **_selection_parts(kernel, "the tangent of each window's winner",
                            "each window's weights summed over its elements in row-major order"),
         "backward_doc": "its winner" if scan else "its elements by their weights",
-        "spatial": spatial, "axes": list(range(spatial)),
+        "spatial": spatial, "axes": list(range(spatial)), "scan": scan,
         "window": kernel.window, "kernel_size": list(op.params["kernel_size"]),
         **_fractional_saved_strings(kernel),
         "loader_note": _loader_note(op, "; x is read as NCHW, other memory orders are copied", "the planes"),
@@ -1344,7 +1344,7 @@ def _fractional_loop_strings(spatial: int) -> dict:
         "plane_size": " * ".join(f"l{a}" for a in axes), "out_size": " * ".join(f"o{a}" for a in axes),
         "input_dims": ", ".join(f"l{a}" for a in axes), "output_dims": ", ".join(f"o{a}" for a in axes),
         # an element's position in its plane, and a holder's in the output's plane
-        "plane_at": rowmajor("j", "l"), "plane_q": rowmajor("q", "o"),
+        "plane_at": rowmajor("j", "l"), "plane_q": rowmajor("q", "o"), "window_at": rowmajor("s", "l"),
         # the loops' bodies: an output's below its axes' loops, a window's element below those
         "oi": "    " + "  " * spatial, "wi": "    " + "  " * (2 * spatial), "si": "    " + "  " * spatial,
         "local": local, "index_cast": "(index_t)",
