@@ -236,7 +236,7 @@ def _empty(cp, shape: tuple, dtype, layout: str):
     if layout == "nchw":
         return cp.empty(shape, dtype=dtype)
     axes = _channels_last_axes(len(shape))
-    return cp.empty(tuple(shape[a] for a in axes), dtype=dtype).transpose(tuple(int(a) for a in np.argsort(axes)))
+    return cp.empty(tuple(shape[a] for a in axes), dtype=dtype).transpose(tuple(sorted(range(len(axes)), key=axes.__getitem__)))
 
 
 def _to_layout(cp, a, layout: str):

@@ -249,7 +249,8 @@ def _order(x):
 
 
 def _inverse(order: tuple) -> tuple:
-    return tuple(int(axis) for axis in np.argsort(order))
+    """The permutation undoing order (Python's ints: np.argsort costs more than a small kernel)."""
+    return tuple(sorted(range(len(order)), key=order.__getitem__))
 
 
 def _empty(cp, shape: tuple, dtype, order: tuple):
