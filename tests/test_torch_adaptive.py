@@ -57,6 +57,9 @@ REPRESENTATIVE = [
     ("adaptive_max_pool1d", {"output_size": 4, "ties": "all", "nan": "zero"}, (2, 3, 9)),
     ("adaptive_max_pool3d", {"output_size": 2, "convention": "jax"}, (1, 2, 3, 5, 4)),
     ("adaptive_max_pool2d", {"output_size": (5, None), "return_indices": True, "convention": "torch"}, (2, 3, 3, 6)),
+    # output size 1 (global pooling): each plane one window, its winner in closed form (_adaptive_whole)
+    ("adaptive_max_pool2d", {"output_size": 1, "ties": "first", "nan": "replace"}, (2, 4, 5, 5)),
+    ("adaptive_max_pool2d", {"output_size": 1, "convention": "jax"}, (2, 4, 5, 5)),
 ]
 
 

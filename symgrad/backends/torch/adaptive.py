@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..common import grad_start_comment
 from ..host import adaptive_window_code
-from .rows import TORCH
+from .rows import TORCH, fold_winner, scan_winner
 from .window import _code, _fold
 
 if TYPE_CHECKING:
@@ -59,6 +59,30 @@ def _mask(op, kernel: WindowKernel) -> dict:
             "count_body": _COUNT if sel.counts else ["return None"]}
 
 
+def _whole(op, kernel: WindowKernel) -> dict:
+    """Where every output size is 1 (global pooling, the benchmark CNN's last pool), each plane is
+    one window: forward finds its winner in closed form over the plane as one row (rows.py's
+    _winner and _fold_winner, a few whole-row reductions that Inductor fuses) instead of a scan
+    over the box's elements (256 passes over a 16x16 plane), and backward is one select per element.
+    {"whole": False} where an output size is not 1, or no closed form holds the scan's NaN rule."""
+    sel = kernel.selection
+    scan = sel.form == "scan"
+    none = {"whole": False, "winner_lines": [], "fold_winner_lines": [], "output_fold": [], "extremum": sel.extremum,
+            "counts": sel.counts}
+    size = op.params.get("output_size")  # (fractional pooling's, which has its windows, may be None)
+    if kernel.windows != "spans" or size is None or any(o != 1 for o in size):
+        return none
+    try:
+        winner = scan_winner(sel.extremum, sel.order, sel.nan) if scan else []
+        fold = [] if scan and sel.winner_is_output else fold_winner(sel.extremum, op.zeros)
+    except ValueError:
+        return none
+    return {"whole": True, "winner_lines": winner, "fold_winner_lines": fold, "extremum": sel.extremum,
+            "counts": sel.counts,
+            "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
+                            "not the winner"] if scan and fold else []}
+
+
 def adaptive_context(op, kernel: WindowKernel) -> dict:
     """The template context of an adaptive max pooling module: finished strings only."""
     sel = kernel.selection
@@ -89,5 +113,6 @@ def adaptive_context(op, kernel: WindowKernel) -> dict:
         if reversed_order else [],
         "forward_result": "(output, indices(saved))" if op.params.get("return_indices") else "output",
         **adaptive_window_code(),
+        **_whole(op, kernel),
         **(_scan(op, kernel) if scan else _mask(op, kernel)),
     }
