@@ -60,7 +60,9 @@ runs through ``symgrad.torch_func``: autograd.Functions of the functorch-ready f
 setup_context, a vmap staticmethod) around the same forward, backward and jvp implementations, so
 the gradients are the module's derived ones under its tie policy.  vmap is one merged call for the
 elementwise ops, expressions and (adaptive) max pooling (the batch folded into their leading
-dims) and a loop over the batch for every other op (torch_func's docstring).
+dims) and a loop over the batch for every other op (torch_func's docstring).  Under torch.compile
+of a transform the op is a graph break (fullgraph=True raises), never the torch backend's forward
+differentiated without the policy.
 
 The ``nn.Module`` classes (``MaxPool2d``, ``AdaptiveMaxPool3d``, ``ReLU``, ``Hardtanh``, ...)
 take torch.nn's constructor arguments plus ``ties``, ``convention``, ``nan`` and ``order``.
@@ -182,7 +184,7 @@ class SymgradOp:
         for k, (name, t) in enumerate(zip(self.inputs, tensors)):
             self._check_tensor(k, name, t)
         compiling = torch.compiler.is_compiling()
-        if not compiling and torch_func.active():  # torch.func: grad, vmap, jvp, jacrev, jacfwd
+        if torch_func.active():  # torch.func: grad, vmap, jvp, jacrev, jacfwd
             return torch_func.call(self, tensors)
         if self._native is not None:
             if compiling:

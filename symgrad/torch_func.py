@@ -24,6 +24,10 @@ is one call of the module, checked against the saved state's shapes.  Every othe
 reductions, whose ``dim`` a merged batch would move, maxout, fractional pooling, unpooling,
 the segments, bags and order statistics) and every other case (a broadcast between inputs, an
 empty batch) is a Python loop over the batch: one call per example, stacked.
+
+Under torch.compile of a transform (torch.compile(torch.func.grad(f))) ``call`` is not traced
+(torch.compiler.disable: a graph break; fullgraph=True raises): Dynamo would otherwise trace the
+torch backend's forward and differentiate it, without the tie policy.
 """
 
 from __future__ import annotations
@@ -44,10 +48,20 @@ def active() -> bool:
     return torch._C._are_functorch_transforms_active()
 
 
+@torch.compiler.disable
 def call(op, tensors):
-    """op(*tensors) under a torch.func transform: what SymgradOp.__call__ returns."""
-    results = _Forward.apply(op, *tensors)
+    """op(*tensors) under a torch.func transform: what SymgradOp.__call__ returns (never traced by
+    torch.compile: see _apply)."""
+    results = _apply(_Forward, op, *tensors)
     return op._returned(list(results), op._layout(tensors))
+
+
+@torch.compiler.disable
+def _apply(function, *args):
+    """function.apply(*args), never traced by torch.compile: the implementations run NumPy or C
+    code, so a compiled torch.func transform breaks its graph here (fullgraph=True: an error)
+    instead of differentiating the torch backend's forward without the policy."""
+    return function.apply(*args)
 
 
 # ----------------------------------------------------------------------------- the functions
@@ -154,12 +168,12 @@ class _Jvp(torch.autograd.Function):
 
 def _backward(op):
     """backward(g, tensors, out, arrays) through _Backward (op._input_grads' argument)."""
-    return lambda g, tensors, out, arrays: _Backward.apply(op, len(tensors), g, *tensors, out, *arrays)
+    return lambda g, tensors, out, arrays: _apply(_Backward, op, len(tensors), g, *tensors, out, *arrays)
 
 
 def _jvp(op):
     """jvp(tangents, tensors, out, arrays) through _Jvp."""
-    return lambda ts, tensors, out, arrays: _Jvp.apply(op, len(tensors), *ts, *tensors, out, *arrays)
+    return lambda ts, tensors, out, arrays: _apply(_Jvp, op, len(tensors), *ts, *tensors, out, *arrays)
 
 
 def _tangent(t, like):
@@ -183,7 +197,7 @@ def _vmapped(function, info, in_dims, head: tuple, tensors, op, n_inputs: int, b
     merged = _merge(function, op, full, before, n_inputs, size)
     if merged is not None:
         args, shapes = merged
-        results = _tuple(function.apply(*head, *args))
+        results = _tuple(_apply(function, *head, *args))
         out = tuple(r.reshape(shape) for r, shape in zip(results, shapes))
     else:
         out = _loop(function, head, full, size)
@@ -200,7 +214,7 @@ def _loop(function, head: tuple, full: list, size: int) -> tuple:
     """One call per example, each result stacked along a new dim 0."""
     if size == 0:
         raise ValueError("symgrad.torch under vmap: an empty batch is not supported for this op")
-    per = [_tuple(function.apply(*head, *(t[b] for t in full))) for b in range(size)]
+    per = [_tuple(_apply(function, *head, *(t[b] for t in full))) for b in range(size)]
     return tuple(torch.stack(column) for column in zip(*per))
 
 

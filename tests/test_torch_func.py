@@ -132,3 +132,18 @@ def test_vmap_grad_and_jacobians_of_more_ops(name, ties):
         y, saved = module.forward(x[k].numpy())
         assert _same(got[k], torch.from_numpy(np.ascontiguousarray(module.backward(np.ones_like(y), saved)[0])))
     assert _same(func.jacrev(f)(x[0]), func.jacfwd(f)(x[0]))
+
+
+@pytest.mark.slow
+def test_compiled_transforms_keep_the_policy_or_refuse():
+    """torch.compile of torch.func.grad: the op runs the eager torch.func path (a graph break, so
+    fullgraph=True raises) instead of differentiating the torch backend's forward without the policy
+    (before: relu's gradient at 0 was 1, not split's 1/2)."""
+    torch._dynamo.reset()
+    relu = st.op("relu", ties="split")
+    g = func.grad(_summed(relu))
+    x = torch.tensor([-1.0, 0.0, 2.0], dtype=torch.float64)
+    with pytest.raises(Exception, match="disable"):
+        torch.compile(g, backend="aot_eager", fullgraph=True)(x)
+    torch._dynamo.reset()
+    assert torch.compile(g, backend="aot_eager")(x).tolist() == [0.0, 0.5, 1.0]
