@@ -827,22 +827,19 @@ def _elementwise_context(art: Artifacts) -> dict:
     }
 
 
-# a reduction's fold over a row in SIMD lanes (GCC's and Clang's vector extensions, 16 bytes: SSE2
-# and NEON; the forward compiled for each x86-64 SIMD width: SG_SIMD_CLONES): (compute type, its
-# lanes, the integer type of a lane's mask); float16 rows fold one by one
+# SIMD lanes of 16 bytes (GCC's and Clang's vector extensions: SSE2 and NEON) for the adaptive
+# windows' prefilter (_window_lanes): (compute type, its lanes, the integer type of a lane's mask)
 _LANES = {"float": (4, "int32_t"), "double": (2, "int64_t")}
-_LANE_VECTORS = 4  # vectors of lanes a step (independent folds: the loop is not one dependency chain)
+# a reduction's row folded in this many bytes of lanes a step: a plain loop over an array of lanes
+# that the compiler vectorizes for each SIMD width of the forward's clones (SG_SIMD_CLONES: 2 zmm
+# with AVX-512, 4 ymm with AVX2, 8 xmm at the baseline); float16 rows fold one by one
+_ROW_LANE_BYTES = 128
 
 
-def _row_lanes(kernel: WindowKernel) -> dict:
-    """A mask-form reduction's forward prefilter, as finished C lines: the helpers (a vector of
-    lanes per compute type, a load, its max or min, which a NaN does not enter (a NaN is flagged on
-    the side instead: two operations a vector where the NaN-propagating fold takes five), a scalar
-    NaN-propagating one) and, per data type, the lines that fold a row in lanes and keep the result
-    where the order of the fold cannot matter: no element is NaN and the extremum is not a zero (so
-    no other element has its value with other bits); else the row's own fold follows, element by
-    element (its NaN and zeros rules).  Rows of _LANE_VECTORS vectors or more; float16 rows fold
-    element by element."""
+def _lane_helpers(kernel: WindowKernel) -> list[str]:
+    """The 16-byte lanes' helpers, as finished C lines: a vector of lanes per compute type, a load,
+    its max or min, which a NaN does not enter (a NaN is flagged on the side instead: two
+    operations a vector where the NaN-propagating fold takes five), a scalar NaN-propagating one."""
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
     op = ">" if sel.extremum == "max" else "<"
@@ -865,41 +862,63 @@ def _row_lanes(kernel: WindowKernel) -> dict:
             f"  return {c_code(fold(BEST, V), rt)};",
             "}",
         ]
+    return helpers
+
+
+def _row_lanes(kernel: WindowKernel) -> dict:
+    """A mask-form reduction's forward prefilter, as finished C lines per data type: the row folded
+    in lanes (an array of _ROW_LANE_BYTES, each lane taking v where v is above it, so a NaN never
+    enters: a NaN is flagged on the side; then the lanes and the tail folded the same way, without
+    a branch) and the result kept where the order of the fold cannot matter: no element is NaN and
+    the extremum is not a zero (so no other element has its value with other bits); else the row's
+    own fold follows, element by element (its NaN and zeros rules).  Rows of one step or more;
+    float16 rows fold element by element.  The forward of the types folded in lanes is compiled for
+    each SIMD width (cpu/_simd_clones.c.jinja)."""
+    op = ">" if kernel.selection.extremum == "max" else "<"
     rows = {}
     for name, ctype, acc, *_ in C_DTYPES:
         if acc != ctype:  # float16: loaded one by one
             rows[name] = []
             continue
-        lanes = _LANES[acc][0]
-        step = lanes * _LANE_VECTORS
-        vectors = range(_LANE_VECTORS)
+        step = _LANES[acc][0] * _ROW_LANE_BYTES // 16  # lanes of the compute type
         rows[name] = [
-            f"if (n >= {step}) {{  // the fold in lanes, kept where its order cannot matter",
-            *(f"  sg_{acc}_lanes lane{j} = sg_lanes_load_{acc}(x + base + {j * lanes});" for j in vectors),
-            f"  sg_{acc}_mask nan = " + " | ".join(f"(lane{j} != lane{j})" for j in vectors) + ";",
-            f"  I k = {step};",
-            f"  for (; k + {step} <= n; k += {step}) {{",
-            *(f"    const sg_{acc}_lanes v{j} = sg_lanes_load_{acc}(x + base + k + {j * lanes});" for j in vectors),
-            *(f"    lane{j} = sg_lanes_{acc}(lane{j}, v{j});" for j in vectors),
-            "    nan |= " + " | ".join(f"(v{j} != v{j})" for j in vectors) + ";",
+            f"if (n >= {step}) {{  // the fold in {step} lanes, kept where its order cannot matter",
+            f"  {acc} lane[{step}];",
+            f"  int nan[{step}];  // a NaN seen in the lane (the lanes never take one)",
+            f"  for (int j = 0; j < {step}; ++j) {{",
+            "    lane[j] = x[base + j];",
+            "    nan[j] = sg_isnan(lane[j]);",
             "  }",
-            f"  const sg_{acc}_lanes lane[{_LANE_VECTORS}] = {{" + ", ".join(f"lane{j}" for j in vectors) + "};",
-            f"  {acc} fold = lane[0][0];",
-            f"  for (int j = 1; j < {step}; ++j) fold = sg_lane_{acc}(fold, lane[j / {lanes}][j % {lanes}]);",
-            f"  for (; k < n; ++k) fold = sg_lane_{acc}(fold, x[base + k]);",
-            "  bool flagged = false;",
-            f"  for (int j = 0; j < {lanes}; ++j) flagged |= nan[j] != 0;",
-            "  if (!flagged && fold != 0 && !sg_isnan(fold)) {  // no NaN in the row; the extremum's bits its own",
+            f"  I k = {step};",
+            f"  for (; k + {step} <= n; k += {step})",
+            f"    for (int j = 0; j < {step}; ++j) {{",
+            f"      const {acc} v = x[base + k + j];",
+            f"      lane[j] = v {op} lane[j] ? v : lane[j];",
+            "      nan[j] |= sg_isnan(v);",
+            "    }",
+            f"  {acc} fold = lane[0];",
+            "  int flagged = nan[0];",
+            f"  for (int j = 1; j < {step}; ++j) {{",
+            f"    fold = lane[j] {op} fold ? lane[j] : fold;",
+            "    flagged |= nan[j];",
+            "  }",
+            "  for (; k < n; ++k) {",
+            f"    const {acc} v = x[base + k];",
+            f"    fold = v {op} fold ? v : fold;",
+            "    flagged |= sg_isnan(v);",
+            "  }",
+            "  if (!flagged && fold != 0) {  // no NaN in the row; the extremum's bits its own",
             f"    out[t] = sg_store_{name}(fold);",
             "    continue;",
             "  }",
             "}",
         ]
-    # the forward of the types folded in lanes compiled for each SIMD width (cpu/_simd_clones.c.jinja):
     # amax over dim -1 of 4096x4096 float32, the kernel alone, 3.06 -> 2.72 ms (NaN flagged on the
-    # side) -> 2.42 ms (clones), PyTorch 2.38 ms (a loaded machine)
+    # side) -> 2.42 ms (clones; a loaded machine); four 16-byte vectors of lanes -> 128 bytes of
+    # lanes (4 ymm with AVX2, 2 zmm with AVX-512) and the lanes folded without a branch: the kernel
+    # alone 1.04 -> 0.96 of PyTorch's amax one thread (one process, load ~4.7)
     clones = {name: "SG_SIMD_CLONES " for name, lines in rows.items() if lines}
-    return {"lane_helpers": helpers, "row_lanes": rows, "forward_clones": clones}
+    return {"lane_helpers": [], "row_lanes": rows, "forward_clones": clones}
 
 
 def _column_counts(kernel: WindowKernel) -> dict:
@@ -1114,7 +1133,7 @@ def _adaptive_context(art: Artifacts) -> dict:
 def _window_lanes(kernel: WindowKernel, spatial: int) -> dict:
     """A scan's forward prefilter for adaptive windows whose rows (along the last axis) are
     contiguous and at least a vector long, as finished C lines: the window's extremum folded in
-    SIMD lanes (the reductions' helpers, _row_lanes; two chains, the rows alternating between
+    SIMD lanes (16-byte lanes: _lane_helpers; two chains, the rows alternating between
     them), kept where the order of the fold cannot matter (neither NaN, so no element is NaN, nor
     a zero, so the value names its bits); the winner is then the first element equal to it in
     row-major order, or the last where a tie goes to the later element (sg_take of the value with
@@ -1199,7 +1218,7 @@ def _window_lanes(kernel: WindowKernel, spatial: int) -> dict:
             "  }",
             "}",
         ]
-    return {"window_lanes": lines, "lane_helpers": _row_lanes(kernel)["lane_helpers"]}
+    return {"window_lanes": lines, "lane_helpers": _lane_helpers(kernel)}
 
 
 def _adaptive_holder_strings(kernel: WindowKernel, spatial: int) -> dict:
