@@ -70,3 +70,32 @@ def test_unpool_indices_outside_a_plane_are_refused_by_the_kernels_as_numpy_refu
             errors.append(str(info.value))
     assert errors[:3] == errors[3:], errors
     assert f"got {bad}" in errors[0] and f"got {bad}" in errors[1]
+
+
+
+def _box(spatial: tuple, out) -> int:
+    """The window box's cells: per axis the largest PyTorch adaptive window, [floor(i L / o),
+    ceil((i + 1) L / o))."""
+    out = (out,) * len(spatial) if isinstance(out, int) else out
+    cells = 1
+    for length, o in zip(spatial, out):
+        cells *= max(-(-(i + 1) * length // o) - i * length // o for i in range(o))
+    return cells
+
+
+@pytest.mark.parametrize("op,size,shape,where,cell", ADAPTIVE_OUTSIDE)
+def test_an_adaptive_index_beyond_the_box_is_refused_by_the_kernel(op, size, shape, where, cell):
+    """backward leaves the index's range to the kernel too (no pass over saved.index in the loader):
+    a winner at the box's size, or the index type's largest value, is refused with the NumPy
+    module's ValueError."""
+    m = symgrad.load(op, backend="cpu", output_size=size, ties="first")
+    ref = symgrad.load(op, output_size=size, ties="first")
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    box = _box(shape[2:], size)
+    for module in (m, ref):
+        y, saved = module.forward(x)
+        for value in (box, np.iinfo(saved.index.dtype).max):
+            index = saved.index.copy()
+            index[where] = value
+            with pytest.raises(ValueError, match=f"saved.index must hold indices into the window box below {box}"):
+                module.backward(np.ones(y.shape, np.float32), saved._replace(index=index))

@@ -439,7 +439,8 @@ def _saved_layout(saved: Saved):
     """_layout of the input shape forward saw: saved.input_shape, checked as forward checks an
     input (without allocating one)."""
     try:
-        _check_rank(np.broadcast_to(np.empty((), dtype=bool), saved.input_shape))  # no memory
+        shape = saved.input_shape  # an array of that shape over one byte, made at once (no memory)
+        _check_rank(np.ndarray(shape, dtype=bool, buffer=b"\0", strides=(0,) * len(shape)))
         return _layout(saved.input_shape)
     except ValueError as exc:
         raise ValueError(f"{OP}: saved.input_shape must be a shape forward accepts: {exc}") from None
