@@ -650,3 +650,11 @@ TORCH["roi_max_pool"] = Preset("first", "keep", zeros="first", note=(
 # JAX's binary max/min: a broadcast input's gradient summed as XLA sums it (BROADCAST_SUMS "jax")
 for _name in ("maximum", "minimum", "fmax", "fmin"):
     JAX[_name] = dataclasses.replace(JAX[_name], broadcast_sum="jax")
+
+
+# logsumexp's float16/bfloat16 arithmetic under a preset (issue 28; lower.LogSumExpKernel.half):
+# PyTorch computes each of its ops (x - m, exp, the sum in float32, log, + m; backward's x - y, exp,
+# the product) in float32 and stores it in the dtype, its exp and log then agreeing with the
+# correctly rounded float32 result on every float16/bfloat16 value (tools/framework_exp_log.py).
+# float32/float64 keep NumPy's exp and log: PyTorch's are Intel MKL VML's (docs/guarantees.md).
+LSE_HALF = {"torch": "torch"}

@@ -28,6 +28,7 @@ from .derive import Derivation, Node
 from .ops import _num
 from .indicators import Indicator, IsNan, MaxOf, MinOf, SignBit, compare
 from . import regions as _regions
+from .conventions import LSE_HALF as _LSE_HALF
 from .regions import Regions
 from .scaled import Picked
 
@@ -985,6 +986,9 @@ class LogSumExpKernel:
     output: sp.Expr  # in shift and total (the sum of the terms)
     weight: sp.Expr  # in grad_output, v and y
     saved: tuple[str, ...]
+    # float16/bfloat16 (conventions.LSE_HALF): "float32" (computed in float32, rounded once) or
+    # "torch" (torch.logsumexp's ops one by one, each rounded to the dtype)
+    half: str = "float32"
 
 
 def lower_special(d: Derivation):
@@ -1010,7 +1014,8 @@ def _lower_logsumexp(d: Derivation) -> LogSumExpKernel:
     term = sp.exp(scaled(V - M_SHIFT))
     output = M_SHIFT + t * sp.log(SUM)
     weight = GRAD_OUTPUT * sp.exp(scaled(V - Y))
-    return LogSumExpKernel(t, shift, term, output, weight, ("x", "output"))
+    half = _LSE_HALF.get(op.convention or "", "float32") if t == 1 else "float32"
+    return LogSumExpKernel(t, shift, term, output, weight, ("x", "output"), half)
 
 
 # ----------------------------------------------------------------------------- order statistics

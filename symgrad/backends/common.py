@@ -258,8 +258,18 @@ def expression_docstring(op: Op, d) -> list[str]:
 
 # ----------------------------------------------------------------------------- unpool, logsumexp
 
-def special_docstring(op: Op, d: Derivation, kernel) -> list[str]:
-    """The docstring of an unpooling or logsumexp module (its lowered ``kernel`` says which)."""
+# how a logsumexp module computes float16 and bfloat16 (lower.LogSumExpKernel.half)
+_LSE_HALF_TEXT = {
+    "float32": "float16 computes in float32 and rounds once.",
+    "torch": "float16 and bfloat16 as torch.logsumexp on the CPU: each op (x - m, exp, the sum in "
+             "float32 in at::sum's order, log, + m; backward's x - y, exp, the product) rounded to "
+             "the dtype, exp and log the correctly rounded float32 result rounded to the dtype."}
+
+
+def special_docstring(op: Op, d: Derivation, kernel, half: bool = False) -> list[str]:
+    """The docstring of an unpooling or logsumexp module (its lowered ``kernel`` says which; half:
+    the module computes float16/bfloat16 as logsumexp's kernel.half says, the NumPy module and
+    the cpu loader: else in float32, rounded once)."""
     lines = [f"{op.name} forward and backward under the tie policy '{op.ties}'.", ""]
     lines += wrap(f"Forward: {op.spec.summary}.")
     lines += [""]
@@ -288,7 +298,7 @@ def special_docstring(op: Op, d: Derivation, kernel) -> list[str]:
         t = op.params["temperature"]
         lines += wrap(f"y = t * log(sum_i exp(x_i / t)) with t = {t!r}, computed as m + t * "
                        f"log(sum_i exp((x_i - m) / t)) with m the slice's max (0 where it is "
-                       f"infinite); float16 computes in float32 and rounds once.")
+                       f"infinite); " + _LSE_HALF_TEXT[kernel.half if half else "float32"])
         lines += [""]
         lines += wrap("Backward: grad_x = grad_output * softmax(x / t) = grad_output * "
                        "exp((x - y) / t). As t -> 0+ this tends to the split policy's W: 1/k on "

@@ -570,7 +570,7 @@ def _base_context(art: Artifacts) -> dict:
     elif isinstance(art.kernel, OrderKernel):
         lines, doc = header(op, "cpu"), order_docstring(op, art.derivation, art.kernel)
     elif op.spec.strategy.special:
-        lines, doc = header(op, "cpu"), special_docstring(op, art.derivation, art.kernel)
+        lines, doc = header(op, "cpu"), special_docstring(op, art.derivation, art.kernel, half=True)
     else:
         lines, doc = header(op, "cpu"), docstring(op, art.derivation, art.kernel)
     return {

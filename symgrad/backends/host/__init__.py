@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import sympy as sp
 
 from ...geometry import ADAPTIVE
-from ...lower import ElementwiseKernel, UnpoolKernel, backward_plan
+from ...lower import ElementwiseKernel, LogSumExpKernel, UnpoolKernel, backward_plan
 from ..common import special_docstring, wrap
 from ..printing import PYTHON, integer_code
 from .printer import numpy_integer_code
@@ -46,11 +46,18 @@ def bfloat16_context(art: Artifacts) -> dict:
         n for n in names if n not in op.spec.constant_inputs and n not in integer)),
             # the functions computing a whole-bfloat16 op in bfloat16 (None: its float32 ones), and
             # the lines saying so (an elementwise NumPy module under a preset: _elementwise_bfloat16)
-            "bfloat16_kernels": None, "bfloat16_note": [],
+            "bfloat16_kernels": _lse_bfloat16(art), "bfloat16_note": [],
             # a broadcast input's gradient summed in XLA's order (conventions.BROADCAST_SUMS "jax")
             "xla_sum_to": getattr(art.kernel, "broadcast_sum", "numpy") == "jax",
             # a whole-bfloat16 call returns the second of two equal operands (Preset.bfloat16_zeros)
             "bfloat16_second": op.bfloat16_zeros == "second" and len(names) == 2}
+
+
+def _lse_bfloat16(art: Artifacts) -> dict | None:
+    """logsumexp's functions computing a whole-bfloat16 op in bfloat16 where its kernel's half is
+    "torch" (host/_lse_half.py.jinja, in the NumPy module and the cpu loader alike), else None."""
+    kernel = art.kernel
+    return dict(LSE_BFLOAT16) if isinstance(kernel, LogSumExpKernel) and kernel.half == "torch" else None
 
 
 def computes_bfloat16(art: Artifacts) -> bool:
@@ -65,6 +72,8 @@ def computes_bfloat16(art: Artifacts) -> bool:
 # "_float_", rounded once)
 ELEMENTWISE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"}
 BFLOAT16_ADDS = {"forward": "_float_forward", "backward": "_backward_bf16", "jvp": "_float_jvp"}
+# logsumexp's ops each rounded to bfloat16 (LogSumExpKernel.half "torch"; jvp its float32 code)
+LSE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_float_jvp"}
 
 
 def bfloat16_kernels(art: Artifacts) -> dict | None:

@@ -554,7 +554,7 @@ def _expression_context(art: Artifacts) -> dict:
 
 def _special_context(art: Artifacts) -> dict:
     op, d, kernel = art.op, art.derivation, art.kernel
-    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d, kernel))
+    ctx = _numpy_base_context(op, header(op, "numpy"), special_docstring(op, d, kernel, half=True))
     ctx["piecewise_linear"] = art.piecewise_linear
     ctx["params_list"] = [(k.upper(), repr(v)) for k, v in op.params.items()]
     if isinstance(kernel, UnpoolKernel):
