@@ -322,6 +322,7 @@ POOLS = [("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9)
          ("max_pool1d", {"kernel_size": 4, "stride": 1, "padding": 2, "dilation": 2, "ceil_mode": True}, (2, 2, 11)),
          ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 7, 6)),
          ("max_pool2d", {"kernel_size": 2}, (2, 6, 6)),  # disjoint windows (the NumPy module's write path)
+         ("max_pool2d", {"kernel_size": 2}, (2, 3, 7, 5)),  # windows tiling the input, a row and a column in none
          ("max_pool2d", {"kernel_size": (2, 3), "stride": (2, 1), "padding": (1, 1), "ceil_mode": True}, (2, 7, 6)),
          ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1}, (1, 2, 3, 4, 3))]
 # window values drawn to tie: zeros of both signs, +-1, +-inf, NaN, 2, and random values
@@ -391,6 +392,7 @@ REPRESENTATIVE_WINDOWS = [
     ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "convention": "torch"}, (2, 3, 7, 6)),
     ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "convention": "jax"}, (2, 3, 7, 6)),
     ("max_pool2d", {"kernel_size": 2, "ties": "first", "nan": "replace"}, (2, 6, 6)),
+    ("max_pool2d", {"kernel_size": 2, "ties": "split"}, (2, 3, 7, 5)),  # tiles, a row and a column in none
     ("max_pool1d", {"kernel_size": 4, "stride": 1, "padding": 2, "dilation": 2, "ceil_mode": True,
                     "ties": "split"}, (2, 2, 11)),
     ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last", "nan": "last_nan"}, (1, 2, 3, 4, 3)),

@@ -87,6 +87,17 @@ def _maxout_geometry(kernel: WindowKernel) -> dict:
 _FORM_GEOMETRY = {"strided": _pool_geometry, "blocks": _maxout_geometry}
 
 
+def _tiles(op, kernel: WindowKernel) -> bool:
+    """Whether pooling's windows tile the input (stride == kernel_size, no padding, dilation 1,
+    floor mode: each element in at most one window), so backward is one select per element over
+    the tiled view (_window_tiles) instead of a strided placement per window element, which
+    Inductor fuses into one pass of a load per element (the benchmark CNN's 2x2 pools)."""
+    p = op.params
+    return (kernel.windows == "strided" and kernel.grad_start != "written" and not p.get("ceil_mode")
+            and tuple(p["stride"]) == tuple(p["kernel_size"]) and not any(p["padding"])
+            and all(d == 1 for d in p["dilation"]))
+
+
 def window_context(op, kernel: WindowKernel) -> dict:
     """The template context of a pooling or maxout module: finished strings only."""
     sel = kernel.selection
@@ -119,6 +130,7 @@ def window_context(op, kernel: WindowKernel) -> dict:
         "spatial": op.spec.spatial,
         # forward's result: (output, indices) where PyTorch's indices are asked for (return_indices)
         "forward_result": "(output, indices(saved))" if op.params.get("return_indices") else "output",
+        "tiles": _tiles(op, kernel),
         **form,
         **_FORM_GEOMETRY[kernel.windows](kernel),
     }
