@@ -172,6 +172,13 @@ def integer_inputs(module) -> tuple:
     return (module.INPUTS.index("indices"),) if spec.strategy.scatter else ()
 
 
+def bags_per_row(input, include_last_offset: bool, arange) -> tuple:
+    """PyTorch's embedding_bag with offsets None and a 2-d input (each row a bag): the 1-d input and
+    the offsets of its rows (``arange(n)``: the framework's int64 range)."""
+    rows, length = input.shape
+    return input.reshape(-1), arange(rows + int(include_last_offset)) * length
+
+
 def differentiable(module) -> tuple:
     """Positions of the inputs that the module's backward returns a gradient for (not the integer
     indices of unpooling, not an expression's inputs outside wrt)."""

@@ -111,6 +111,8 @@ logging.getLogger("jax._src.callback").addFilter(_not_reraised)
 
 def _checked(op, args) -> list:
     """The arguments of an op's call as JAX arrays, or a TypeError naming what was expected."""
+    if op.op == "embedding_bag_max":
+        args = _bag_offsets(op, args)
     if len(args) != len(op.inputs):
         raise TypeError(f"{op.op}: expected {len(op.inputs)} array(s) "
                         f"({', '.join(op.inputs)}), got {len(args)}")
@@ -125,6 +127,22 @@ def _checked(op, args) -> list:
                             f"array, got {x.dtype}")
         xs.append(x)
     return xs
+
+
+def _bag_offsets(op, args) -> tuple:
+    """embedding_bag_max's (input, weight, offsets) as PyTorch's F.embedding_bag takes them: offsets
+    None (or left out) with a 2-d input, each row a bag (bridge.bags_per_row)."""
+    if len(args) == 2:
+        args = (*args, None)
+    if len(args) != 3 or args[2] is not None:
+        return args
+    input = jnp.asarray(args[0])
+    if input.ndim != 2:
+        raise ValueError(f"{op.op}: offsets None needs a 2-d input (each row a bag), got input of "
+                         f"shape {tuple(input.shape)}")
+    flat, offsets = bridge.bags_per_row(input, op.params["include_last_offset"],
+                                        lambda n: jnp.arange(n, dtype=input.dtype))
+    return flat, args[1], offsets
 
 
 def _refuse_higher_order(op: str):

@@ -942,10 +942,8 @@ class EmbeddingBag(_Module):
     def forward(self, input, offsets=None, per_sample_weights=None):
         _no(per_sample_weights is not None, "per_sample_weights", "EmbeddingBag", " (mode 'max')")
         if isinstance(input, torch.Tensor) and input.ndim == 2 and offsets is None:  # a bag per row
-            rows, length = input.shape
-            ends = rows + int(self.include_last_offset)
-            offsets = torch.arange(ends, device=input.device) * length
-            input = input.reshape(-1)
+            input, offsets = bridge.bags_per_row(input, self.include_last_offset,
+                                                 lambda n: torch.arange(n, device=input.device))
         return self.fn(input, self.weight, offsets)
 
     def extra_repr(self) -> str:

@@ -211,6 +211,28 @@ def test_jax_module_every_setting_and_dtype(settings, padding_idx, include_last_
     _compare("jax", _to_jax, _from_jax, settings, padding_idx, include_last_offset, calls=_jitted, length=12)
 
 
+@pytest.mark.parametrize("include_last_offset,left_out", [(False, False), pytest.param(True, True, marks=_slow)])
+def test_symgrad_jax_op_takes_a_2d_input_without_offsets_as_pytorch(include_last_offset, left_out):
+    """symgrad.jax.op('embedding_bag_max', convention='torch') with offsets None (or left out) and a
+    2-d input (each row a bag) equals F.embedding_bag(input, weight, mode='max') itself: output and
+    the table's gradient, bit for bit, under jit; offsets None with a 1-d input: one clear error."""
+    import symgrad.jax as sj
+    fn = sj.op(OP, convention="torch", include_last_offset=include_last_offset)
+    rng = np.random.default_rng(5)
+    weight = np.array(rng.choice(VALUES, size=(5, 4)), dtype=np.float32)
+    rows, g = rng.integers(0, 5, size=(6, 3)), np.array(rng.normal(size=(6, 4)), dtype=np.float32)
+    w = torch.tensor(weight, requires_grad=True)
+    want = torch.nn.functional.embedding_bag(torch.tensor(rows), w, mode="max",
+                                             include_last_offset=include_last_offset)
+    want.backward(torch.tensor(g))
+    call = (lambda w: fn(rows, w)) if left_out else (lambda w: fn(rows, w, None))
+    out, vjp = jax.vjp(jax.jit(call), jnp.asarray(weight))
+    _same_bits(np.asarray(out), want.detach().numpy(), "output")
+    _same_bits(np.asarray(vjp(jnp.asarray(g))[0]), w.grad.numpy(), "grad_weight")
+    with pytest.raises(ValueError, match="offsets None needs a 2-d input"):
+        fn(rows[0], weight, None)
+
+
 @_slow
 def test_symgrad_jax_op_runs_the_module_natively():
     """symgrad.jax.op('embedding_bag_max') is the jax backend's module (no callback): under jit,
