@@ -59,6 +59,10 @@ def _mask(op, kernel: WindowKernel) -> dict:
             "count_body": _COUNT if sel.counts else ["return None"]}
 
 
+_WHOLE_COUNT = ["count = _rows(hit).sum(-1).reshape(layout.out_plane).to(torch.promote_types(dtype, torch.float32))"]
+_WHOLE_NO_COUNT = ["count = None  # the weight needs no count"]
+
+
 def _whole(op, kernel: WindowKernel) -> dict:
     """Where every output size is 1 (global pooling, the benchmark CNN's last pool), each plane is
     one window: forward finds its winner in closed form over the plane as one row (rows.py's
@@ -68,7 +72,7 @@ def _whole(op, kernel: WindowKernel) -> dict:
     sel = kernel.selection
     scan = sel.form == "scan"
     none = {"whole": False, "winner_lines": [], "fold_winner_lines": [], "output_fold": [], "extremum": sel.extremum,
-            "counts": sel.counts}
+            "whole_count": _WHOLE_COUNT if sel.counts else _WHOLE_NO_COUNT}
     size = op.params.get("output_size")  # (fractional pooling's, which has its windows, may be None)
     if kernel.windows != "spans" or size is None or any(o != 1 for o in size):
         return none
@@ -78,7 +82,7 @@ def _whole(op, kernel: WindowKernel) -> dict:
     except ValueError:
         return none
     return {"whole": True, "winner_lines": winner, "fold_winner_lines": fold, "extremum": sel.extremum,
-            "counts": sel.counts,
+            "whole_count": _WHOLE_COUNT if sel.counts else _WHOLE_NO_COUNT,
             "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
                             "not the winner"] if scan and fold else []}
 
