@@ -100,3 +100,19 @@ def test_pytorch_scalar_path_gives_the_first_zero(ops, lengths):
                 want = getattr(torch, op)(x, dim=-1).float().numpy()
                 got = m.forward(rows.astype(dtype))[0].astype(np.float32)
                 assert same_bits(got, want), (op, n, dtype.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_torch_and_jax_backends_give_the_first_zero(backend):
+    """The torch and jax backends print the same lowered reduction: the first zero, float32 and
+    float64 (JAX: float32, its default without x64; the modules take the framework's arrays)."""
+    lib = pytest.importorskip(backend)
+    for op in ("amax", "amin"):
+        m = symgrad.load(op, backend=backend, convention="torch", dim=-1)
+        for n in LENGTHS:
+            rows = zero_rows(n, op)
+            for dtype in (np.float32, np.float64) if backend == "torch" else (np.float32,):
+                x = rows.astype(dtype)
+                y = m.forward(lib.tensor(x) if backend == "torch" else lib.numpy.asarray(x))[0]
+                assert same_bits(np.asarray(y), first_zero(x)), (op, backend, n, np.dtype(dtype).name)
