@@ -255,6 +255,14 @@ def forward(input: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, Saved]:
     return output.reshape(out_shape), Saved(flat, wins, x.shape, out_shape, x.dtype)
 
 
+def _count(dims: tuple) -> int:
+    """The elements of an array of these dims (Python ints: no array made for the product)."""
+    count = 1
+    for n in dims:
+        count *= n
+    return count
+
+
 def _check_state(saved: Saved) -> None:
     """saved's shapes, indices and writers checked against each other, as forward makes them."""
     shape = saved.input_shape
@@ -268,8 +276,7 @@ def _check_state(saved: Saved) -> None:
     if tuple(lead) + out_spatial != saved.output_shape:
         raise ValueError(f"{OP}: saved.output_shape must be {tuple(lead) + out_spatial}, the output "
                          f"shape for saved.input_shape {shape}, got {saved.output_shape}")
-    planes, n = int(np.prod(lead, dtype=np.int64)), int(np.prod(in_spatial, dtype=np.int64))
-    size = int(np.prod(out_spatial, dtype=np.int64))
+    planes, n, size = _count(lead), _count(in_spatial), _count(out_spatial)
     indices = saved.indices
     if not isinstance(indices, np.ndarray) or indices.dtype != np.int64:
         raise TypeError(f"{OP}: saved.indices must be an ndarray of int64, got {_described(indices)}")
