@@ -275,6 +275,8 @@ def _torch_path(model: str, mode: str, kind: str, tie: str) -> str:
     """How symgrad.torch runs each op of the model on CPU tensors in this mode."""
     if kind == "native":
         return "torch.nn"
+    import torch
+
     import symgrad.torch as st
     s = _setting(tie)
     ops = (st.op("relu", **s), st.op("max_pool2d", kernel_size=2, **s))
@@ -284,7 +286,10 @@ def _torch_path(model: str, mode: str, kind: str, tie: str) -> str:
     def path(o) -> str:
         if mode == "torch-compile" and o.torch_module is not None and st.NATIVE_UNDER_COMPILE:
             return "torch backend traced"
-        return "custom op (C kernel)" if mode == "torch-compile" else "C kernel"
+        # the module float32 CPU tensors reach (bridge.module_for_cpu: the NumPy module where the
+        # cpu backend's saved state has other fields, as split's counts)
+        kernel = "NumPy module" if o._backend([torch.empty(0)])[0] is o.module else "C kernel"
+        return f"custom op ({kernel})" if mode == "torch-compile" else kernel
     return ", ".join(f"{o.op}: {path(o)}" for o in ops)
 
 

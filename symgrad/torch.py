@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 
 import numpy as np
@@ -150,7 +151,7 @@ class SymgradOp:
         self._native_only = getattr(OPS.get(module.OP), "kind", None) == "ranking"
         self._cpu_loader = cpu_loader  # () -> the cpu backend's module (None: the NumPy module only)
         # $SYMGRAD_CPU_BACKEND -> _backend's answer for float32/float64 CPU tensors (made once per setting)
-        self._cpu = {}
+        self._cpu = {}  # keyed by the variable's raw value (None: unset), read once a call
         self.op, self.params, self.ties = module.OP, module.PARAMS, module.TIES
         self.inputs = tuple(module.INPUTS)
         self._cuda_loader = cuda_loader  # () -> the CUDA module, loaded on first use
@@ -225,15 +226,18 @@ class SymgradOp:
 
     def _backend(self, tensors):
         """(module, its layouts, to_array, from_array) for the device of these tensors."""
-        device = tensors[0].device
-        if device.type == "cpu":
-            if tensors[0].dtype not in _CPU_BACKEND_DTYPES:
+        first = tensors[0]
+        if first.is_cpu:
+            if first.dtype not in _CPU_BACKEND_DTYPES:
                 return self.module, self._layouts, _to_numpy, _from_numpy
-            choice = bridge.cpu_backend_choice()  # the cpu backend (compiled C) or the NumPy module
-            found = self._cpu.get(choice)
+            # the cpu backend (compiled C) or the NumPy module, by $SYMGRAD_CPU_BACKEND's raw value
+            # (checked by bridge.cpu_backend_choice the first time it is met: one look-up a call)
+            raw = os.environ.get(bridge.CPU_BACKEND_ENV)
+            found = self._cpu.get(raw)
             if found is None:
-                found = self._cpu[choice] = self._cpu_backend(choice)
+                found = self._cpu[raw] = self._cpu_backend(bridge.cpu_backend_choice())
             return found
+        device = first.device
         if device.type == "cuda":
             import cupy  # the CUDA module needs it anyway; its absence is reported there
             if self._cuda is None:
