@@ -66,7 +66,7 @@ def _mask(kernel: WindowKernel) -> dict:
              "for _, hit in hits:",
              "    count = count + hit.to(dtype)"] if sel.counts else ["count = None  # the weight needs no count"]
     return {"combine": _fold(sel, "best"), "hit": _code(sel.hit), "weight": _code(sel.weight),
-            "count_lines": count}
+            "count_lines": count, "counts": sel.counts}
 
 
 def _pool_geometry(kernel: WindowKernel) -> dict:
