@@ -208,6 +208,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
                    help="text (default), a Markdown page with math and a routing picture, or a "
                    "standalone LaTeX document")
+    d.add_argument("--out", type=_out_dir, default=None, help="--format markdown: write the page "
+                   "into this directory as a file beside its picture, as the catalog does")
     g = sub.add_parser("generate", help="generate an op's module, or the whole catalog")
     g.add_argument("op", nargs="?")
     _add_settings(g)
@@ -373,6 +375,8 @@ def _rule_then_steps(op, d, full: bool, full_command: str) -> list[str]:
 
 def cmd_derive_expr(ns, argv: list[str], out) -> int:
     op = _expr_op(ns, argv)
+    if ns.out is not None:
+        raise ValueError("derive --out writes a catalog op's page; an expression's page is printed")
     if ns.format != "text":  # the expression's page (pages.page: docs_special.expression_page)
         from . import pages
         with derivations.announcing(_progress()):
@@ -395,6 +399,8 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     if not ns.op:
         raise ValueError("derive needs an op (or --expr)")
     op = _resolve(ns, argv)
+    if ns.out is not None:
+        return _write_page(op, ns, out)
     if ns.format != "text":
         from . import pages
         print(pages.render(op, ns.format), end="", file=out)
@@ -409,6 +415,21 @@ def cmd_derive(ns, argv: list[str], out) -> int:
     if full:
         lines += op.spec.strategy.backward(op)
     _print_wrapped(lines, out)
+    return 0
+
+
+def _write_page(op, ns, out) -> int:
+    """derive --format markdown --out DIR: the page and its picture as the catalog writes them."""
+    if ns.format != "markdown":
+        raise ValueError(f"derive --out writes a Markdown page: it needs --format markdown, got --format {ns.format}")
+    from . import pages
+    files = pages.page_files(op)
+    _check_out_dir(ns.out)
+    for name in files:  # refuse before writing anything, so nothing is half-done
+        _files.check_writable(ns.out / name, files[name], False)
+    for name in files:
+        changed = _files.write_file(ns.out / name, files[name])
+        print(f"{'wrote' if changed else 'unchanged'} {ns.out / name} (op {op.name}, {_settings_summary(op)})", file=out)
     return 0
 
 

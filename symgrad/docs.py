@@ -1118,13 +1118,14 @@ def _md_escape(t: str, table: bool = False) -> str:
     return re.sub(r"([\\*<|])" if table else r"([\\*<])", r"\\\1", t)
 
 
-def _md_inline(parts: list, table: bool = False) -> str:
+def _md_inline(parts: list, table: bool = False, regenerate: str = "markdown") -> str:
+    """Markdown of inline parts; a Regenerate command ends in ``--format`` + ``regenerate``."""
     out = []
     for p in parts:
         if isinstance(p, M):
             out.append(f"${p.tex}$")
         elif isinstance(p, Regenerate):
-            out.append(f"`{p.text} markdown`")
+            out.append(f"`{p.text} {regenerate}`")
         elif isinstance(p, C):
             out.append(f"`{p.text}`")
         else:
@@ -1141,15 +1142,15 @@ def _md_display(b: Display) -> str:
     return f"$$\n{body}\n$$"
 
 
-def markdown_blocks(blocks: list, image_src: Callable[[str], str]) -> list[str]:
+def markdown_blocks(blocks: list, image_src: Callable[[str], str], regenerate: str = "markdown") -> list[str]:
     out = []
     for b in blocks:
         if isinstance(b, Para):
-            out.append(_md_inline(b.parts))
+            out.append(_md_inline(b.parts, regenerate=regenerate))
         elif isinstance(b, Display):
             out.append(_md_display(b))
         elif isinstance(b, Bullets):
-            out.append("\n".join("- " + _md_inline(it) for it in b.items))
+            out.append("\n".join("- " + _md_inline(it, regenerate=regenerate) for it in b.items))
         elif isinstance(b, Table):
             rows = ["| " + " | ".join(_md_inline(c, True) for c in b.header) + " |",
                     "|" + "---|" * len(b.header)]
@@ -1219,13 +1220,16 @@ def latex_blocks(blocks: list) -> list[str]:
 
 def markdown_page(pg: Page, image_src: Callable[[str], str] | None = None) -> str:
     """A page in Markdown. image_src maps the picture's file name to the link written
-    (default: a data: URI holding the SVG, so the page stands alone)."""
+    (default: a data: URI holding the SVG, so the page stands alone, as `derive --format markdown`
+    prints it).  A page given image_src is a file beside its picture (the catalog's, `derive
+    --format markdown --out DIR`): its Regenerate command says --out DIR, which writes both."""
+    regenerate = "markdown" if image_src is None else "markdown --out DIR"
     if image_src is None:
         data = base64.b64encode((pg.svg or "").encode()).decode()
         image_src = lambda _src: f"data:image/svg+xml;base64,{data}"  # noqa: E731
     ctx = dict(provenance=PROVENANCE, title=_md_escape(pg.title),
-               intro=markdown_blocks(pg.intro, image_src),
-               sections=[{"title": s.title, "blocks": markdown_blocks(s.blocks, image_src)}
+               intro=markdown_blocks(pg.intro, image_src, regenerate),
+               sections=[{"title": s.title, "blocks": markdown_blocks(s.blocks, image_src, regenerate)}
                          for s in pg.sections])
     return _templates().get_template("docs/page.md.jinja").render(**ctx)
 

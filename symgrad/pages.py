@@ -71,6 +71,13 @@ def catalog_page(op: Op) -> CatalogPage:
     return derivations.memoized(hashlib.sha256(blob.encode()).hexdigest()[:24], CatalogPage, make)
 
 
+def page_files(op: Op) -> dict[str, str]:
+    """An op's page as files, as the catalog writes them (catalog_page): <stem>.md linking its
+    picture <stem>.svg (where it has one)."""
+    pg = catalog_page(op)
+    return {f"{pg.stem}.md": pg.markdown} | ({f"{pg.stem}.svg": pg.svg} if pg.svg is not None else {})
+
+
 def _preset_cell(convention: str, op) -> str:
     """The index's cell of an op's preset: its policy and NaN rule (none where the framework has
     no such op: roi_max_pool under jax)."""

@@ -95,11 +95,12 @@ def cli_arguments(op: Op) -> str:
             out.append(f"{flag} {' '.join(str(e) for e in v)}")
         else:
             out.append(f"{flag} {v!r}")
+    # the settings given explicitly, and only those: the command then resolves to the same op with
+    # the same origins, so what it writes says "(default)" and "(explicit)" where this file does
     origin = dict(op.origin)
     settings = [f"--convention {op.convention}"] if op.convention else []
     for key, value in (("ties", op.ties), ("nan", op.nan), ("order", op.order)):
-        if not origin.get(key, "default").startswith("convention") and (
-                key == "ties" or value != {"nan": "dominate", "order": "given"}[key]):
+        if origin.get(key, "default").startswith("explicit"):
             settings.append(f"--{key} {value}")
     return " ".join(out + settings)
 
@@ -142,7 +143,7 @@ def header(op: Op, backend: str) -> list[str]:
         return expression_header(op, backend)
     return [
         f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
-        f"#   symgrad generate {op.name} {cli_arguments(op)} --backend {backend} --out DIR",
+        "#   " + f"symgrad generate {op.name} {cli_arguments(op)} --backend {backend} --out DIR".replace("  ", " "),
         f"# op: {op.name}",
         f"# parameters: {params_text(op)}",
     ] + [f"# {line}" for line in settings_lines(op)] + [f"# key: {naming.key(op, backend)}",
