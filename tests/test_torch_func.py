@@ -20,13 +20,14 @@ import symgrad.torch as st  # noqa: E402
 F = torch.nn.functional
 func = torch.func
 
-# (op, params, PyTorch's own op, a tie-heavy example input); the inputs are ties everywhere
+# (op, params, PyTorch's own op, a tie-heavy example input); the inputs are ties everywhere; the
+# params of catalog entries where one is near (their modules are derived by other tests anyway)
 CASES = {
     "relu": ({}, F.relu, lambda: torch.tensor([[-1.0, 0.0, 0.0, 2.0], [0.0, 3.0, -0.0, 0.0]])),
     "max_pool2d": ({"kernel_size": 2}, lambda x: F.max_pool2d(x, 2),
                    lambda: torch.tensor([[[[1.0, 1.0, 0.0, 2.0], [1.0, 0.0, 2.0, 2.0],
                                            [5.0, 5.0, 5.0, 5.0], [5.0, 5.0, 5.0, 5.0]]]])),
-    "amax": ({"dim": 1}, lambda x: torch.amax(x, dim=1),
+    "amax": ({"dim": -1}, lambda x: torch.amax(x, dim=-1),
              lambda: torch.tensor([[1.0, 1.0, 0.0, 1.0], [2.0, 0.0, 2.0, -1.0]])),
 }
 # where PyTorch's own gradient is not the policy's on these inputs: relu's is 0 at 0 (split: 1/2;
@@ -59,7 +60,7 @@ def _summed(f):
 
 @pytest.mark.parametrize("ties", POLICIES)
 @pytest.mark.parametrize("name, dtype", [(name, torch.float64) for name in sorted(CASES)]
-                         + [("relu", torch.float32), ("max_pool2d", torch.float32)])  # float32: the cpu backend's C
+                         + [("relu", torch.float32)])  # float32: the cpu backend's C
 def test_grad_is_the_numpy_modules_backward_not_pytorchs(name, ties, dtype):
     params, native, example = CASES[name]
     x = example().to(dtype)
