@@ -99,3 +99,25 @@ def test_an_adaptive_index_beyond_the_box_is_refused_by_the_kernel(op, size, sha
             index[where] = value
             with pytest.raises(ValueError, match=f"saved.index must hold indices into the window box below {box}"):
                 module.backward(np.ones(y.shape, np.float32), saved._replace(index=index))
+
+
+@pytest.mark.parametrize("channels_last", (False, True))
+def test_adaptive_windows_as_large_as_the_box_scatter_as_numpy(channels_last):
+    """Windows that split every axis evenly (6 -> 3, 8 -> 4: each as large as the box, so the
+    kernel skips the per-axis window check): backward equals the NumPy module's bit for bit on
+    tie-heavy input, and an index beyond the box is still refused."""
+    m = symgrad.load("adaptive_max_pool2d", backend="cpu", output_size=(3, 4), ties="first")
+    ref = symgrad.load("adaptive_max_pool2d", output_size=(3, 4), ties="first")
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 3, size=(2, 3, 6, 8)).astype(np.float32)
+    if channels_last:
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)
+    (y, saved), (y_ref, saved_ref) = m.forward(x), ref.forward(x)
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    assert np.array_equal(saved.index, saved_ref.index)
+    (got,), (want,) = m.backward(g, saved), ref.backward(g, saved_ref)
+    assert got.tobytes() == want.tobytes()  # the bits, in logical order, signs of zero included
+    index = saved.index.copy()
+    index[0, 0, 0, 0] = 4  # the box is 2 x 2
+    with pytest.raises(ValueError, match="window box below 4"):
+        m.backward(g, saved._replace(index=index))
