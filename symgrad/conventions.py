@@ -653,8 +653,10 @@ for _name in ("maximum", "minimum", "fmax", "fmin"):
 
 
 # logsumexp's float16/bfloat16 arithmetic under a preset (issue 28; lower.LogSumExpKernel.half):
-# PyTorch computes each of its ops (x - m, exp, the sum in float32, log, + m; backward's x - y, exp,
-# the product) in float32 and stores it in the dtype, its exp and log then agreeing with the
-# correctly rounded float32 result on every float16/bfloat16 value (tools/framework_exp_log.py).
-# float32/float64 keep NumPy's exp and log: PyTorch's are Intel MKL VML's (docs/guarantees.md).
-LSE_HALF = {"torch": "torch"}
+# PyTorch and XLA compute each op (x - m, exp, the sum in float32, log, + m; backward PyTorch's
+# x - y, exp, product, JAX's g / sum times exp(x - m)) in float32 and store it in the dtype, their
+# exp and log then agreeing with the correctly rounded float32 result on every float16/bfloat16
+# value (XLA's with subnormals flushed; tools/framework_exp_log.py, tests/test_lse_half.py).
+# float32/float64 keep NumPy's exp and log: PyTorch's are Intel MKL VML's, XLA's its own
+# polynomials (docs/guarantees.md).
+LSE_HALF = {"torch": "torch", "jax": "jax"}

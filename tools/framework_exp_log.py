@@ -18,7 +18,7 @@ capability AVX512, an AMD EPYC):
 * float16 and bfloat16: vml.h's MKL stubs take float and double only; these run Vectorized<Half>
   / <BFloat16>'s exp and log (SLEEF's u10 in float32, rounded to the dtype).  On every one of the
   65536 values of each, that equals the float32 correctly rounded result rounded to the dtype,
-  which symgrad computes from NumPy's float64 exp and log (host/_lse_half.py.jinja).
+  which symgrad computes from NumPy's float64 exp and log (host/_lse_half_torch.py.jinja).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ while the whole tensor gives another result for the same values; for JAX's binar
 broadcast input (docs/conventions.md, broadcast_sum "jax": XLA's order depends on the shape)
 symgrad equals JAX's reduce_sum of the same per-element gradients, each output's terms alone as
 one row, while the broadcast's reduce gives another; and those of an exception docs/guarantees.md
-or docs/backends.md states (documented(): logsumexp's exp and log, but PyTorch's float16/bfloat16).  The
+or docs/backends.md states (documented(): logsumexp's float32/float64 exp and log).  The
 fidelity target (issue 28) is 100% of the samples that involve no NaN, outside those.  The cpu
 backend's documented refusal of bfloat16 where a preset adds in bfloat16 is counted apart.
 
@@ -469,8 +469,8 @@ def compare(case, g, want, backend, convention, tally, framework, label):
 
 def documented(case: Case, framework: str, backend: str):
     """The exception docs/guarantees.md and docs/backends.md state for this case, or None."""
-    half = np.asarray(case.inputs[0]).dtype.itemsize == 2  # float16, bfloat16: PyTorch's ops rounded as it does
-    if case.op == "logsumexp" and not (framework == "torch" and half):
+    half = np.asarray(case.inputs[0]).dtype.itemsize == 2  # float16, bfloat16: the framework's ops rounded as it does
+    if case.op == "logsumexp" and not half:
         return "logsumexp's exp and log are NumPy's, not MKL VML's or XLA's (not bit for bit; bounded in ulps)"
     return None
 

@@ -264,7 +264,11 @@ _LSE_HALF_TEXT = {
     "float32": "float16 computes in float32 and rounds once.",
     "torch": "float16 and bfloat16 as torch.logsumexp on the CPU: each op (x - m, exp, the sum in "
              "float32 in at::sum's order, log, + m; backward's x - y, exp, the product) rounded to "
-             "the dtype, exp and log the correctly rounded float32 result rounded to the dtype."}
+             "the dtype, exp and log the correctly rounded float32 result rounded to the dtype.",
+    "jax": "float16 and bfloat16 as jax.nn.logsumexp on the CPU: each op (x - m, exp, the sum in "
+           "float32 in XLA's order, log, + m; backward's g / sum, its product with exp(x - m)) "
+           "rounded to the dtype, exp and log the correctly rounded float32 result rounded to the "
+           "dtype, float32 subnormals flushed to zero as XLA's CPU code does."}
 
 
 def special_docstring(op: Op, d: Derivation, kernel, half: bool = False) -> list[str]:

@@ -36,7 +36,7 @@ from ..common import (docstring, environment, expression_docstring, expression_h
                       header, order_docstring, python_geometry, special_docstring, wrap)
 from ..host import (NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC, adaptive_window_code, bfloat16_context,
                     bfloat16_kernels, computes_bfloat16, dtype_constants, fractional_window_code,
-                    host_partials, preamble_context)
+                    host_partials, lse_half_partial, preamble_context)
 from ..host.printer import numpy_code
 from ..printing import pool_axis_code, python_integer_code
 from .printer import C_REAL_TYPES, c_code, c_integer_code, c_real_geometry_code, uses_exp
@@ -1433,6 +1433,7 @@ def _logsumexp_context(art: Artifacts) -> dict:
         "template": "cpu/logsumexp.c.jinja", "loader_template": "cpu/loader_logsumexp.py.jinja",
         "rows_doc_end": " (the NumPy module's rows, in its memory order)",
         "empty_slices": True,  # an empty slice is -inf, as torch.logsumexp (the NumPy module's layout)
+        "lse_half_partial": lse_half_partial(kernel),  # (where bfloat16_kernels: half names a framework)
         "real_types": real_types,
         # the NumPy module's expressions: in full (a layout the kernels do not take), and with the
         # argument of exp computed by the kernels (arg)

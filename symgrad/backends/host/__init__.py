@@ -54,10 +54,16 @@ def bfloat16_context(art: Artifacts) -> dict:
 
 
 def _lse_bfloat16(art: Artifacts) -> dict | None:
-    """logsumexp's functions computing a whole-bfloat16 op in bfloat16 where its kernel's half is
-    "torch" (host/_lse_half.py.jinja, in the NumPy module and the cpu loader alike), else None."""
+    """logsumexp's functions computing a whole-bfloat16 op in bfloat16 where its kernel's half names
+    a framework (host/_lse_half.py.jinja, in the NumPy module and the cpu loader alike), else None."""
     kernel = art.kernel
-    return dict(LSE_BFLOAT16) if isinstance(kernel, LogSumExpKernel) and kernel.half == "torch" else None
+    return dict(LSE_BFLOAT16) if isinstance(kernel, LogSumExpKernel) and kernel.half != "float32" else None
+
+
+def lse_half_partial(kernel) -> str:
+    """The host partial defining a logsumexp module's _half_forward and _half_backward (its
+    kernel's half names the framework whose ops it rounds as they round)."""
+    return f"host/_lse_half_{kernel.half}.py.jinja"
 
 
 def computes_bfloat16(art: Artifacts) -> bool:
@@ -72,7 +78,7 @@ def computes_bfloat16(art: Artifacts) -> bool:
 # "_float_", rounded once)
 ELEMENTWISE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"}
 BFLOAT16_ADDS = {"forward": "_float_forward", "backward": "_backward_bf16", "jvp": "_float_jvp"}
-# logsumexp's ops each rounded to bfloat16 (LogSumExpKernel.half "torch"; jvp its float32 code)
+# logsumexp's ops each rounded to bfloat16 (LogSumExpKernel.half "torch", "jax"; jvp its float32 code)
 LSE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_float_jvp"}
 
 

@@ -23,7 +23,7 @@ from ..common import (docstring, environment, expression_docstring, expression_h
                       grad_start_comment, header, python_geometry, special_docstring)
 from ..host import (BFLOAT16_ADDS, ELEMENTWISE_BFLOAT16, NUMPY_ARRAYS, TORCH_TANGENT_SUM_DOC,
                     adaptive_window_code, bfloat16_context, bfloat16_kernels, fractional_window_code,
-                    host_partials, preamble_context)
+                    host_partials, lse_half_partial, preamble_context)
 from ..host.printer import (numpy_arg_extremum, numpy_code, numpy_extremum_fold, numpy_extremum_reduce,
                             numpy_extremum_step, numpy_fold_winner, numpy_integer_code, numpy_scan_winner)
 from ..printing import bare
@@ -50,7 +50,7 @@ def render(art: Artifacts) -> dict[str, str]:
     """{file name: file text}: the NumPy module of an op."""
     ctx = bfloat16_context(art) | context(art)
     ctx |= preamble_context(ctx["header"], None, tuple(f"import {m}" for m in sorted(
-        [*ctx["imports"], "os", *(["threading"] if ctx["xla_sum_to"] else [])])))  # (_xla_sum_to's)
+        [*ctx["imports"], "os", *(["threading"] if ctx["xla_sum_to"] or ctx.get("lse_half_partial", "").endswith("_jax.py.jinja") else [])])))  # (_xla_sum_to's)
     ctx |= NUMPY_ARRAYS
     return {file_names(art.op)[0]: _templates().get_template(ctx["template"]).render(**ctx)}
 
@@ -571,6 +571,7 @@ def _special_context(art: Artifacts) -> dict:
         t = op.params["temperature"]
         ctx.update(template="numpy/logsumexp.py.jinja", shift=numpy_code(kernel.shift), rows_doc_end="",
                    empty_slices=True,  # an empty slice is -inf, as torch.logsumexp
+                   lse_half_partial=lse_half_partial(kernel),  # (where bfloat16_kernels: half names a framework)
                    term=numpy_code(kernel.term), output=numpy_code(kernel.output),
                    weight=numpy_code(kernel.weight),
                    formula=f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
