@@ -323,7 +323,7 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         raise ValueError(f"{name}: return_indices=True needs one winner per window: ties must be "
                          f"{' or '.join(repr(t) for t in RETURN_INDICES_POLICIES)}, got ties={ties!r}")
     padding_mode = preset.padding if (preset and spec.strategy.preset_padding) else "never_wins"
-    zeros = preset.zeros if preset else None
+    zeros = preset.zeros if preset else plain_zeros(spec, ties)
     gradient = "sum"
     if preset and spec.strategy.elementwise and not any(how.startswith("explicit") for _, how in origin):
         gradient = preset.gradient  # (how the framework forms it; with a setting overridden: "sum")
@@ -342,6 +342,15 @@ def resolve(name: object, ties: object = None, *, nan: object = None, order: obj
         raise ValueError(f"{name}: {what} must give a window of at most {MAX_WINDOW} elements, got "
                          f"{what}={norm[what]!r} ({op.window_size()} elements)")
     return op
+
+
+def plain_zeros(spec: OpSpec, ties: str) -> str | None:
+    """The zeros rule of an op without a preset: None (NumPy's np.maximum/np.minimum) but for the
+    kinds whose backends would otherwise disagree on a tie of +0 and -0 (Kind.first_zero: np.max's
+    sign depends on its SIMD lanes): the first zero, or under ties 'last' the winner's, the last."""
+    if not spec.strategy.first_zero:
+        return None
+    return "second" if ties == "last" else "first"
 
 
 def _restricted_settings(spec: OpSpec, ties, nan, preset):

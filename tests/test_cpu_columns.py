@@ -16,9 +16,9 @@ CASES = [((9, 2), 0), ((6, 5), 0), ((3, 7, 4), 0), ((2, 5, 3, 4), (1, 2))]
 # rows of 16 elements or more (the fold in lanes: 32 float or 16 double lanes a step), a NaN in the
 # lanes' loop, the first step or the tail
 ROWS = [((70,), 0), ((16,), 0), ((3, 70), -1), ((2, 3, 50), (1, 2)), ((5, 16), 1)]
-# more rows, under the presets only: without a convention a zero extremum is np.max's in the NumPy
-# module, whose sign depends on NumPy's lanes (rows of 33 or 100 differ from the cpu fold's there)
-PRESET_ROWS = [((33,), 0), ((4, 100), -1)]
+# more rows (rows of 33 or 100 differed where the NumPy module took np.max's zero, whose sign
+# depends on NumPy's lanes: now every setting has a zeros rule, the plain op the first zero)
+LANE_ROWS = [((33,), 0), ((4, 100), -1)]
 # mask-form settings (the column kernels' form): every NaN rule of 'split' and 'all', both presets
 SETTINGS = ([{"ties": t, "nan": n} for n, rule in NAN_RULES.items() for t in ("split", "all")
              if t in rule.policies] + [{"convention": "torch"}, {"convention": "jax"}])
@@ -29,7 +29,7 @@ def test_columns_equal_the_numpy_module():
 
 
 def test_rows_folded_in_lanes_equal_the_numpy_module():
-    _check("amax", {"convention": "torch"}, ROWS[:2] + PRESET_ROWS[:1], None)  # the library of the test above
+    _check("amax", {"convention": "torch"}, ROWS[:2] + LANE_ROWS[:1], None)  # the library of the test above
 
 
 @pytest.mark.slow
@@ -37,7 +37,7 @@ def test_rows_folded_in_lanes_equal_the_numpy_module():
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: "-".join(s.values()))
 def test_columns_equal_the_numpy_module_every_setting(op, settings):
     _check(op, settings, CASES)
-    _check(op, settings, ROWS + (PRESET_ROWS if "convention" in settings else []), None)
+    _check(op, settings, ROWS + LANE_ROWS, None)
 
 
 def _inputs(rng, shape, dtype):

@@ -4,7 +4,8 @@
 // parameters: dim=(-1,), keepdim=False
 // tie policy: split (explicit): a k-way tie gives each tied element 1/k
 // NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-// key: 071ac0943d5940a8e4a9
+// forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+// key: cbf8e7e6d93fc44d10e5
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amax forward and backward under the tie policy 'split'.
@@ -151,7 +152,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_hit(v, extremum): an element attains its window's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
@@ -161,7 +162,7 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);

@@ -4,7 +4,8 @@
 # parameters: dim=(-1,), keepdim=False
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: 071ac0943d5940a8e4a9
+# forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+# key: cbf8e7e6d93fc44d10e5
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 

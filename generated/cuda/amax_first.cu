@@ -4,7 +4,8 @@
 // parameters: dim=None, keepdim=False
 // tie policy: first (default): a tie goes wholly to the tied element that comes first
 // NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-// key: a7539a42577b4cf47af8
+// forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+// key: fe37a34b26b4a4be39cc
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // amax forward and backward under the tie policy 'first'.
@@ -149,13 +150,13 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return (v > best) || (sg_isnan(v) && !sg_isnan(best));

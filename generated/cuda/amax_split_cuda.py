@@ -4,7 +4,8 @@
 # parameters: dim=None, keepdim=False
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: ba2886ce7e67ad6613f8
+# forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+# key: d3663a50c8d8178b9d61
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 

@@ -4,7 +4,8 @@
 # parameters: dim=(-1,), keepdim=False
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: 09ee2a47822141aa25a0
+# forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+# key: 60c44aec396e117abcc7
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'first'.
 

@@ -4,7 +4,8 @@
 # parameters: dim=(-1,), keepdim=False
 # tie policy: split (explicit): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (default): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: e3cee0c866550e573ed7
+# forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+# key: cba8287bad00bf56c90f
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """amax forward and backward under the tie policy 'split'.
 
@@ -320,8 +321,8 @@ def _fold_winner(rows):
     """The element the running max of each row (last axis) returns."""
     nan = np.isnan(rows)
     hit = rows == np.max(rows, axis=-1, keepdims=True)
-    last_hit = hit.shape[-1] - 1 - np.argmax(hit[..., ::-1], axis=-1)
-    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), last_hit)
+    first_hit = np.argmax(hit, axis=-1)
+    return np.where(nan.any(axis=-1), np.argmax(nan, axis=-1), first_hit)
 
 
 def _hits(saved: Saved, view: _View) -> tuple:
@@ -345,7 +346,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     view, kept = _view(x)  # kept: what fixes the windows, saved
     rows = _gathered(x, view)
-    output = np.asarray(np.max(rows, axis=-1)).reshape(view.out_shape)
+    output = np.asarray(np.where((extremum := np.max(rows, axis=-1)) == 0, np.take_along_axis(rows, (np.argmax((rows == 0), axis=-1))[..., None], axis=-1)[..., 0], extremum)).reshape(view.out_shape)
     return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
 
 

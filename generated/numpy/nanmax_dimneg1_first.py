@@ -4,7 +4,8 @@
 # parameters: dim=(-1,), keepdim=False
 # tie policy: first (default): a tie goes wholly to the tied element that comes first
 # NaN rule: skip (default): nanmax/nanmin skip NaN: 'skip' leaves the NaNs out, 'fill' reads them as -inf (+inf for nanmin) with no gradient, as where(isnan(x), -inf, x) reduced
-# key: 8cbfed982a14806d855e
+# forward max/min of equal operands: first (default): of two equal operands the first is returned (+0 and -0 included)
+# key: 2a0a075b967d685041f8
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """nanmax forward and backward under the tie policy 'first'.
 

@@ -125,7 +125,8 @@ def settings_lines(op: Op) -> list[str]:
     if op.spec.strategy.elementwise:
         lines.append(f"argument order: {op.order} ({origin.get('order', 'default')})")
     if op.zeros is not None:
-        lines.append(f"forward max/min of equal operands: {op.zeros} (convention {op.convention}): "
+        lines.append(f"forward max/min of equal operands: {op.zeros} "
+                     f"({f'convention {op.convention}' if op.convention else 'default'}): "
                      f"{ZERO_RULES[op.zeros]}")
     if op.gradient != "sum":
         lines.append(f"gradient form: {op.gradient} (convention {op.convention}): "

@@ -94,6 +94,9 @@ class Kind:
     example_module: Callable = _same
     docs_apart: str = ""
     windows_vary: bool = False
+    # without a preset, tied +0 and -0 give the slice's first zero (the zeros rule 'first'; the
+    # winner's, the last, under ties 'last'), one rule for every backend (ops.plain_zeros)
+    first_zero: bool = False
 
     def window(self, op: "Op") -> int:
         if self.window_size is None:

@@ -50,4 +50,5 @@ def _docs_windows(op: "Op") -> str:
 
 REDUCTION = Kind("reduction", windows="rows", tangent_sums=True, window_size=representative, settings=_settings,
                  describe=_describe,
-                 backward=window_backward, docs_windows=_docs_windows, example=_example)
+                 backward=window_backward, docs_windows=_docs_windows, example=_example,
+                 first_zero=True)
