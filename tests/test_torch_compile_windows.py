@@ -20,6 +20,7 @@ CASES = [
     ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1, "ties": "first"}, (2, 3, 7, 6)),
     ("max_pool2d", {"kernel_size": 2, "convention": "torch"}, (2, 3, 6, 8)),
     ("max_pool2d", {"kernel_size": 2, "convention": "jax"}, (2, 3, 6, 8)),
+    ("max_pool2d", {"kernel_size": 2, "ties": "split"}, (2, 3, 7, 5)),  # tiles, a row and a column in none
     ("max_pool1d", {"kernel_size": 4, "stride": 1, "padding": 2, "dilation": 2, "ceil_mode": True,
                     "ties": "all"}, (2, 2, 11)),
     ("max_pool3d", {"kernel_size": 2, "stride": 1, "padding": 1, "ties": "last", "nan": "last_nan"}, (1, 2, 3, 4, 3)),
@@ -64,11 +65,14 @@ def test_compiled_window_module_equals_numpy_module(name, kw, shape):
 ADAPTIVE_CASES = [
     ("adaptive_max_pool2d", {"output_size": (2, 3), "ties": "first"}, (2, 3, 4, 6)),
     ("adaptive_max_pool2d", {"output_size": (2, 3), "ties": "split"}, (2, 3, 4, 6)),
+    # output size 1: the whole plane one window (_adaptive_whole)
+    ("adaptive_max_pool2d", {"output_size": 1, "ties": "first"}, (2, 3, 4, 6)),
+    ("adaptive_max_pool2d", {"output_size": 1, "ties": "split"}, (2, 3, 4, 6)),
 ]
 
 
 @pytest.mark.slow  # Inductor compiles 2 graphs of 24 window elements each
-@pytest.mark.parametrize("name,kw,shape", ADAPTIVE_CASES, ids=[kw.get("ties") for _, kw, _ in ADAPTIVE_CASES])
+@pytest.mark.parametrize("name,kw,shape", ADAPTIVE_CASES, ids=[f"{kw['output_size']}-{kw['ties']}" for _, kw, _ in ADAPTIVE_CASES])
 def test_compiled_adaptive_module_starts_from_plus_zero(name, kw, shape):
     np_mod, th_mod = symgrad.load(name, **kw), symgrad.load(name, backend="torch", **kw)
     a, rng = _window_arrays(shape, np.float32, 0)
