@@ -65,8 +65,11 @@ def _mask(kernel: WindowKernel) -> dict:
     count = ["count = torch.zeros(layout.out_plane, dtype=dtype, device=saved.x.device)",
              "for _, hit in hits:",
              "    count = count + hit.to(dtype)"] if sel.counts else ["count = None  # the weight needs no count"]
+    # the tiled backward's count: a sum over the window axes of its (planes, o1, k1, ...) view
+    tiled = (["count = hit.to(dtype).sum(tuple(range(2, 2 + 2 * SPATIAL, 2)), keepdim=True)  # (exact: small integers)"]
+             if sel.counts else ["count = None  # the weight needs no count"])
     return {"combine": _fold(sel, "best"), "hit": _code(sel.hit), "weight": _code(sel.weight),
-            "count_lines": count, "counts": sel.counts}
+            "count_lines": count, "tiled_count_lines": tiled}
 
 
 def _pool_geometry(kernel: WindowKernel) -> dict:
