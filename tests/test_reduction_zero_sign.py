@@ -161,3 +161,17 @@ def test_plain_zero_is_the_first_zero(backend, ties):
 @pytest.mark.parametrize("op", ["amax", "amin", "max", "min", "nanmax", "nanmin"])
 def test_plain_zero_is_the_first_zero_every_length(op, backend, ties):
     _check_plain(op, backend, ties, LENGTHS if op not in ("max", "min") else SOME)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_plain_torch_and_jax_backends_give_the_rule(backend):
+    """The torch and jax backends print the same lowered reduction without a convention (float32,
+    the lengths around their lanes)."""
+    lib = pytest.importorskip(backend)
+    for op, ties in ((op, ties) for op in ("amax", "amin", "nanmax", "nanmin") for ties in TIES):
+        m = symgrad.load(op, backend=backend, ties=ties, dim=-1)
+        for n in SOME:
+            x = zero_rows(n, op).astype(np.float32)
+            y = m.forward(lib.tensor(x) if backend == "torch" else lib.numpy.asarray(x))[0]
+            assert same_bits(np.asarray(y), plain_zero(x, ties)), (op, backend, ties, n)
