@@ -175,8 +175,9 @@ TORCH = {
     "max": Preset("split", "dominate", note=(
         "torch.max(x) without dim: evenly_distribute_backward: g / count to each element equal to "
         "the max, and where the max is NaN, g / count to each NaN element (0 elsewhere): the NaNs "
-        "tie; torch.amax(x) gives NaN everywhere instead")),
-    "min": Preset("split", "dominate", note="torch.min(x) without dim: as torch.max(x)"),
+        "tie; torch.amax(x) gives NaN everywhere instead; of tied +0 and -0 the last zero, as its "
+        "short rows (up to 4 float64, 7 float32 elements; longer rows fold in lanes)"), zeros="second"),
+    "min": Preset("split", "dominate", zeros="second", note="torch.min(x) without dim: as torch.max(x)"),
     "max_pool1d": _POOL_TORCH,
     "max_pool2d": _POOL_TORCH,
     "max_pool3d": _POOL_TORCH,

@@ -161,3 +161,48 @@ def test_plain_zero_is_the_first_zero(backend, ties):
 @pytest.mark.parametrize("op", ["amax", "amin", "max", "min", "nanmax", "nanmin"])
 def test_plain_zero_is_the_first_zero_every_length(op, backend, ties):
     _check_plain(op, backend, ties, LENGTHS if op not in ("max", "min") else SOME)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["torch", "jax"])
+def test_plain_torch_and_jax_backends_give_the_rule(backend):
+    """The torch and jax backends print the same lowered reduction without a convention (float32,
+    the lengths around their lanes)."""
+    lib = pytest.importorskip(backend)
+    for op, ties in ((op, ties) for op in ("amax", "amin", "nanmax", "nanmin") for ties in TIES):
+        m = symgrad.load(op, backend=backend, ties=ties, dim=-1)
+        for n in SOME:
+            x = zero_rows(n, op).astype(np.float32)
+            y = m.forward(lib.tensor(x) if backend == "torch" else lib.numpy.asarray(x))[0]
+            assert same_bits(np.asarray(y), plain_zero(x, ties)), (op, backend, ties, n)
+
+
+# ----------------------------------------------------------------------------- the torch preset's max/min
+# torch.max(x)/torch.min(x) without dim: the last zero on its short rows (before: the NumPy module
+# took np.max's zero and the cpu fold the last: backends differed)
+SHORT = {"float64": 4, "float32": 7}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["max", pytest.param("min", marks=pytest.mark.slow)])
+def test_torch_preset_max_is_the_last_zero(op, backend):
+    one = {"threads": 1} if backend == "cpu" else {}
+    m = symgrad.load(op, backend=backend, convention="torch")
+    for n in (2, 3, 17, 33):
+        rows = zero_rows(n, op)
+        rows = rows[::max(1, len(rows) // 20)]
+        for dtype in DTYPES:
+            x = rows.astype(dtype)
+            got = np.array([m.forward(r, **one)[0] for r in x])
+            assert same_bits(got, plain_zero(x, "last")), (op, backend, n, dtype.name)
+
+
+@pytest.mark.parametrize("op", ["max", pytest.param("min", marks=pytest.mark.slow)])
+def test_pytorch_max_short_rows_give_the_last_zero(op):
+    torch = pytest.importorskip("torch")
+    m = symgrad.load(op, convention="torch")
+    for name, longest in SHORT.items():
+        for n in range(1, longest + 1):
+            for r in zero_rows(n, op).astype(name):
+                want = getattr(torch, op)(torch.tensor(r)).numpy()
+                assert same_bits(np.asarray(m.forward(r)[0]), want), (op, n, name, r)

@@ -5,7 +5,8 @@
 // convention: torch
 // tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 // NaN rule: dominate (convention torch): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-// key: fda4b0ee906b7ec77e03
+// forward max/min of equal operands: second (convention torch): of two equal operands the second is returned (+0 and -0 included)
+// key: cd4801e49bb34b3a7bef
 // generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 //
 // max forward and backward under the tie policy 'split'.
@@ -26,7 +27,9 @@
 //
 // Convention 'torch': torch.max(x) without dim: evenly_distribute_backward: g / count to each
 //     element equal to the max, and where the max is NaN, g / count to each NaN element (0
-//     elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead.
+//     elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead; of tied +0 and -0
+//     the last zero, as its short rows (up to 4 float64, 7 float32 elements; longer rows fold
+//     in lanes).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the
@@ -156,7 +159,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_hit(v, extremum): an element attains its window's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v)) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
@@ -166,7 +169,7 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(best) || best > v) ? best : v;
+  return (sg_isnan(best) || (best > v)) ? best : v;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);

@@ -5,7 +5,8 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (convention torch): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: fda4b0ee906b7ec77e03
+# forward max/min of equal operands: second (convention torch): of two equal operands the second is returned (+0 and -0 included)
+# key: cd4801e49bb34b3a7bef
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max forward and backward under the tie policy 'split'.
 
@@ -25,7 +26,9 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 Convention 'torch': torch.max(x) without dim: evenly_distribute_backward: g / count to each
     element equal to the max, and where the max is NaN, g / count to each NaN element (0
-    elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead.
+    elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead; of tied +0 and -0
+    the last zero, as its short rows (up to 4 float64, 7 float32 elements; longer rows fold
+    in lanes).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of max_torch.cu, compiled by CuPy on

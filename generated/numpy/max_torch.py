@@ -5,7 +5,8 @@
 # convention: torch
 # tie policy: split (convention torch): a k-way tie gives each tied element 1/k
 # NaN rule: dominate (convention torch): a NaN beats every number and NaNs tie with each other: the gradient goes to the NaN element(s) by the tie policy
-# key: dd17c6e63593d1062481
+# forward max/min of equal operands: second (convention torch): of two equal operands the second is returned (+0 and -0 included)
+# key: e240aff4e68b0ce5e9d7
 # generator: the committed catalog (not hashed; `symgrad generate --catalog --check` compares it with the generator)
 """max forward and backward under the tie policy 'split'.
 
@@ -25,7 +26,9 @@ NaN rule 'dominate': a NaN beats every number and NaNs tie with each other: the 
 
 Convention 'torch': torch.max(x) without dim: evenly_distribute_backward: g / count to each
     element equal to the max, and where the max is NaN, g / count to each NaN element (0
-    elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead.
+    elsewhere): the NaNs tie; torch.amax(x) gives NaN everywhere instead; of tied +0 and -0
+    the last zero, as its short rows (up to 4 float64, 7 float32 elements; longer rows fold
+    in lanes).
 """
 
 from __future__ import annotations
@@ -350,7 +353,7 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     x = _as_input("x", x)
     view, kept = _view(x)  # kept: what fixes the windows, saved
     rows = _gathered(x, view)
-    output = np.asarray(np.max(rows, axis=-1)).reshape(view.out_shape)
+    output = np.asarray(np.where((extremum := np.max(rows, axis=-1)) == 0, np.take_along_axis(rows, ((rows == 0).shape[-1] - 1 - np.argmax((rows == 0)[..., ::-1], axis=-1))[..., None], axis=-1)[..., 0], extremum)).reshape(view.out_shape)
     return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
 
 
