@@ -1,7 +1,7 @@
 """The cost of symgrad.torch's operator wrapping over calling the generated module it runs directly.
 
-    python benchmarks/torch_wrapper.py             # about 30 s
-    python benchmarks/torch_wrapper.py --rounds 41
+    python benchmarks/torch_wrapper.py             # about 1 minute on a loaded 2-core machine
+    python benchmarks/torch_wrapper.py --rounds 41 --calls 20
 
 Needs torch (pip install torch==2.13.0, the CPU build).  Prints a table and asserts nothing.
 
@@ -11,17 +11,23 @@ and backward of the module it runs for CPU tensors (the cpu backend's where a C 
 else the NumPy module: symgrad.bridge.module_for_cpu, $SYMGRAD_CPU_BACKEND) called directly on
 the same data (through zero-copy views), and PyTorch's own max_pool2d for scale, on the wall
 clock and in process CPU time (the fairer figure on a loaded machine).  Both sides run the cpu
-backend with the thread count symgrad.torch passes it (torch.get_num_threads(): 1 here).  Every time is the median of
-interleaved rounds (each round runs every contender once, in an order shuffled afresh each round:
-numpy_pool.round_orders) after warm-up rounds, all in this one process.  The overhead is
-symgrad.torch / that module - 1 (the target: at most 10%).
+backend with the thread count symgrad.torch passes it (torch.get_num_threads(): 1 here).
+
+A sample is --calls back-to-back calls of one contender (one call, about 3-4 ms, is too short
+to time alone on a loaded machine: a single preemption or cache refill moves it by percents);
+a round takes one sample of every contender, in an order shuffled afresh each round
+(numpy_pool.round_orders), after --warmup rounds, all in this one process.  Each contender's time
+a call is the median over the rounds, printed with its interquartile range.  The overhead is
+symgrad.torch / that module - 1 taken within each round (the two samples ran under the same
+load), its median over the rounds printed with its interquartile range: the target is at most
+10%.
 
 For scale, the least any autograd wrapper of that module pays is timed too ("autograd.Function
 floor": a bare torch.autograd.Function whose forward calls the module on a zero-copy view and keeps
 the input and output for backward, as every PyTorch op does, and whose backward calls the module's
 backward): PyTorch's own autograd machinery (Function.apply, the engine, Tensor.backward's Python)
-on caches the kernel has just filled with its arrays.  symgrad.torch's own share is the difference
-between its overhead and the floor's.
+on caches the kernel has just filled with its arrays.  symgrad.torch's own share is
+symgrad.torch / floor - 1, taken within each round the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=10, help="calls a sample (default 10)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     rng = np.random.default_rng(0)
@@ -107,26 +114,36 @@ def main() -> None:
                   "PyTorch (1 thread)": pytorch}
     clocks = {"wall": time.perf_counter, "process CPU": time.process_time}
     times = {(clock, name): [] for clock in clocks for name in contenders}
-    names = list(contenders)
-    for r, order in enumerate(round_orders(names, args.warmup + args.rounds)):
+    for r, order in enumerate(round_orders(list(contenders), args.warmup + args.rounds)):
         for name in order:
+            run = contenders[name]
             t0, c0 = time.perf_counter(), time.process_time()
-            contenders[name]()
+            for _ in range(args.calls):
+                run()
             if r >= args.warmup:
-                times["wall", name].append(time.perf_counter() - t0)
-                times["process CPU", name].append(time.process_time() - c0)
-    median = {key: float(np.median(t)) for key, t in times.items()}
-    print(f"max_pool2d k3 s2 p1, 8x64x56x56 float32, forward + backward, median of {args.rounds} rounds "
-          f"(torch {torch.__version__}, 1 thread); wall-clock and process CPU time (the CPU time is "
-          f"the fairer figure on a loaded machine)")
+                times["wall", name].append((time.perf_counter() - t0) / args.calls)
+                times["process CPU", name].append((time.process_time() - c0) / args.calls)
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"max_pool2d k3 s2 p1, 8x64x56x56 float32, forward + backward, a call's time: median "
+          f"[interquartile range] of {args.rounds} rounds of {args.calls} calls each (torch "
+          f"{torch.__version__}, 1 thread; load average {load}); process CPU time is the fairer "
+          f"figure on a loaded machine")
     for clock in clocks:
         for name in contenders:
-            print(f"  {clock:12s} {name:23s} {median[clock, name] * 1e3:8.2f} ms")
-        overhead = median[clock, "symgrad.torch"] / median[clock, direct] - 1
-        least = median[clock, "autograd.Function floor"] / median[clock, direct] - 1
-        print(f"  {clock:12s} wrapper overhead: {overhead * 100:+.1f}% (symgrad.torch / {direct} - 1; "
-              f"target <= 10%); the autograd.Function floor's: {least * 100:+.1f}%")
+            print(f"  {clock:12s} {name:23s} {_spread(times[clock, name], 1e3, '.3f')} ms")
+        ratios = {name: np.array(times[clock, name]) / np.array(times[clock, base]) - 1
+                  for name, base in (("symgrad.torch", direct), ("autograd.Function floor", direct))}
+        own = np.array(times[clock, "symgrad.torch"]) / np.array(times[clock, "autograd.Function floor"]) - 1
+        print(f"  {clock:12s} wrapper overhead {_spread(ratios['symgrad.torch'], 100, '+.1f')}% "
+              f"(symgrad.torch / {direct} - 1, each round; target <= 10%); the autograd.Function "
+              f"floor's {_spread(ratios['autograd.Function floor'], 100, '+.1f')}%; symgrad.torch "
+              f"over the floor {_spread(own, 100, '+.1f')}%")
 
+
+def _spread(values, scale: float, spec: str) -> str:
+    """The median of values and their interquartile range, scaled: "m [q1, q3]"."""
+    q1, m, q3 = (format(float(v) * scale, spec) for v in np.percentile(values, [25, 50, 75]))
+    return f"{m} [{q1}, {q3}]"
 
 if __name__ == "__main__":
     main()
