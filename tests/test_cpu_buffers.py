@@ -148,3 +148,19 @@ def test_threads_never_share_an_output(modules):
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_a_call_passes_each_arrays_own_address(modules):
+    """_address (what every kernel call passes for an array, through the buffer protocol where it
+    can) is a.ctypes.data for writable, read-only, strided, empty, 0-d and offset arrays, and a
+    kernel call on read-only and offset views computes what the NumPy module does."""
+    cpu, numpy = modules
+    base = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    for a in (base, frozen, base.transpose(2, 0, 1), base[:, 1:], base[1], base[0, 0, 1:2],
+              np.empty((0, 3), np.float32), np.ones((), np.float32), np.broadcast_to(base[0], (2, 3, 4))):
+        assert cpu._address(a) == a.ctypes.data, a.shape
+    x, y = frozen[:, 1:], base[:, 1:][::-1]
+    got, want = cpu.forward(x, y)[0], numpy.forward(x, y)[0]
+    assert np.array_equal(_bits(got), _bits(want))

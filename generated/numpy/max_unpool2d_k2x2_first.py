@@ -28,6 +28,7 @@ Unpooling compares no values: NaN and +-inf are moved like any other number.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -257,10 +258,7 @@ def forward(input: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, Saved]:
 
 def _count(dims: tuple) -> int:
     """The elements of an array of these dims (Python ints: no array made for the product)."""
-    count = 1
-    for n in dims:
-        count *= n
-    return count
+    return math.prod(dims)
 
 
 def _check_state(saved: Saved) -> None:

@@ -79,7 +79,7 @@ F16C = ("f16c", "sg_half", "float", "sg_f16c_to_float(v)", "sg_float_to_f16c(v)"
 POOL_DTYPES = C_DTYPES + (B16, F16C)
 C_LAYOUTS = (("nchw", "false"), ("nhwc", "true"))  # channels-last: cl = true
 # the loader's standard-library imports (it compiles, caches and calls the library through ctypes)
-LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import os", "import shutil",
+LOADER_IMPORTS = ("import ctypes", "import functools", "import hashlib", "import math", "import os", "import shutil",
                   "import subprocess", "import tempfile", "import threading", "from pathlib import Path")
 _C_INTEGER_TYPES = {"uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
                     "int64": "int64_t"}
@@ -108,6 +108,8 @@ def env_threads() -> int | None:
 def requested_threads(op: str, threads) -> int:
     """The thread count a loader's call asks for: threads (an int >= 1: else a ValueError, or a
     TypeError for a non-integer), else $SYMGRAD_NUM_THREADS, else 0 (OpenMP's default)."""
+    if type(threads) is int and threads >= 1:  # the usual case first (a frameworks' call passes one)
+        return threads
     if threads is None:
         return env_threads() or 0
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
@@ -147,6 +149,8 @@ def kernel_threads(threads: int) -> int:
     for threads the child does not have; one thread runs without the pool), noting the process
     when it asks for more than one.  Every loader calls it, so the note covers every op's library."""
     global _threads_ran_in
+    if threads == 1:  # one thread: no pool to miss in a child nor to note (no os.getpid a call)
+        return 1
     pid = os.getpid()
     if _threads_ran_in is not None and _threads_ran_in != pid:
         return 1

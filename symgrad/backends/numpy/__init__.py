@@ -562,7 +562,7 @@ def _special_context(art: Artifacts) -> dict:
         stay = {"first": ["_, stay = np.unique(keys, return_index=True)"],
                 "last": ["_, from_end = np.unique(keys[::-1], return_index=True)",
                          "stay = keys.size - 1 - from_end"]}[kernel.keep]
-        ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep,
+        ctx.update(template="numpy/unpool.py.jinja", spatial=kernel.spatial, keep=kernel.keep, imports=["math"],
                    stay_lines=stay,
                    each_writer=repr(kernel.each_writer),
                    # every writer of a slot gets its gradient, or the one that stayed (its wins saved)
