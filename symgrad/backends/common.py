@@ -95,14 +95,19 @@ def cli_arguments(op: Op) -> str:
             out.append(f"{flag} {' '.join(str(e) for e in v)}")
         else:
             out.append(f"{flag} {v!r}")
-    # the settings given explicitly, and only those: the command then resolves to the same op with
-    # the same origins, so what it writes says "(default)" and "(explicit)" where this file does
+    return " ".join(out + explicit_settings(op, ("ties", "nan", "order")))
+
+
+def explicit_settings(op: Op, keys: tuple) -> list[str]:
+    """The convention and those of the settings keys given explicitly, as CLI flags: the command
+    then resolves to the same op with the same origins, so what it writes says "(default)" and
+    "(explicit)" where this file does."""
     origin = dict(op.origin)
     settings = [f"--convention {op.convention}"] if op.convention else []
-    for key, value in (("ties", op.ties), ("nan", op.nan), ("order", op.order)):
+    for key in keys:
         if origin.get(key, "default").startswith("explicit"):
-            settings.append(f"--{key} {value}")
-    return " ".join(out + settings)
+            settings.append(f"--{key} {getattr(op, key)}")
+    return settings
 
 
 def params_text(op: Op) -> str:
@@ -226,7 +231,7 @@ def expression_header(op: Op, backend: str) -> list[str]:
     return [
         f"{PROVENANCE} {__version__}. DO NOT EDIT: regenerate with",
         f"#   symgrad generate --expr {shlex.quote(p['expr'])} --inputs {' '.join(p['inputs'])}{wrt} "
-        f"--name {op.name} --ties {op.ties} --backend {backend} --out DIR",
+        f"--name {op.name} {' '.join(explicit_settings(op, ('ties', 'nan')) + ['--backend', backend])} --out DIR",
         f"# op: {op.name} (an expression)",
         f"# expression: {p['expr']}",
         f"# inputs: {', '.join(p['inputs'])}; backward returns the gradients of "
