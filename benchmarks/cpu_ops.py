@@ -2,7 +2,7 @@
 on one thread, side by side in one process.
 
     python benchmarks/cpu_ops.py               # a few minutes on 2 cores (compiles every module first)
-    python benchmarks/cpu_ops.py --quick       # fewer rounds
+    python benchmarks/cpu_ops.py --quick       # 1 timed second per case and direction (3 by default)
     python benchmarks/cpu_ops.py --only leaky_relu amax    # the cases whose label starts so
 
 Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints one table of ratios
@@ -15,10 +15,19 @@ Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints o
   with the index where the op keeps one).  Backward is symgrad's backward against
   torch.autograd.grad of that output (PyTorch's backward kernel and the engine's call), each
   allocating the gradients it returns.
-* Every time is the median of interleaved rounds, each round running every contender of a case
-  once in an order shuffled afresh (numpy_pool.timed and round_orders), after warm-up rounds; the
+* Forward and backward are timed apart, each as a pair (symgrad, PyTorch) in interleaved rounds:
+  each round runs both once in an order shuffled afresh (seeded), after 3 warm-up calls of each,
+  until --seconds of timed calls are spent (3 s; --quick 1 s; at least --rounds rounds, at most
+  401), so that a 2 ms case gets hundreds of rounds.  Times are medians; a ratio is the median of
+  each round's ratio (the two calls of a round share the machine's state of the moment).  The
   clock is the process's CPU time (time.process_time: a machine shared with other work slows it
-  little; both contenders run in the calling thread).
+  little; both contenders run in the calling thread); Python's garbage collector is off while
+  the rounds run.  Why: the earlier --quick (3 rounds after one warm-up round, all four calls of
+  a case in each round) gave the same code's forward ratios 1.01-1.09 (amax dim -1), 0.99-1.11
+  (amin), 0.90-1.09 (amax all) and 1.03-1.37 (maxout) in 4 runs at a load average of 6.5; this one
+  1.04-1.06, 1.04-1.07, 1.01-1.04 and 1.04-1.13 in 3 runs at 11-13.  Timing each contender right
+  after an untimed call of itself (its operands in the caches) made maxout's rounds bimodal
+  (interquartile range of the round ratios 0.85-1.8 against 0.96-1.16), so the rounds do not.
 * Huge pages for both where the outputs are large: PyTorch's allocator asks for them only with
   THP_MEM_ALLOC_ENABLE=1 (set here before torch is imported; without it a 64 MB result is
   page-faulted in 4 KiB pages on every call), and NumPy (which allocates symgrad's results) asks for
@@ -33,7 +42,9 @@ Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints o
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -150,7 +161,8 @@ def inputs(op: str, params: dict, shape: tuple, dtype: np.dtype, rng):
     return (x,), None, 0
 
 
-def contenders(label, op, params, shape, torch_forward, dtype, rng) -> dict:
+def contenders(label, op, params, shape, torch_forward, dtype, rng) -> tuple:
+    """(the forward pair, the backward pair): {\"symgrad\": function, \"torch\": function} each."""
     # bfloat16 where the torch preset adds overlapping windows' terms in bfloat16 as PyTorch does,
     # which the cpu backend computes for max pooling only (its b16 kernels): the NumPy module
     # elsewhere (adaptive and fractional pooling), which symgrad.torch runs then
@@ -174,25 +186,63 @@ def contenders(label, op, params, shape, torch_forward, dtype, rng) -> dict:
     assert tuple(ref.shape) == y.shape, (label, tuple(ref.shape), y.shape)
     ty = fwd(*targs)
     tg = to_torch(g)
-    return {
-        "sg fwd": (None, lambda: m.forward(*args, **one)),
-        "torch fwd": (1, lambda: fwd(*targs)),
-        "sg bwd": (None, lambda: m.backward(g, saved, **one)),
-        "torch bwd": (1, lambda: torch.autograd.grad(ty, grads, tg, retain_graph=True)),
-    }
+    return (
+        {"symgrad": lambda: m.forward(*args, **one), "torch": lambda: fwd(*targs)},
+        {"symgrad": lambda: m.backward(g, saved, **one),
+         "torch": lambda: torch.autograd.grad(ty, grads, tg, retain_graph=True)},
+    )
+
+
+def sampled(pair: dict, budget: float, least: int = 7, warm: int = 3, most: int = 401) -> dict:
+    """{name: [seconds of each timed round]} of two contenders ({name: function}) timed alone in
+    interleaved rounds, each round running both once in an order shuffled afresh (seeded).
+
+    Before the rounds each contender runs `warm` times (its buffers mapped, its code and the
+    library loaded); then rounds run until `budget` seconds of the two contenders' time are spent
+    (at least `least`, at most `most` rounds), so that a 2 ms case gets hundreds of rounds and a
+    100 ms case about as many seconds.  Python's garbage collector is off while they run."""
+    names = list(pair)
+    for _ in range(warm):
+        for n in names:
+            pair[n]()
+    times = {n: [] for n in names}
+    rng = random.Random(0)
+    gc.collect()
+    gc.disable()
+    try:
+        spent = 0.0
+        while len(times[names[0]]) < most and (len(times[names[0]]) < least or spent < budget):
+            rng.shuffle(names)
+            for n in names:
+                t = time.process_time()
+                pair[n]()
+                dt = time.process_time() - t
+                times[n].append(dt)
+                spent += dt
+    finally:
+        gc.enable()
+    return times
+
+
+def settled(times: dict) -> tuple:
+    """(symgrad's median seconds, PyTorch's, the ratio): the median of each round's ratio, a round's
+    two calls sharing the machine's state of the moment."""
+    mine, theirs = np.asarray(times["symgrad"]), np.asarray(times["torch"])
+    return float(np.median(mine)), float(np.median(theirs)), float(np.median(mine / theirs))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=11, help="timed rounds per case (median)")
-    ap.add_argument("--quick", action="store_true", help="3 timed rounds after 1 warm-up round")
+    ap.add_argument("--seconds", type=float, default=3.0,
+                    help="timed seconds per case and direction (rounds until spent; default 3, --quick 1)")
+    ap.add_argument("--rounds", type=int, default=7, help="timed rounds per case and direction, at least")
+    ap.add_argument("--quick", action="store_true", help="1 timed second per case and direction")
     ap.add_argument("--only", nargs="+", metavar="LABEL", help="the cases whose label starts with one of these")
     ap.add_argument("--no-reuse", action="store_true", help="symgrad's elementwise outputs mapped afresh each call")
     args = ap.parse_args()
     global NO_REUSE
     NO_REUSE = args.no_reuse
-    rounds, warm = (3, 1) if args.quick else (args.rounds, 3)
-    npb.CLOCK = time.process_time
+    seconds = 1.0 if args.quick else args.seconds
     cases = [c for c in CASES if not args.only or any(c[0].startswith(o) for o in args.only)]
     print(npb.machine())
     print(f"load average at start: {os.getloadavg()[0]:.2f} (other processes share these cores)")
@@ -202,9 +252,10 @@ def main() -> None:
           f"{Path('/sys/kernel/mm/transparent_hugepage/enabled').read_text().strip()}")
     print("symgrad's elementwise outputs: " + ("mapped afresh each call (--no-reuse)" if NO_REUSE
           else "a freed output's buffer reused (the loaders' REUSE)"))
-    print(f"times: process CPU time, median of {rounds} interleaved shuffled rounds after {warm} warm-up; "
-          "symgrad cpu backend threads=1 (bfloat16 adaptive/fractional pooling with overlapping windows: the NumPy module), convention='torch'; "
-          "PyTorch torch.set_num_threads(1)\n")
+    print(f"times: process CPU time, medians of interleaved shuffled rounds (forward and backward timed apart, "
+          f"{seconds:g} s of timed calls each, at least {args.rounds} rounds, after 3 warm-up calls); ratio: the "
+          "median of each round's ratio; symgrad cpu backend threads=1 (bfloat16 adaptive/fractional pooling "
+          "with overlapping windows: the NumPy module), convention='torch'; PyTorch torch.set_num_threads(1)\n")
     print("| case | dtype | forward ms: symgrad / torch | ratio | backward ms: symgrad / torch | ratio | target |")
     print("|---|---|---|---|---|---|---|")
     worst = {}
@@ -213,14 +264,15 @@ def main() -> None:
             if name == "bfloat16" and BFLOAT16 is None:
                 continue
             dtype = BFLOAT16 if name == "bfloat16" else np.dtype(name)
-            rng = np.random.default_rng(0)
-            t = npb.timed(contenders(label, op, params, shape, torch_forward, dtype, rng), rounds, warm)
-            rf, rb = t["sg fwd"] / t["torch fwd"], t["sg bwd"] / t["torch bwd"]
+            pairs = contenders(label, op, params, shape, torch_forward, dtype, np.random.default_rng(0))
+            torch.set_num_threads(1)
+            (fs, ft, rf), (bs, bt, rb) = (settled(sampled(p, seconds, args.rounds)) for p in pairs)
+            torch.set_num_threads(npb.DEFAULT_THREADS)
             target = 0.8 if kind == "pool" else 1.0
             worst[(label, name)] = max(rf, rb) / target
             mark = lambda r: f"**{r:.2f}**" if r > target else f"{r:.2f}"  # noqa: E731
-            print(f"| {label} | {name} | {t['sg fwd'] * 1e3:.3g} / {t['torch fwd'] * 1e3:.3g} | {mark(rf)} | "
-                  f"{t['sg bwd'] * 1e3:.3g} / {t['torch bwd'] * 1e3:.3g} | {mark(rb)} | {target} |", flush=True)
+            print(f"| {label} | {name} | {fs * 1e3:.3g} / {ft * 1e3:.3g} | {mark(rf)} | "
+                  f"{bs * 1e3:.3g} / {bt * 1e3:.3g} | {mark(rb)} | {target} |", flush=True)
     over = [k for k, v in worst.items() if v > 1]
     print(f"\n{len(worst) - len(over)} of {len(worst)} cases within target (bold: over it)")
     print(f"load average at the end: {os.getloadavg()[0]:.2f}")
