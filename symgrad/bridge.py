@@ -207,13 +207,15 @@ def cpu_backend_choice() -> str:
     return value
 
 
-def module_for_cpu(numpy_module, load_cpu, choice: str):
+def module_for_cpu(numpy_module, load_cpu, choice: str, same_fields: bool = True):
     """The module that runs CPU arrays of CPU_DTYPES (other dtypes: the NumPy module): the cpu
     backend's (compiled C kernels, the same bits as the NumPy module) under choice "cpu" (errors
     raised: no compiler, a kernel form it does not build), or under "auto" where it is available (the
-    op's kernel form is one it builds, its saved state has the NumPy module's fields, a C compiler is
-    found and the library compiles; else a warning, and the NumPy module); the NumPy module
-    under "numpy" or where load_cpu is None (expressions, modules given to wrap)."""
+    op's kernel form is one it builds, its saved state has the NumPy module's fields unless
+    same_fields is False (symgrad.torch, whose layouts follow the module: split's cpu module also
+    saves its counts), a C compiler is found and the library compiles; else a warning, and the
+    NumPy module); the NumPy module under "numpy" or where load_cpu is None (expressions,
+    modules given to wrap)."""
     if choice == "numpy" or load_cpu is None:
         return numpy_module
     from .backends import cpu
@@ -222,7 +224,8 @@ def module_for_cpu(numpy_module, load_cpu, choice: str):
     if choice == "auto" and ("expr" in numpy_module.PARAMS or spec is None or form_of(spec.strategy) not in cpu.FORMS):
         return numpy_module
     module = load_cpu()
-    if choice == "auto" and (module.compiler() is None or module.Saved._fields != numpy_module.Saved._fields):
+    if choice == "auto" and (module.compiler() is None
+                             or (same_fields and module.Saved._fields != numpy_module.Saved._fields)):
         # no compiler; or saved state of other fields (split's counts), which the frameworks'
         # traced graphs would carry as other arrays (torch.compile lost them): the NumPy module
         return numpy_module

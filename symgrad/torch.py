@@ -250,7 +250,8 @@ class SymgradOp:
 
     def _cpu_backend(self, choice: str) -> tuple:
         """_backend's answer for float32/float64 CPU tensors under $SYMGRAD_CPU_BACKEND=choice."""
-        module = bridge.module_for_cpu(self.module, self._cpu_loader, choice)
+        # (any saved fields: the layouts below are the module's own, under torch.compile too)
+        module = bridge.module_for_cpu(self.module, self._cpu_loader, choice, same_fields=False)
         if module is self.module:
             return module, self._layouts, _to_numpy, _from_numpy
         # the cpu backend's saved arrays share one memory order: its arrays made contiguous

@@ -73,6 +73,11 @@ BACKWARD_FORMS = [
 FORM_SETTINGS = [(op, params, shape, st) for op, params, shape in BACKWARD_FORMS
                  for st in ({"ties": "first"}, {"convention": "jax"})
                  if st.get("ties") or any(np.atleast_1d(params.get("padding", 0)))]
+# the mask form's write backward (windows that tile the input: the first four), counted (split),
+# and not (all) with -m slow
+FORM_SETTINGS += [(*form, {"ties": "split"}) for form in BACKWARD_FORMS[:2]]
+SLOW_FORM_SETTINGS = ([(*form, {"ties": "split"}) for form in BACKWARD_FORMS[2:4]]
+                      + [(*BACKWARD_FORMS[0], {"ties": "all"})])
 
 
 def _default_geometry(i: int, ties: str) -> bool:
@@ -145,8 +150,10 @@ def test_the_same_bits_with_one_and_two_threads():
         assert runs[0] == runs[1] == runs[2]
 
 
-@pytest.mark.parametrize("op,params,shape,settings", FORM_SETTINGS,
-                         ids=[f"{case_id(op, params, shape)}-{next(iter(st.values()))}" for op, params, shape, st in FORM_SETTINGS])
+@pytest.mark.parametrize("op,params,shape,settings",
+                         FORM_SETTINGS + [pytest.param(*c, marks=pytest.mark.slow) for c in SLOW_FORM_SETTINGS],
+                         ids=[f"{case_id(op, params, shape)}-{next(iter(st.values()))}"
+                              for op, params, shape, st in FORM_SETTINGS + SLOW_FORM_SETTINGS])
 def test_backward_forms_equal_numpy_with_rests_bands_and_threads(monkeypatch, op, params, shape, settings):
     """backward (write or scatter form) equals the NumPy backend's bit for bit with 1, 2 and 3
     threads (more threads than planes: bands of rows), NCHW and channels-last, float64/32/16 (float16

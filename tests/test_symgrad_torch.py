@@ -500,8 +500,8 @@ def test_cpu_tensors_run_through_the_cpu_backend_with_the_numpy_modules_bits(mon
     for choice in ("numpy", "cpu", "auto"):
         monkeypatch.setenv("SYMGRAD_CPU_BACKEND", choice)
         module = f._backend([x0.float()])[0]  # the module float32 CPU tensors reach
-        # auto: the cpu backend where its saved state has the NumPy module's fields (not split's counts)
-        on_cpu = choice == "cpu" or (choice == "auto" and ties == "first")
+        # auto: the cpu backend, split's too (its saved state also holds the counts)
+        on_cpu = choice in ("cpu", "auto")
         assert (module is not f.module) == on_cpu and f._backend([x0.half()])[0] is f.module
         if on_cpu:
             _count_calls(monkeypatch, module, calls)
@@ -554,12 +554,14 @@ def test_without_a_compiler_cpu_tensors_fall_back_to_numpy(monkeypatch, tmp_path
 
 
 @pytest.mark.skipif(not _compiler(), reason="no C compiler: the cpu backend is not available")
-def test_torch_compile_traces_the_cpu_backends_ops(monkeypatch):
+@pytest.mark.parametrize("ties", ["first", pytest.param("split", marks=pytest.mark.slow)])
+def test_torch_compile_traces_the_cpu_backends_ops(monkeypatch, ties):
     """torch.compile(fullgraph=True) of a model whose pooling runs on the cpu backend (its fake
-    implementation from the cpu module's saved state) gives eager mode's loss and gradients."""
-    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "cpu")
+    implementation from the cpu module's saved state: split's also holds the counts) gives eager
+    mode's loss and gradients."""
+    monkeypatch.setenv("SYMGRAD_CPU_BACKEND", "auto")
     torch.manual_seed(1)
-    pool = st.MaxPool2d(3, 2, 1, ties="first")
+    pool = st.MaxPool2d(3, 2, 1, ties=ties)
     monkeypatch.setattr(pool.fn, "_cpu", {})
     conv = torch.nn.Conv2d(2, 3, 3, padding=1).double()
 

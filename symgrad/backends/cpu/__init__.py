@@ -313,7 +313,18 @@ _BACKWARD_DOCS = {  # the .c header's words on its backward form
                 "(no atomic operation: each band is one thread's)."),
     "gather": ("backward is in gather form: each input element visits the windows holding it "
                "(no atomic operation, no zeroing pass)."),
+    "mask_write": ("backward is in write form (the windows tile the input): each input element is "
+                   "written once, +0 plus its window's term (the gather form's sum of the one window "
+                   "holding it), +0 past the last window (no zeroing pass)."),
 }
+
+
+def _backward_form(selection_form: str, tiles: bool) -> str:
+    """Max pooling's backward form (_BACKWARD_DOCS' key, the partial's name): write where the
+    windows tile the input, else scatter (the scan form: a saved winner) or gather (the mask form)."""
+    if selection_form == "scan":
+        return "write" if tiles else "scatter"
+    return "mask_write" if tiles else "gather"
 
 
 def _tiles(op: Op) -> bool:
@@ -732,13 +743,13 @@ def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
     sel, g = kernel.selection, kernel.axes
     return {
         # backward where forward saves each window's winner: write where the windows tile the
-        # input (each element written once), else scatter (O(outputs) work); else gather
-        "backward_partial": (f"cpu/_pool_{'write' if _tiles(op) else 'scatter'}.c.jinja" if sel.form == "scan"
-                             else "cpu/_pool_gather.c.jinja"),
+        # input (each element written once), else scatter (O(outputs) work); under the mask form
+        # write where they tile (+0 plus the one window's term: gather's sum), else gather
+        "backward_partial": f"cpu/_pool_{_backward_form(sel.form, _tiles(op))}.c.jinja",
         "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
         # the write form's kernel refuses an index outside the window in its own pass (returns -1)
         "backward_checks_index": repr(sel.form == "scan" and _tiles(op)),
-        "backward_doc": wrap(_BACKWARD_DOCS["gather" if sel.form != "scan" else "write" if _tiles(op) else "scatter"], 94, ""),
+        "backward_doc": wrap(_BACKWARD_DOCS[_backward_form(sel.form, _tiles(op))], 94, ""),
         "band": _band_windows(g), "scatter": _scatter_accumulators(kernel), "pool_rounding": _pool_rounding(kernel),
         **_pool_b16(kernel), **_pool_f16c(kernel, _tiles(op)),
         # the step between windows along each dim (the coordinate's coefficient of the window)
