@@ -175,6 +175,15 @@ def test_torch_backend_equals_the_framework(framework):
     _check("torch", framework, SHAPES, 3)
 
 
+@pytest.mark.slow  # (each shape and dtype jitted: seconds each)
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_jax_backend_equals_the_framework(framework):
+    """The jax backend prints the rule: JAX's own ops under the jax preset (jitted), PyTorch's
+    arithmetic (at::sum's order) in jax.numpy under the torch preset, on inputs where no float32
+    subnormal is met (XLA's CPU flushes them: docs/conventions.md)."""
+    _check("jax", framework, SHAPES, 4, inputs=lambda *a: _inputs(*a)[:3] if framework == "torch" else _inputs(*a))
+
+
 @pytest.mark.parametrize("dtype,tdtype", [pytest.param(*HALVES[0], marks=pytest.mark.slow), HALVES[1]],
                          ids=["float16", "bfloat16"])  # (bfloat16 has float32's subnormals: flushed)
 def test_torch_backends_xla_exp_and_log_of_every_value(dtype, tdtype):
