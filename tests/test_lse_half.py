@@ -65,18 +65,66 @@ def _jax_vjp(x: np.ndarray, dim, tdtype, rng) -> tuple:
     return want, g, pullback(jnp.asarray(g))[0]
 
 
-def _check(backend: str, framework: str, shapes: list, seed: int) -> None:
+def _torch_jvp(x: np.ndarray, t: np.ndarray, dim, tdtype):
+    """backward's transpose in PyTorch's own ops: (t * (x - y).exp()).sum(dims), y its logsumexp
+    (torch.func.jvp computes another formula, sum(t * exp(x - m)) / sum(exp(x - m)): the docs' rule
+    is the transpose, as every preset's jvp)."""
+    xt, tt = _tensor(x, tdtype), _tensor(t, tdtype)
+    dims = tuple(range(x.ndim)) if dim is None else dim
+    return (tt * (xt - torch.logsumexp(xt, dims, keepdim=True)).exp()).sum(dims)
+
+
+def _jax_jvp(x: np.ndarray, t: np.ndarray, dim, tdtype):
+    """jax.jvp of jax.nn.logsumexp: its linear ops are backward's, transposed."""
+    return jax.jvp(lambda v: jax.nn.logsumexp(v, axis=dim), (jnp.asarray(x),), (jnp.asarray(t),))[1]
+
+
+def _runner(backend: str, module, tdtype):
+    """(x, g, t) -> the module's (forward, backward, jvp) as NumPy arrays of x's dtype: the NumPy
+    and cpu modules called as they are, the torch module on tensors, the jax module under jit."""
+    if backend == "torch":
+        def tensor(a):
+            return _tensor(np.asarray(a), tdtype).reshape(np.shape(a))
+
+        def run(x, g, t):
+            y, saved = module.forward(tensor(x))
+            out = (y, module.backward(tensor(g), saved)[0], module.jvp(tensor(t), saved))
+            return [a.contiguous().view(torch.int16).numpy().view(x.dtype) for a in out]
+        return run
+    if backend == "jax":
+        @jax.jit
+        def results(x, g, t):
+            y, saved = module.forward(x)
+            return y, module.backward(g, saved)[0], module.jvp(t, saved)
+        return lambda x, g, t: [np.asarray(a) for a in results(jnp.asarray(x), jnp.asarray(g), jnp.asarray(t))]
+
+    def run(x, g, t):
+        y, saved = module.forward(x)
+        return y, module.backward(g, saved)[0], module.jvp(t, saved)
+    return run
+
+
+def _check(backend: str, framework: str, shapes: list, seed: int, inputs=None) -> None:
+    """The backend's module under the framework's preset: forward, backward and jvp bit for bit
+    with the framework (jvp: backward's transpose in its ops, _torch_jvp, _jax_jvp) and, for the
+    torch and jax backends, with the NumPy module."""
     rng = np.random.default_rng(seed)
-    vjp = {"torch": _torch_vjp, "jax": _jax_vjp}[framework]
+    vjp, jvp = {"torch": (_torch_vjp, _torch_jvp), "jax": (_jax_vjp, _jax_jvp)}[framework]
     for (dtype, tdtype) in HALVES:
         for shape, dim in shapes:
             module = symgrad.load("logsumexp", backend=backend, convention=framework, dim=dim)
-            for x in _inputs(shape, dtype, rng):
+            run = _runner(backend, module, tdtype)
+            numpy_module = symgrad.load("logsumexp", convention=framework, dim=dim)
+            for x in (inputs or _inputs)(shape, dtype, rng):
                 want, g, want_grad = vjp(x, dim, tdtype, rng)
-                y, saved = module.forward(x)
-                (grad,) = module.backward(g, saved)
+                t = (rng.standard_normal(shape) * 3).astype(np.float32).astype(dtype)
+                y, grad, tangent = run(x, g, t)
                 assert _bits_equal(y, want, dtype), (dtype, shape, dim, x, y, want)
                 assert _bits_equal(grad, want_grad, dtype), (dtype, shape, dim, x, grad, want_grad)
+                assert _bits_equal(tangent, jvp(x, t, dim, tdtype), dtype), (dtype, shape, dim, x, t, tangent)
+                if backend in ("torch", "jax"):
+                    for got, want in zip((y, grad, tangent), _runner("numpy", numpy_module, tdtype)(x, g, t)):
+                        assert _bits_equal(got, want, dtype), (dtype, shape, dim, x, got, want)
 
 
 # JAX compiles each shape and dtype (seconds each): its checks are slow
@@ -118,6 +166,35 @@ def test_numpy_module_equals_the_framework_many_lengths(framework):
     lengths = [3, 4, 5, 7, 8, 9, 15, 16, 31, 32, 33, 63, 64, 65, 255, 256, 257, 4095, 4096, 4097]
     _check("numpy", framework, [((n,), 0) for n in lengths] + [((2, n), 1) for n in lengths[:13]]
            + [((n, 17), 0) for n in lengths[:13]] + [((40, 3, 70), (0, 2)), ((5, 6), None)], 2)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_torch_backend_equals_the_framework(framework):
+    """The torch backend prints the rule: PyTorch's ops themselves under the torch preset, XLA's
+    arithmetic (flushes, reduce order) in torch operations under the jax preset."""
+    _check("torch", framework, SHAPES, 3)
+
+
+@pytest.mark.slow  # (each shape and dtype jitted: seconds each)
+@pytest.mark.parametrize("framework", ["jax", "torch"])
+def test_jax_backend_equals_the_framework(framework):
+    """The jax backend prints the rule: JAX's own ops under the jax preset (jitted), PyTorch's
+    arithmetic (at::sum's order) in jax.numpy under the torch preset, on inputs where no float32
+    subnormal is met (XLA's CPU flushes them: docs/conventions.md)."""
+    _check("jax", framework, SHAPES, 4, inputs=lambda *a: _inputs(*a)[:3] if framework == "torch" else _inputs(*a))
+
+
+@pytest.mark.parametrize("dtype,tdtype", [pytest.param(*HALVES[0], marks=pytest.mark.slow), HALVES[1]],
+                         ids=["float16", "bfloat16"])  # (bfloat16 has float32's subnormals: flushed)
+def test_torch_backends_xla_exp_and_log_of_every_value(dtype, tdtype):
+    """The torch module's _xla_math (flushing after PyTorch's rounding) equals jnp.exp/jnp.log on
+    all 65536 values."""
+    module = symgrad.load("logsumexp", backend="torch", convention="jax", dim=0)
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    for name in ("exp", "log"):
+        got = module._xla_math(getattr(torch, name), _tensor(bits, tdtype))
+        want = getattr(jnp, name)(jnp.asarray(bits.view(dtype)))
+        assert _bits_equal(got.view(torch.int16).numpy().view(dtype), want, dtype), name
 
 
 def test_without_a_preset_float16_rounds_once():

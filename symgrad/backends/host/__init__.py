@@ -61,7 +61,7 @@ def _lse_bfloat16(art: Artifacts) -> dict | None:
 
 
 def lse_half_partial(kernel) -> str:
-    """The host partial defining a logsumexp module's _half_forward and _half_backward (its
+    """The host partial defining a logsumexp module's _half_forward, _half_backward and _half_jvp (its
     kernel's half names the framework whose ops it rounds as they round)."""
     return f"host/_lse_half_{kernel.half}.py.jinja"
 
@@ -79,7 +79,7 @@ def computes_bfloat16(art: Artifacts) -> bool:
 ELEMENTWISE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"}
 BFLOAT16_ADDS = {"forward": "_float_forward", "backward": "_backward_bf16", "jvp": "_float_jvp"}
 # logsumexp's ops each rounded to bfloat16 (LogSumExpKernel.half "torch", "jax"; jvp its float32 code)
-LSE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_float_jvp"}
+LSE_BFLOAT16 = {"forward": "_forward_bf16", "backward": "_backward_bf16", "jvp": "_jvp_bf16"}
 
 
 def bfloat16_kernels(art: Artifacts) -> dict | None:

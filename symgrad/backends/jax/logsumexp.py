@@ -14,4 +14,28 @@ def logsumexp_context(op, kernel) -> dict:
             "reduced_length": "math.prod([shape[i] for i in dims])", "empty_slices": True,
             "formula": f"{t!r} * log(sum(exp(x / {t!r})))" if t != 1 else "log(sum(exp(x)))",
             "weight_text": f"exp((x - y) / {t!r})" if t != 1 else "exp(x - y)",
-            **{name: jax_code(getattr(kernel, name)) for name in ("shift", "term", "output", "weight")}}
+            **{name: jax_code(getattr(kernel, name)) for name in ("shift", "term", "output", "weight")},
+            **half_context(kernel)}
+
+
+def half_context(kernel) -> dict:
+    """The float16/bfloat16 branches where the kernel's half names a framework (conventions.LSE_HALF):
+    each of its ops rounded to the dtype as it rounds them, in jax.numpy
+    (templates/_lse_half_jax.py.jinja: JAX's own ops; _lse_half_torch.py.jinja: PyTorch's, at::sum's
+    order from _torch_sum.py.jinja); none where it is "float32"."""
+    if kernel.half == "float32":
+        return {"lse_half_partial": "", "half_imports": [], "half_forward": [], "half_backward": [], "half_jvp": []}
+    each = f"{HALF_WORDS[kernel.half]}'s ops one by one, each rounded to the dtype (conventions.LSE_HALF)"
+    return {"lse_half_partial": f"jax/_lse_half_{kernel.half}.py.jinja",
+            "half_imports": ["from jax import lax"],  # (lax.reduce_precision, _torch_sum's scans)
+            "half_forward": [f"if np.dtype(x.dtype) in _HALVES:  # {each}",
+                             "    output = _half_forward(x, dims, n, out_shape)",
+                             "    return output, Saved(x, output, tuple(x.shape), out_shape, np.dtype(x.dtype))"],
+            "half_backward": [f"if saved.dtype in _HALVES:  # {each}",
+                              "    return (_half_backward(grad_output, saved, dims, n),)"],
+            "half_jvp": ["if saved.dtype in _HALVES:  # backward's transpose, op by op, rounded as backward rounds",
+                         "    return _half_jvp(tangent, saved, dims, n)"]}
+
+
+# whose arithmetic a preset's float16/bfloat16 logsumexp reproduces (lower.LogSumExpKernel.half)
+HALF_WORDS = {"torch": "torch.logsumexp", "jax": "jax.nn.logsumexp"}
