@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 
 import numpy as np
@@ -87,7 +86,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subproce
         "pip install torch==2.13.0 (or pip install \".[torch]\" from symgrad's checkout)") from None
 
 from . import api, bridge, curvature, framework_losses, framework_multi_margin, torch_func
-from .backends.cpu import framework_threads
+from .backends.cpu import THREADS_ENV, framework_threads
 from .ops import OPS
 from .suggest import unexpected
 
@@ -97,6 +96,8 @@ __all__ = ["op", "expr", "wrap", "SymgradOp",
            "ReLU", "ReLU6", "Hardtanh", "LeakyReLU"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_FLOAT_SET = frozenset(_FLOATS)
+_INDEX_DTYPES = frozenset((torch.int32, torch.int64))
 _LIBRARY = "symgrad"
 
 
@@ -160,6 +161,8 @@ class SymgradOp:
         self._layouts = bridge.Layouts(module)  # CPU tensors: the NumPy module's saved state
         self._cuda = None  # CUDA tensors: (the CUDA module, its layouts), on first use
         self._integers = bridge.integer_inputs(module)
+        # each input's accepted dtypes (_check_tensor names the others)
+        self._accepted = tuple(_INDEX_DTYPES if k in self._integers else _FLOAT_SET for k in range(len(self.inputs)))
         self._differentiable = bridge.differentiable(module)
         stem = module.__name__.rpartition(".")[2]
         self.name = stem.replace("-", "_")
@@ -182,8 +185,10 @@ class SymgradOp:
         if len(tensors) != len(self.inputs):
             raise TypeError(f"{self.op}: expected {len(self.inputs)} tensor(s) "
                             f"({', '.join(self.inputs)}), got {len(tensors)}")
-        for k, (name, t) in enumerate(zip(self.inputs, tensors)):
-            self._check_tensor(k, name, t)
+        for t, accepted in zip(tensors, self._accepted):  # (one look-up each where all is well)
+            if not (isinstance(t, torch.Tensor) and t.dtype in accepted and t.layout is torch.strided):
+                for k, (name, u) in enumerate(zip(self.inputs, tensors)):
+                    self._check_tensor(k, name, u)  # raises the error that names the first bad one
         compiling = torch.compiler.is_compiling()
         if torch_func.active():  # torch.func: grad, vmap, jvp, jacrev, jacfwd
             return torch_func.call(self, tensors)
@@ -191,11 +196,11 @@ class SymgradOp:
             if compiling:
                 if NATIVE_UNDER_COMPILE:  # plain torch code that Dynamo traces into
                     return self._native[1].apply(*tensors)
-            elif tensors[0].device.type != "cpu" or self._native_only:  # every device: the torch backend's module
+            elif not tensors[0].is_cpu or self._native_only:  # every device: the torch backend's module
                 return self._native[0].apply(*tensors)
         if compiling:  # the registered operators, which tracing sees
             return self._returned(self._ops[0](list(tensors)), self._layout(tensors))
-        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        if not (torch.is_grad_enabled() and _any_requires_grad(tensors)):
             results = self._run(tensors)[-1]  # no graph: the implementation
             return tuple(results) if len(results) > 1 else results[0]
         # eagerly, the same implementations through autograd.Function: no dispatcher round trips
@@ -216,7 +221,7 @@ class SymgradOp:
             raise TypeError(f"{self.op}: {name} must be a dense (strided) tensor, got layout "
                             f"{t.layout} (convert it with .to_dense())")
         if k in self._integers:
-            if t.dtype not in (torch.int32, torch.int64):
+            if t.dtype not in _INDEX_DTYPES:
                 raise TypeError(f"{self.op}: {name} must be an int64 or int32 tensor, got {t.dtype}")
         elif t.dtype not in _FLOATS:
             raise TypeError(f"{self.op}: {name} must be a float16, bfloat16, float32 or float64 "
@@ -232,7 +237,7 @@ class SymgradOp:
                 return self.module, self._layouts, _to_numpy, _from_numpy
             # the cpu backend (compiled C) or the NumPy module, by $SYMGRAD_CPU_BACKEND's raw value
             # (checked by bridge.cpu_backend_choice the first time it is met: one look-up a call)
-            raw = os.environ.get(bridge.CPU_BACKEND_ENV)
+            raw = _CPU_BACKEND_RAW()
             found = self._cpu.get(raw)
             if found is None:
                 found = self._cpu[raw] = self._cpu_backend(bridge.cpu_backend_choice())
@@ -461,14 +466,18 @@ class _Forward(torch.autograd.Function):
             return (None, *op._input_grads(backward, grad_output, list(kept[:n]), kept[n], flat))
         module, _, to_array, from_array = ctx.found
         grads = module.backward(to_array(grad_output.contiguous()), ctx.saved, **ctx.threads)
+        if len(op._differentiable) == n:  # a gradient for every input
+            return (None, *map(from_array, grads))
         got = iter([from_array(g) for g in grads if g is not None])
         return (None, *[next(got) if k in op._differentiable else None for k in range(n)])
 
 
 def _unaliased(out: torch.Tensor, tensors) -> torch.Tensor:
     """out, or a copy where it shares an input's memory (an operator's output never aliases its input)."""
-    if any(out.data_ptr() == t.data_ptr() for t in tensors if t.numel()):
-        return out.clone()
+    address = out.data_ptr()
+    for t in tensors:
+        if t.data_ptr() == address and t.numel():
+            return out.clone()
     return out
 
 
@@ -598,7 +607,21 @@ _CPU_BACKEND_DTYPES = frozenset(t for t, d in _NUMPY_DTYPES.items() if d in brid
 def _threads(module) -> dict:
     """threads= for the cpu backend's module: PyTorch's intra-op thread count (torch.set_num_threads),
     unless its THREADS or $SYMGRAD_NUM_THREADS is set (OpenMP's default would oversubscribe)."""
+    if getattr(module, "THREADS", 0) is None and not _NUM_THREADS_RAW():  # the usual case, at a look-up's cost
+        return {"threads": torch.get_num_threads()}
     return framework_threads(module, torch.get_num_threads)
+
+
+# $SYMGRAD_CPU_BACKEND's and $SYMGRAD_NUM_THREADS's raw values, read at each call of an op
+_CPU_BACKEND_RAW = bridge.environ_reader(bridge.CPU_BACKEND_ENV)
+_NUM_THREADS_RAW = bridge.environ_reader(THREADS_ENV)
+
+
+def _any_requires_grad(tensors) -> bool:
+    for t in tensors:
+        if t.requires_grad:
+            return True
+    return False
 
 
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
