@@ -310,7 +310,8 @@ _BACKWARD_DOCS = {  # the .c header's words on its backward form
               "it returns -1 where it read a saved index outside the window (checked in this pass)."),
     "scatter": ("backward is in scatter form: a band of input rows is zeroed, then each window "
                 "holding one of its rows adds its gradient to its winner, in output order "
-                "(no atomic operation: each band is one thread's)."),
+                "(no atomic operation: each band is one thread's); it returns -1 where it read a "
+                "saved index outside the window (checked in this pass)."),
     "gather": ("backward is in gather form: each input element visits the windows holding it "
                "(no atomic operation, no zeroing pass)."),
     "mask_write": ("backward is in write form (the windows tile the input): each input element is "
@@ -747,8 +748,8 @@ def _pool_backward_strings(op: Op, kernel: WindowKernel) -> dict:
         # write where they tile (+0 plus the one window's term: gather's sum), else gather
         "backward_partial": f"cpu/_pool_{_backward_form(sel.form, _tiles(op))}.c.jinja",
         "tiling_doc": "stride = kernel size, no dilation, no padding, floor mode",
-        # the write form's kernel refuses an index outside the window in its own pass (returns -1)
-        "backward_checks_index": repr(sel.form == "scan" and _tiles(op)),
+        # the write and scatter forms' kernels refuse an index outside the window (return -1)
+        "backward_checks_index": repr(sel.form == "scan"),
         "backward_doc": wrap(_BACKWARD_DOCS[_backward_form(sel.form, _tiles(op))], 94, ""),
         "band": _band_windows(g), "scatter": _scatter_accumulators(kernel), "pool_rounding": _pool_rounding(kernel),
         **_pool_b16(kernel), **_pool_f16c(kernel, _tiles(op)),
