@@ -665,6 +665,10 @@ def _pool_context(art: Artifacts) -> dict:
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "inner": _inner_rows(g, spatial - 1),
+        # the mask form's forward on short rows, window by window: where every window is inside
+        # the input (no padding, floor mode), each window's first element its first in the fold
+        "short_rows": not any(op.params["padding"]) and not op.params.get("ceil_mode", False),
+        "window_first": " && ".join(f"k{a} == 0" for a in range(spatial)),
         **_pool_backward_strings(op, kernel),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
