@@ -184,8 +184,8 @@ def test_jax_backend_equals_the_framework(framework):
     _check("jax", framework, SHAPES, 4, inputs=lambda *a: _inputs(*a)[:3] if framework == "torch" else _inputs(*a))
 
 
-@pytest.mark.parametrize("dtype,tdtype", [pytest.param(*HALVES[0], marks=pytest.mark.slow), HALVES[1]],
-                         ids=["float16", "bfloat16"])  # (bfloat16 has float32's subnormals: flushed)
+@pytest.mark.slow  # (JAX's exp and log of every value)
+@pytest.mark.parametrize("dtype,tdtype", HALVES, ids=["float16", "bfloat16"])
 def test_torch_backends_xla_exp_and_log_of_every_value(dtype, tdtype):
     """The torch module's _xla_math (flushing after PyTorch's rounding) equals jnp.exp/jnp.log on
     all 65536 values."""
