@@ -171,8 +171,14 @@ def test_numpy_module_equals_the_framework_many_lengths(framework):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_torch_backend_equals_the_framework(framework):
     """The torch backend prints the rule: PyTorch's ops themselves under the torch preset, XLA's
-    arithmetic (flushes, reduce order) in torch operations under the jax preset."""
-    _check("torch", framework, SHAPES, 3)
+    arithmetic (flushes, reduce order) in torch operations under the jax preset (every other shape
+    in the default run: the rest in the slow one)."""
+    _check("torch", framework, SHAPES[::2] if framework == "torch" else SHAPES, 3)
+
+
+@pytest.mark.slow
+def test_torch_backend_equals_pytorch_every_shape():
+    _check("torch", "torch", SHAPES[1::2], 5)
 
 
 @pytest.mark.slow  # (each shape and dtype jitted: seconds each)
