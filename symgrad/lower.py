@@ -407,7 +407,8 @@ def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -
 
 # ----------------------------------------------------------------------------- forward zeros
 
-def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool = False) -> sp.Expr:
+def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool = False,
+                  first_nan: bool = False) -> sp.Expr:
     """One step max(a, b) (or min) of a forward, as a select: NaN propagates (a NaN operand is
     returned), and where a == b the rule ``zeros`` (conventions.ZERO_RULES) says which operand is
     returned, which decides the sign of a zero output.
@@ -422,6 +423,8 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
 
     ``nan_loses`` (the NaN rule 'lose': fmax/fmin): a NaN operand is not returned unless both
     are NaN (isnan tests the other operand: b where isnan(a) or b beats a, and so on).
+    ``first_nan`` (a window's fold, best then v): under ``first`` a NaN b replaces a only where a
+    is not NaN, so a row's first NaN, its sign and payload, is the output, as under ``second``.
     """
     rel = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
 
@@ -432,7 +435,10 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
         return _policy.code_relation(ind) if isinstance(ind, Indicator) else rel(p, q, evaluate=False)
 
     if zeros == "first":
-        return Select(sp.Or(_policy.isnan_of(a if nan_loses else b), beats(b, a)), b, a)
+        takes = _policy.isnan_of(a if nan_loses else b)
+        if first_nan and not nan_loses:
+            takes = sp.And(takes, sp.Not(_policy.isnan_of(a)))
+        return Select(sp.Or(takes, beats(b, a)), b, a)
     cond = sp.Or(_policy.isnan_of(b if nan_loses else a), beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
@@ -442,7 +448,7 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
     return Select(cond, a, b)
 
 
-def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False) -> sp.Expr:
+def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False, first_nan: bool = False) -> sp.Expr:
     """A forward value with every max/min as folded ``extremum_step``s under the rule ``zeros``
     (None: left as MaxOf/MinOf, which the printers write as np.maximum/np.minimum; with
     ``nan_loses``, the NaN rule 'lose', None is 'first', as np.fmax/np.fmin return)."""
@@ -450,11 +456,11 @@ def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False) -> sp.E
         zeros = "first"
     if zeros is None or not e.args:
         return e
-    args = [forward_code(a, zeros, nan_loses) for a in e.args]
+    args = [forward_code(a, zeros, nan_loses, first_nan) for a in e.args]
     if isinstance(e, (MaxOf, MinOf)):
         out = args[0]
         for b in args[1:]:
-            out = extremum_step(e.kind, out, b, zeros, nan_loses)
+            out = extremum_step(e.kind, out, b, zeros, nan_loses, first_nan)
         return out
     return e.func(*args)
 
@@ -555,7 +561,8 @@ def _lower_window(d: Derivation) -> WindowKernel:
     sel = selection(d.output, d.inputs, op.nan, op.ties)
     fold = MaxOf if sel.extremum == "max" else MinOf
     loses = _policy.nan_rule(op.nan).nan_loses  # (nanmax/nanmin: NaN skipped, else the second)
-    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros or ("second" if loses else None), loses))
+    sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros or ("second" if loses else None), loses,
+                                            first_nan=True))  # (of a row's NaNs the first: the NumPy module's)
     kind = op.spec.strategy
     static = kind.static
     index_dtype = smallest_index_dtype(op.window_size()) if (sel.form == "scan" and static) else None

@@ -171,8 +171,14 @@ def test_numpy_module_equals_the_framework_many_lengths(framework):
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_torch_backend_equals_the_framework(framework):
     """The torch backend prints the rule: PyTorch's ops themselves under the torch preset, XLA's
-    arithmetic (flushes, reduce order) in torch operations under the jax preset."""
-    _check("torch", framework, SHAPES, 3)
+    arithmetic (flushes, reduce order) in torch operations under the jax preset (every other shape
+    in the default run: the rest in the slow one)."""
+    _check("torch", framework, SHAPES[::2] if framework == "torch" else SHAPES, 3)
+
+
+@pytest.mark.slow
+def test_torch_backend_equals_pytorch_every_shape():
+    _check("torch", "torch", SHAPES[1::2], 5)
 
 
 @pytest.mark.slow  # (each shape and dtype jitted: seconds each)
@@ -184,8 +190,8 @@ def test_jax_backend_equals_the_framework(framework):
     _check("jax", framework, SHAPES, 4, inputs=lambda *a: _inputs(*a)[:3] if framework == "torch" else _inputs(*a))
 
 
-@pytest.mark.parametrize("dtype,tdtype", [pytest.param(*HALVES[0], marks=pytest.mark.slow), HALVES[1]],
-                         ids=["float16", "bfloat16"])  # (bfloat16 has float32's subnormals: flushed)
+@pytest.mark.slow  # (JAX's exp and log of every value)
+@pytest.mark.parametrize("dtype,tdtype", HALVES, ids=["float16", "bfloat16"])
 def test_torch_backends_xla_exp_and_log_of_every_value(dtype, tdtype):
     """The torch module's _xla_math (flushing after PyTorch's rounding) equals jnp.exp/jnp.log on
     all 65536 values."""

@@ -152,7 +152,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_hit(v, extremum): an element attains its window's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(v) || (v > best)) ? v : best;
+  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return sg_isnan(v) || (v == extremum);
@@ -162,7 +162,7 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   return hit ? (grad_output) / (count) : 0.0f;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(v) || (v > best)) ? v : best;
+  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return sg_isnan(v) || (v == extremum);

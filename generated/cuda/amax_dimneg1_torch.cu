@@ -159,7 +159,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a window
 // sg_term(grad_output, v, extremum): element v's term of jvp's sum, which is divided by the count once
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(v) || (v > best)) ? v : best;
+  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return v == extremum;
@@ -173,7 +173,7 @@ __device__ __forceinline__ float sg_term(const float grad_output, const float v,
   return grad_output*hit;
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(v) || (v > best)) ? v : best;
+  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return v == extremum;

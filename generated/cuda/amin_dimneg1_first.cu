@@ -150,13 +150,13 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_combine(best, v): the window's extremum so far, NaN propagating
 // sg_take(v, best): a later element v takes over from the running winner best
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return (sg_isnan(v) || (v < best)) ? v : best;
+  return ((v < best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_take(const float v, const float best) {
   return (v < best) || (sg_isnan(v) && !sg_isnan(best));
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return (sg_isnan(v) || (v < best)) ? v : best;
+  return ((v < best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
 }
 __device__ __forceinline__ bool sg_take(const double v, const double best) {
   return (v < best) || (sg_isnan(v) && !sg_isnan(best));

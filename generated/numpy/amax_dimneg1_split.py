@@ -341,12 +341,24 @@ def _weight(grad_output, hit, count, extremum):
 
 
 
+def _first_nan(rows: np.ndarray, extremum: np.ndarray) -> np.ndarray:
+    """extremum (one per row) with each NaN replaced by its row's first NaN, bits and all (np.max
+    returns some NaN of the row, which one by its SIMD lanes)."""
+    nan = np.isnan(extremum)
+    if not nan.any():
+        return extremum
+    extremum = np.array(extremum, copy=True)
+    holding = rows[nan]
+    extremum[nan] = np.take_along_axis(holding, np.argmax(np.isnan(holding), axis=-1)[..., None], axis=-1)[..., 0]
+    return extremum
+
+
 def forward(x: np.ndarray) -> tuple[np.ndarray, Saved]:
     """Return (output, saved)."""
     x = _as_input("x", x)
     view, kept = _view(x)  # kept: what fixes the windows, saved
     rows = _gathered(x, view)
-    output = np.asarray(np.where((extremum := np.max(rows, axis=-1)) == 0, np.take_along_axis(rows, (np.argmax((rows == 0), axis=-1))[..., None], axis=-1)[..., 0], extremum)).reshape(view.out_shape)
+    output = np.asarray(_first_nan(rows, np.where((extremum := np.max(rows, axis=-1)) == 0, np.take_along_axis(rows, (np.argmax((rows == 0), axis=-1))[..., None], axis=-1)[..., 0], extremum))).reshape(view.out_shape)
     return output, Saved(x, output, *kept, x.shape, view.out_shape, x.dtype)
 
 

@@ -333,10 +333,18 @@ def _gather_words(op: Op, kernel: WindowKernel) -> dict:
     return _GATHER[kernel.windows] | {
         # the dtype of saved.index: the lowered one, or the one the module picks at run time
         "index_type": "INDEX_DTYPE" if kernel.index_dtype else "_index_dtype(view.n)",
-        "mask_output": numpy_extremum_reduce(
+        "mask_output": _first_nan_of(numpy_extremum_reduce(
             # (NaN skipped: of +0 and -0 the second, as the lowered fold, where no rule is given)
-            sel.extremum, "rows", op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan)
-        if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT}
+            sel.extremum, "rows", op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan), kernel)
+        if kernel.windows == "rows" else _FOLD_WINNER_OUTPUT,
+        # a row's NaN output is its first NaN, bits and all (host/_first_nan.py.jinja)
+        "first_nan": kernel.windows == "rows" and not kernel.skips_nan}
+
+
+def _first_nan_of(reduce: str, kernel: WindowKernel) -> str:
+    """A reduction's mask-form output with each NaN its row's first (the C and CUDA folds' NaN,
+    lower.extremum_step's first_nan), where NaN is not skipped."""
+    return reduce if kernel.skips_nan else f"_first_nan(rows, {reduce})"
 
 
 def _whole_row_strings(op: Op, kernel: WindowKernel) -> dict:
