@@ -37,28 +37,30 @@ def fold_winner(extremum: str, zeros: str | None) -> list[str]:
     return winners.fold_winner(TORCH, extremum, zeros)
 
 
-def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, array: str = "rows") -> list[str]:
+def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, array: str = "rows",
+                    d: Dialect = TORCH) -> list[str]:
     """The lines of `_extremum(rows)`: the extremum along the last axis (NaN propagating), as
     host.printer.numpy_extremum_reduce; under the zeros rule 'ordered' a zero extremum is +0
     where the row holds a +0 (max; min: -0 where it holds a -0); under 'first' ('second') it is
     the row's first (last) zero.  ``skip_nan`` (nanmax/nanmin): the extremum of the row with each
-    NaN read as -inf (+inf for a min), NaN where the row holds only NaN."""
+    NaN read as -inf (+inf for a min), NaN where the row holds only NaN.  d: the dialect of a
+    row's first/last True and the sign test."""
     m = "amax" if extremum == "max" else "amin"
     if skip_nan:
         inf = TORCH.neg_inf(extremum)
-        *body, last = extremum_reduce(extremum, zeros, array="numbers")
+        *body, last = extremum_reduce(extremum, zeros, array="numbers", d=d)
         return [f"numbers = torch.where(torch.isnan(rows), {inf}, rows)  # NaNs passed over", *body,
                 f"return torch.where(torch.isnan(rows).all(dim=-1), math.nan, {last.removeprefix('return ')})"]
     if zeros is None:
         return [f"return torch.{m}({array}, dim=-1)"]
     if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero
-        at = (TORCH.first_true if zeros == "first" else TORCH.last_true)(f"({array} == 0)")
+        at = (d.first_true if zeros == "first" else d.last_true)(f"({array} == 0)")
         return [f"extremum = torch.{m}({array}, dim=-1)",
                 f"zero = torch.gather({array}, -1, ({at})[..., None])[..., 0]",
                 "return torch.where(extremum == 0, zero, extremum)"]
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
-    wins = f"~torch.signbit({array})" if m == "amax" else f"torch.signbit({array})"
+    wins = f"~{d.signbit(array)}" if m == "amax" else d.signbit(array)
     signs = "0.0, -0.0" if m == "amax" else "-0.0, 0.0"
     return [f"extremum = torch.{m}({array}, dim=-1)",
             f"zero = torch.where((({array} == 0) & {wins}).any(dim=-1), {signs}).to({array}.dtype)",
