@@ -81,7 +81,6 @@ class _Positions(Dialect):
         n = f"{h}.shape[-1]"
         return f"(torch.amax(torch.where({h}, {self.arange.format(n=n)}, -1), dim=-1) + {n}) % {n}"
 
-
     def isnan(self, a: str) -> str:
         return nan_test(a)
 
