@@ -11,15 +11,13 @@ scatter, no atomics, no ``.item()``, no branch on a tensor's values."""
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from typing import TYPE_CHECKING
 
 from ..common import grad_start_comment
 from ..host import adaptive_window_code, winners
-from ..host.winners import Dialect
-from .printer import nan_test, sign_test
-from .rows import TORCH, extremum_reduce
+from .printer import nan_test
+from .rows import POSITIONS, TORCH, extremum_reduce
 from .window import _code, _fold
 
 if TYPE_CHECKING:
@@ -66,39 +64,14 @@ _WHOLE_COUNT = ["count = _rows(hit).sum(-1).reshape(layout.out_plane).to(torch.p
 _WHOLE_NO_COUNT = ["count = None  # the weight needs no count"]
 
 
-class _Positions(Dialect):
-    """rows.TORCH with a row's first (last) True found as the least (greatest) position holding
-    one: an integer min (max) that Inductor's C++ vectorizes, where its argmax of a Boolean row
-    combines an index-value pair per element (a whole-plane adaptive pool under the mask form ran
-    10x PyTorch's own, compiled, on the benchmark CNN's 64x64x16x16); NaN and sign tests in the
-    forms Inductor vectorizes (printer.nan_test, sign_test)."""
-
-    def first_true(self, h: str) -> str:
-        n = f"{h}.shape[-1]"
-        return f"torch.amin(torch.where({h}, {self.arange.format(n=n)}, {n}), dim=-1) % {n}"
-
-    def last_true(self, h: str) -> str:
-        n = f"{h}.shape[-1]"
-        return f"(torch.amax(torch.where({h}, {self.arange.format(n=n)}, -1), dim=-1) + {n}) % {n}"
-
-    def isnan(self, a: str) -> str:
-        return nan_test(a)
-
-    def signbit(self, a: str) -> str:
-        return sign_test(a)
-
-
-_POSITIONS = _Positions(**{f.name: getattr(TORCH, f.name) for f in dataclasses.fields(TORCH)})
-
-
 def _fold_lines(extremum: str, zeros: str | None) -> list[str]:
     """The lines of `_fold(rows)`: the value the running extremum step (a where a is NaN or beats b
     strictly, else b) returns over each row, the element winners.fold_winner finds: the row's
     first NaN, else its extremum, a zero one by the zeros rule (None: the last zero, as the fold).
     Every reduction reads the row once, none needs another's result (no hit mask of the extremum
     and no second pass), so Inductor makes them one pass over the plane."""
-    *body, last = extremum_reduce(extremum, zeros or "second", d=_POSITIONS)
-    n, at = "rows.shape[-1]", _POSITIONS.arange.format(n="rows.shape[-1]")
+    *body, last = extremum_reduce(extremum, zeros or "second", d=POSITIONS)
+    n, at = "rows.shape[-1]", POSITIONS.arange.format(n="rows.shape[-1]")
     return [f"first_nan = torch.amin(torch.where({nan_test('rows')}, {at}, {n}), dim=-1)  # {n}: none",
             *body,
             f"value = {last.removeprefix('return ')}",
@@ -120,7 +93,7 @@ def _whole(op, kernel: WindowKernel) -> dict:
     if kernel.windows != "spans" or size is None or any(o != 1 for o in size):
         return none
     try:
-        winner = winners.scan_winner(_POSITIONS, sel.extremum, sel.order, sel.nan) if scan else []
+        winner = winners.scan_winner(POSITIONS, sel.extremum, sel.order, sel.nan) if scan else []
         fold = [] if scan and sel.winner_is_output else _fold_lines(sel.extremum, op.zeros)
     except ValueError:
         return none

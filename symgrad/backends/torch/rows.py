@@ -9,11 +9,13 @@ jvp of the mask forms a sum along the row.  No Python fold over a row's elements
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ...lower import V
 from ..host import winners
 from ..host.winners import Dialect
+from .printer import nan_test, sign_test
 from .window import GEOMETRY, _code
 
 if TYPE_CHECKING:
@@ -25,6 +27,32 @@ TORCH = Dialect(module="torch", axis="dim=-1", keep="keepdim=True", reduce={"max
                 arange="torch.arange({n}, device=rows.device)",
                 numbers_hit=("numbers = torch.where(torch.isnan(rows), {inf}, rows)  # NaNs passed over",
                              "hit = rows == torch.{m}(numbers, dim=-1, keepdim=True)"))
+
+
+class Positions(Dialect):
+    """TORCH with a row's first (last) True found as the least (greatest) position holding
+    one: an integer min (max) that Inductor's C++ vectorizes, where its argmax of a Boolean row
+    combines an index-value pair per element (a whole-plane adaptive pool under the mask form ran
+    10x PyTorch's own, compiled, on the benchmark CNN's 64x64x16x16; the split amax's zero
+    rule likewise); NaN and sign tests in the
+    forms Inductor vectorizes (printer.nan_test, sign_test)."""
+
+    def first_true(self, h: str) -> str:
+        n = f"{h}.shape[-1]"
+        return f"torch.amin(torch.where({h}, {self.arange.format(n=n)}, {n}), dim=-1) % {n}"
+
+    def last_true(self, h: str) -> str:
+        n = f"{h}.shape[-1]"
+        return f"(torch.amax(torch.where({h}, {self.arange.format(n=n)}, -1), dim=-1) + {n}) % {n}"
+
+    def isnan(self, a: str) -> str:
+        return nan_test(a)
+
+    def signbit(self, a: str) -> str:
+        return sign_test(a)
+
+
+POSITIONS = Positions(**{f.name: getattr(TORCH, f.name) for f in dataclasses.fields(TORCH)})
 
 
 def scan_winner(extremum: str, order: str, nan) -> list[str]:
@@ -85,7 +113,7 @@ def rows_context(op, kernel: WindowKernel) -> dict:
                         "not the winner"] if fold else [],
         # (NaN skipped: of +0 and -0 the second, as the NumPy module, where no rule is given)
         "extremum_reduce": [] if scan else extremum_reduce(
-            sel.extremum, op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan),
+            sel.extremum, op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan, d=POSITIONS),
         "hit": "" if scan else _code(sel.hit),
         "weight": "" if scan else _code(sel.weight),
         # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms by at::sum
