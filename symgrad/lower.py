@@ -442,7 +442,9 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
     cond = sp.Or(_policy.isnan_of(b if nan_loses else a), beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
-        cond = sp.Or(cond, sp.And(sp.Eq(a, b, evaluate=False), SignBit(negative)))
+        tie = sp.Eq(a, b, evaluate=False)
+        # a number a (never -0: SymPy has one zero) is what a max of a tie returns: no sign test
+        cond = sp.Or(cond, tie if kind == "max" and a.is_number else sp.And(tie, SignBit(negative)))
     elif zeros != "second":
         raise ValueError(f"unknown zero rule {zeros!r}")
     return Select(cond, a, b)

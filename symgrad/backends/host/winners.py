@@ -54,6 +54,14 @@ class Dialect:
             return self.call(arg, a, self.axis)
         return f"{a}.shape[-1] - 1 - {self.call(arg, self.flip.format(a=a), self.axis)}"
 
+    def isnan(self, a: str) -> str:
+        """Whether each element of the array a (its code) is NaN."""
+        return f"{self.module}.isnan({a})"
+
+    def signbit(self, a: str) -> str:
+        """Whether each element of the array a (its code) has its sign bit set."""
+        return f"{self.module}.signbit({a})"
+
     def extremum_step(self, extremum: str, a: str, b: str) -> str:
         """One step of a max/min fold with the rule stated for every dtype: a where a is NaN or
         beats b strictly, else b (NaN propagates; of two equal values, +0 and -0 included, the
@@ -85,7 +93,7 @@ def scan_winner(d: Dialect, extremum: str, order: str, nan) -> list[str]:
     (replace), the scan restarts after the last NaN (which wins if it is the last element)."""
     m = d.reduce[extremum]
     pick = d.first_true if order == "first" else d.last_true
-    where, isnan = f"{d.module}.where", f"{d.module}.isnan"
+    where = f"{d.module}.where"
     takes, taken = ("number", False) if nan is None else (nan.nan_takes_over, nan.nan_is_taken_over)
     arg = d.arg_extremum(extremum, order, "rows")
     if nan is not None and nan.nan_loses:  # skip (nanmax/nanmin): NaNs passed over, none: the first
@@ -95,17 +103,17 @@ def scan_winner(d: Dialect, extremum: str, order: str, nan) -> list[str]:
         return [f"return {arg}"]
     if takes == "always" and not taken:
         if d.eager:
-            return [f"winner = {arg}", f"nan = {isnan}(rows)",
+            return [f"winner = {arg}", f"nan = {d.isnan('rows')}",
                     "if nan.any():  # rows holding NaN: their last NaN",
                     f"    winner = {where}(nan.any({d.axis}), {d.last_true('nan')}, winner)", "return winner"]
-        return [f"nan = {isnan}(rows)  # rows holding NaN: their last NaN",
+        return [f"nan = {d.isnan('rows')}  # rows holding NaN: their last NaN",
                 f"return {where}(nan.any({d.axis}), {d.last_true('nan')}, {arg})"]
     if takes == "never" and not taken:
         return [*(line.format(m=m, inf=d.neg_inf(extremum)) for line in d.numbers_hit),
-                f"return {where}({isnan}(rows[..., 0]), 0, {pick('hit')})"]
+                f"return {where}({d.isnan('rows[..., 0]')}, 0, {pick('hit')})"]
     if takes == "always" and taken:
         restart = ["restart = " + pick("hit")] if d.eager else []
-        return [f"nan = {isnan}(rows)",
+        return [f"nan = {d.isnan('rows')}",
                 f"last_nan = {where}(nan.any({d.axis}), {d.last_true('nan')}, -1)",
                 f"after = {d.arange.format(n='rows.shape[-1]')} > last_nan[..., None]",
                 f"rest = {where}(after, rows, {d.neg_inf(extremum)})",
@@ -124,14 +132,14 @@ def fold_winner(d: Dialect, extremum: str, zeros: str | None) -> list[str]:
     m, where = d.reduce[extremum], f"{d.module}.where"
     ordered = []
     if zeros == "ordered":
-        sign = f"{'~' if extremum == 'max' else ''}{d.module}.signbit(rows)"
+        sign = f"{'~' if extremum == 'max' else ''}{d.signbit('rows')}"
         ordered = [f"preferred = hit & {sign}  # -0 is below +0",
                    f"hit = {where}(preferred.any({d.axis}, {d.keep}), preferred, hit)"]
     elif zeros not in (None, "second", "first"):
         raise ValueError(f"no fold winner for the zeros rule {zeros!r}")
     which, pick = ("first", d.first_true) if zeros == "first" else ("last", d.last_true)
     named = f"{which}_hit" if d.eager else pick("hit")
-    return [f"nan = {d.module}.isnan(rows)", f"hit = rows == {d.module}.{m}(rows, {d.axis}, {d.keep})", *ordered,
+    return [f"nan = {d.isnan('rows')}", f"hit = rows == {d.module}.{m}(rows, {d.axis}, {d.keep})", *ordered,
             *([f"{which}_hit = {pick('hit')}"] if d.eager else []),
             f"return {where}(nan.any({d.axis}), {d.first_true('nan')}, {named})"]
 

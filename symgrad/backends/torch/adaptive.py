@@ -11,14 +11,13 @@ scatter, no atomics, no ``.item()``, no branch on a tensor's values."""
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from typing import TYPE_CHECKING
 
 from ..common import grad_start_comment
 from ..host import adaptive_window_code, winners
-from ..host.winners import Dialect
-from .rows import TORCH
+from .printer import nan_test
+from .rows import POSITIONS, TORCH, extremum_reduce
 from .window import _code, _fold
 
 if TYPE_CHECKING:
@@ -65,46 +64,43 @@ _WHOLE_COUNT = ["count = _rows(hit).sum(-1).reshape(layout.out_plane).to(torch.p
 _WHOLE_NO_COUNT = ["count = None  # the weight needs no count"]
 
 
-class _Positions(Dialect):
-    """rows.TORCH with a row's first (last) True found as the least (greatest) position holding
-    one: an integer min (max) that Inductor's C++ vectorizes, where its argmax of a Boolean row
-    combines an index-value pair per element (a whole-plane adaptive pool under the mask form ran
-    10x PyTorch's own, compiled, on the benchmark CNN's 64x64x16x16)."""
-
-    def first_true(self, h: str) -> str:
-        n = f"{h}.shape[-1]"
-        return f"torch.amin(torch.where({h}, {self.arange.format(n=n)}, {n}), dim=-1) % {n}"
-
-    def last_true(self, h: str) -> str:
-        n = f"{h}.shape[-1]"
-        return f"(torch.amax(torch.where({h}, {self.arange.format(n=n)}, -1), dim=-1) + {n}) % {n}"
-
-
-_POSITIONS = _Positions(**{f.name: getattr(TORCH, f.name) for f in dataclasses.fields(TORCH)})
+def _fold_lines(extremum: str, zeros: str | None) -> list[str]:
+    """The lines of `_fold(rows)`: the value the running extremum step (a where a is NaN or beats b
+    strictly, else b) returns over each row, the element winners.fold_winner finds: the row's
+    first NaN, else its extremum, a zero one by the zeros rule (None: the last zero, as the fold).
+    Every reduction reads the row once, none needs another's result (no hit mask of the extremum
+    and no second pass), so Inductor makes them one pass over the plane."""
+    *body, last = extremum_reduce(extremum, zeros or "second", d=POSITIONS)
+    n, at = "rows.shape[-1]", POSITIONS.arange.format(n="rows.shape[-1]")
+    return [f"first_nan = torch.amin(torch.where({nan_test('rows')}, {at}, {n}), dim=-1)  # {n}: none",
+            *body,
+            f"value = {last.removeprefix('return ')}",
+            f"nan = torch.gather(rows, -1, (first_nan % {n})[..., None])[..., 0]",
+            f"return torch.where(first_nan < {n}, nan, value)"]
 
 
 def _whole(op, kernel: WindowKernel) -> dict:
     """Where every output size is 1 (global pooling, the benchmark CNN's last pool), each plane is
     one window: forward finds its winner in closed form over the plane as one row (rows.py's
-    _winner and _fold_winner, a few whole-row reductions that Inductor fuses) instead of a scan
+    _winner, and _fold: a few whole-row reductions that Inductor fuses) instead of a scan
     over the box's elements (256 passes over a 16x16 plane), and backward is one select per element.
     {"whole": False} where an output size is not 1, or no closed form holds the scan's NaN rule."""
     sel = kernel.selection
     scan = sel.form == "scan"
-    none = {"whole": False, "winner_lines": [], "fold_winner_lines": [], "output_fold": [], "extremum": sel.extremum,
+    none = {"whole": False, "winner_lines": [], "fold_lines": [], "output_fold": [], "extremum": sel.extremum,
             "whole_count": _WHOLE_COUNT if sel.counts else _WHOLE_NO_COUNT}
     size = op.params.get("output_size")  # (fractional pooling's, which has its windows, may be None)
     if kernel.windows != "spans" or size is None or any(o != 1 for o in size):
         return none
     try:
-        winner = winners.scan_winner(_POSITIONS, sel.extremum, sel.order, sel.nan) if scan else []
-        fold = [] if scan and sel.winner_is_output else winners.fold_winner(_POSITIONS, sel.extremum, op.zeros)
+        winner = winners.scan_winner(POSITIONS, sel.extremum, sel.order, sel.nan) if scan else []
+        fold = [] if scan and sel.winner_is_output else _fold_lines(sel.extremum, op.zeros)
     except ValueError:
         return none
-    return {"whole": True, "winner_lines": winner, "fold_winner_lines": fold, "extremum": sel.extremum,
+    return {"whole": True, "winner_lines": winner, "fold_lines": fold, "extremum": sel.extremum,
             "whole_count": _WHOLE_COUNT if sel.counts else _WHOLE_NO_COUNT,
-            "output_fold": ["winner = _fold_winner(rows)  # under this NaN rule the output is the fold's, "
-                            "not the winner"] if scan and fold else []}
+            "output_fold": ["best = _fold(rows)[:, None]  # under this NaN rule the output is the fold's, not the winner"]
+            if fold else ["best = torch.gather(rows, -1, winner[:, None])"]}
 
 
 def adaptive_context(op, kernel: WindowKernel) -> dict:

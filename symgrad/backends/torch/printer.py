@@ -56,6 +56,26 @@ def rounded(value: float, dtype: str) -> float:
         return float(getattr(np, dtype)(value))
 
 
+def _name(code: str) -> bool:
+    """Whether code is a name or a view of one by constant indices (rows[..., 0]): cheap to
+    write twice (Inductor computes it once)."""
+    return code.split("[", 1)[0].isidentifier()
+
+
+def nan_test(a: str) -> str:
+    """Whether each element of a (code) is NaN: a name as (v != v), which Inductor vectorizes on
+    the CPU (its torch.isnan is a scalar loop); anything else through torch.isnan (computed once)."""
+    return f"({a} != {a})" if _name(a) else f"torch.isnan({a})"
+
+
+def sign_test(a: str) -> str:
+    """Whether each element of a (code) has its sign bit set (-0, negative numbers, NaNs with the
+    bit): a name as (ones.copysign(v) < 0), the same test, which Inductor vectorizes on the CPU
+    (its torch.signbit is a scalar loop, 10x the rest of a pooling's forward); anything else
+    through torch.signbit."""
+    return f"(torch.ones_like({a}).copysign({a}) < 0)" if _name(a) else f"torch.signbit({a})"
+
+
 class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
     """SymPy's PyTorch printer with the lowered nodes added.
 
@@ -153,13 +173,10 @@ class TorchCodePrinter(ConditionPrinter, _SympyTorchPrinter):
         return f"~{self._print(expr.args[0])}"
 
     def _print_IsNan(self, expr):
-        """A name as (v != v), which Inductor vectorizes on the CPU (its torch.isnan is a scalar
-        loop); anything else through torch.isnan (so it is computed once)."""
-        arg = bare(self._print(expr.args[0]))
-        return f"({arg} != {arg})" if arg.isidentifier() else f"torch.isnan({arg})"
+        return nan_test(bare(self._print(expr.args[0])))
 
     def _print_SignBit(self, expr):
-        return f"torch.signbit({bare(self._print(expr.args[0]))})"
+        return sign_test(bare(self._print(expr.args[0])))
 
     def _print_IsFinite(self, expr):
         return f"torch.isfinite({bare(self._print(expr.args[0]))})"

@@ -9,11 +9,13 @@ jvp of the mask forms a sum along the row.  No Python fold over a row's elements
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from ...lower import V
 from ..host import winners
 from ..host.winners import Dialect
+from .printer import nan_test, sign_test
 from .window import GEOMETRY, _code
 
 if TYPE_CHECKING:
@@ -27,6 +29,32 @@ TORCH = Dialect(module="torch", axis="dim=-1", keep="keepdim=True", reduce={"max
                              "hit = rows == torch.{m}(numbers, dim=-1, keepdim=True)"))
 
 
+class Positions(Dialect):
+    """TORCH with a row's first (last) True found as the least (greatest) position holding
+    one: an integer min (max) that Inductor's C++ vectorizes, where its argmax of a Boolean row
+    combines an index-value pair per element (a whole-plane adaptive pool under the mask form ran
+    10x PyTorch's own, compiled, on the benchmark CNN's 64x64x16x16; the split amax's zero
+    rule likewise); NaN and sign tests in the
+    forms Inductor vectorizes (printer.nan_test, sign_test)."""
+
+    def first_true(self, h: str) -> str:
+        n = f"{h}.shape[-1]"
+        return f"torch.amin(torch.where({h}, {self.arange.format(n=n)}, {n}), dim=-1) % {n}"
+
+    def last_true(self, h: str) -> str:
+        n = f"{h}.shape[-1]"
+        return f"(torch.amax(torch.where({h}, {self.arange.format(n=n)}, -1), dim=-1) + {n}) % {n}"
+
+    def isnan(self, a: str) -> str:
+        return nan_test(a)
+
+    def signbit(self, a: str) -> str:
+        return sign_test(a)
+
+
+POSITIONS = Positions(**{f.name: getattr(TORCH, f.name) for f in dataclasses.fields(TORCH)})
+
+
 def scan_winner(extremum: str, order: str, nan) -> list[str]:
     """The lines of `_winner(rows)` (winners.scan_winner in torch)."""
     return winners.scan_winner(TORCH, extremum, order, nan)
@@ -37,28 +65,30 @@ def fold_winner(extremum: str, zeros: str | None) -> list[str]:
     return winners.fold_winner(TORCH, extremum, zeros)
 
 
-def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, array: str = "rows") -> list[str]:
+def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, array: str = "rows",
+                    d: Dialect = TORCH) -> list[str]:
     """The lines of `_extremum(rows)`: the extremum along the last axis (NaN propagating), as
     host.printer.numpy_extremum_reduce; under the zeros rule 'ordered' a zero extremum is +0
     where the row holds a +0 (max; min: -0 where it holds a -0); under 'first' ('second') it is
     the row's first (last) zero.  ``skip_nan`` (nanmax/nanmin): the extremum of the row with each
-    NaN read as -inf (+inf for a min), NaN where the row holds only NaN."""
+    NaN read as -inf (+inf for a min), NaN where the row holds only NaN.  d: the dialect of a
+    row's first/last True and the sign test."""
     m = "amax" if extremum == "max" else "amin"
     if skip_nan:
         inf = TORCH.neg_inf(extremum)
-        *body, last = extremum_reduce(extremum, zeros, array="numbers")
+        *body, last = extremum_reduce(extremum, zeros, array="numbers", d=d)
         return [f"numbers = torch.where(torch.isnan(rows), {inf}, rows)  # NaNs passed over", *body,
                 f"return torch.where(torch.isnan(rows).all(dim=-1), math.nan, {last.removeprefix('return ')})"]
     if zeros is None:
         return [f"return torch.{m}({array}, dim=-1)"]
     if zeros in ("first", "second"):  # a zero extremum is the row's first (last) zero
-        at = (TORCH.first_true if zeros == "first" else TORCH.last_true)(f"({array} == 0)")
+        at = (d.first_true if zeros == "first" else d.last_true)(f"({array} == 0)")
         return [f"extremum = torch.{m}({array}, dim=-1)",
                 f"zero = torch.gather({array}, -1, ({at})[..., None])[..., 0]",
                 "return torch.where(extremum == 0, zero, extremum)"]
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
-    wins = f"~torch.signbit({array})" if m == "amax" else f"torch.signbit({array})"
+    wins = f"~{d.signbit(array)}" if m == "amax" else d.signbit(array)
     signs = "0.0, -0.0" if m == "amax" else "-0.0, 0.0"
     return [f"extremum = torch.{m}({array}, dim=-1)",
             f"zero = torch.where((({array} == 0) & {wins}).any(dim=-1), {signs}).to({array}.dtype)",
@@ -83,7 +113,7 @@ def rows_context(op, kernel: WindowKernel) -> dict:
                         "not the winner"] if fold else [],
         # (NaN skipped: of +0 and -0 the second, as the NumPy module, where no rule is given)
         "extremum_reduce": [] if scan else extremum_reduce(
-            sel.extremum, op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan),
+            sel.extremum, op.zeros or ("second" if kernel.skips_nan else None), kernel.skips_nan, d=POSITIONS),
         "hit": "" if scan else _code(sel.hit),
         "weight": "" if scan else _code(sel.weight),
         # the torch preset (conventions.TANGENT_SUMS "torch"): jvp adds these terms by at::sum
