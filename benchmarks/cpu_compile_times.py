@@ -2,7 +2,8 @@
 one library per kind and policy form (scan, mask) compiled into an empty cache, then loaded again
 as a new process would (python benchmarks/cpu_compile_times.py)."""
 import os, sys, tempfile, time
-os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="sg-cpu-times-")
+_CACHE = tempfile.TemporaryDirectory(prefix="sg-cpu-times-")  # removed when the process exits
+os.environ["SYMGRAD_CACHE_DIR"] = _CACHE.name
 import symgrad
 CASES = [("relu", {}, {}), ("maximum", {}, {}), ("clamp", {"min": -1.0, "max": 1.0}, {}),
          ("expr Max(x*y, x + y, 0)", None, {}),

@@ -3,7 +3,8 @@ maxout, a reduction, fractional pooling; a scan and a mask policy each), float32
 one OpenMP thread: the CPU time of the calling thread (time.thread_time, so a machine shared with
 other work slows it little), best of R runs (python benchmarks/cpu_window_kinds.py [case ...])."""
 import os, sys, tempfile, time
-os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="sg-cpu-kinds-"))
+_CACHE = tempfile.TemporaryDirectory(prefix="sg-cpu-kinds-")  # removed when the process exits
+os.environ.setdefault("SYMGRAD_CACHE_DIR", _CACHE.name)
 import numpy as np
 import symgrad
 

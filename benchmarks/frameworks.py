@@ -40,7 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's symgrad
-os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="symgrad-bench-"))
+_CACHE = tempfile.TemporaryDirectory(prefix="symgrad-bench-")  # removed when the process exits
+os.environ.setdefault("SYMGRAD_CACHE_DIR", _CACHE.name)
 
 MODELS = {  # name: (input shape without the batch, channels of each conv, adaptive pool at the end)
     "cnn": ((3, 64, 64), (32, 64), True),

@@ -46,7 +46,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's symgrad
-CACHE = tempfile.mkdtemp(prefix="symgrad-bench-")
+_CACHE = tempfile.TemporaryDirectory(prefix="symgrad-bench-")  # removed when the process exits
+CACHE = _CACHE.name
 os.environ["SYMGRAD_CACHE_DIR"] = CACHE
 
 import symgrad  # noqa: E402

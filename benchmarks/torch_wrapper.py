@@ -43,7 +43,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's symgrad
-os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="symgrad-bench-"))
+_CACHE = tempfile.TemporaryDirectory(prefix="symgrad-bench-")  # removed when the process exits
+os.environ.setdefault("SYMGRAD_CACHE_DIR", _CACHE.name)
 
 try:
     import torch
