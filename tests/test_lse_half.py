@@ -107,7 +107,7 @@ def _runner(backend: str, module, tdtype):
 def _check(backend: str, framework: str, shapes: list, seed: int, inputs=None) -> None:
     """The backend's module under the framework's preset: forward, backward and jvp bit for bit
     with the framework (jvp: backward's transpose in its ops, _torch_jvp, _jax_jvp) and, for the
-    torch and jax backends, with the NumPy module."""
+    torch, jax and cuda backends, with the NumPy module."""
     rng = np.random.default_rng(seed)
     vjp, jvp = {"torch": (_torch_vjp, _torch_jvp), "jax": (_jax_vjp, _jax_jvp)}[framework]
     for (dtype, tdtype) in HALVES:
@@ -122,7 +122,7 @@ def _check(backend: str, framework: str, shapes: list, seed: int, inputs=None) -
                 assert _bits_equal(y, want, dtype), (dtype, shape, dim, x, y, want)
                 assert _bits_equal(grad, want_grad, dtype), (dtype, shape, dim, x, grad, want_grad)
                 assert _bits_equal(tangent, jvp(x, t, dim, tdtype), dtype), (dtype, shape, dim, x, t, tangent)
-                if backend in ("torch", "jax"):
+                if backend in ("torch", "jax", "cuda"):
                     for got, want in zip((y, grad, tangent), _runner("numpy", numpy_module, tdtype)(x, g, t)):
                         assert _bits_equal(got, want, dtype), (dtype, shape, dim, x, got, want)
 
@@ -209,3 +209,172 @@ def test_without_a_preset_float16_rounds_once():
     module = symgrad.load("logsumexp", dim=0)
     assert not hasattr(module, "_torch_math") and not hasattr(module, "_xla_math")
     assert module.forward(np.array([0.0, -np.inf], np.float16))[0] == np.float16(0.0)
+
+
+# ----------------------------------------------------------------------------- the cuda backend
+
+# the shapes the cuda checks take: SHAPES (dims 0, -1, 1, (0, 2), (0, 1), empty slices), all dims,
+# and columns whose at::sum order differs from row to row (dim 0 of (n, inner): inner 40 holds
+# whole blocks of 32 columns and 8 others; inner 5 blocks of 4 and one other)
+CUDA_SHAPES = SHAPES + [((4, 5), None), ((70, 40), 0), ((33, 5), 0), ((3, 4, 50), (0, 2))]
+
+
+def _cuda_sources_of(convention: str, *dims) -> list:
+    """The .cu source of the cuda module under the convention, for each dim."""
+    from symgrad import backends
+    from symgrad.ops import resolve
+    from symgrad.pipeline import render
+    return [text for dim in dims
+            for name, text in render(resolve("logsumexp", convention=convention, dim=dim), backends.get("cuda")).items()
+            if name.endswith(".cu")]
+
+
+def _cuda_sources(conventions) -> list:
+    dims = dict.fromkeys(d for _, d in CUDA_SHAPES + ORDER_SHAPES)
+    return [text for c in conventions for text in _cuda_sources_of(c, *dims)]
+
+
+@pytest.fixture(scope="module")
+def fake_cupy(tmp_path_factory):
+    """The CUDA loaders' kernels run on the CPU (tests/cuda_harness), every source of the cuda checks
+    compiled at once."""
+    import os
+    import sys
+    from pathlib import Path
+    import cuda_harness as harness
+    if harness.find_cxx() is None:
+        pytest.skip("no C++ compiler: the CUDA kernels run on the CPU through one")
+    cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("lse-half-host"))
+    harness.build_many(_cuda_sources(["torch", "jax"]), cache)
+    old = sys.modules.get("cupy")
+    sys.modules["cupy"] = harness.fake_cupy(cache)
+    yield sys.modules["cupy"]
+    if old is None:
+        sys.modules.pop("cupy", None)
+    else:
+        sys.modules["cupy"] = old
+
+
+def test_cuda_backend_equals_pytorch(fake_cupy):
+    """The cuda backend's float16/bfloat16 kernels under the torch preset (run on the CPU through
+    the harness): forward, backward and jvp bit for bit with PyTorch (torch.logsumexp, its backward,
+    the transpose in its ops) and with the NumPy module, at::sum's order included."""
+    _check("cuda", "torch", CUDA_SHAPES, 6)
+
+
+def test_cuda_backend_equals_the_numpy_module_under_jax(fake_cupy):
+    """Under the jax preset: bit for bit with the NumPy module (JAX itself: the slow test below)."""
+    rng = np.random.default_rng(7)
+    for dtype, tdtype in HALVES:
+        for shape, dim in CUDA_SHAPES:
+            run = _runner("cuda", symgrad.load("logsumexp", backend="cuda", convention="jax", dim=dim), tdtype)
+            want = _runner("numpy", symgrad.load("logsumexp", convention="jax", dim=dim), tdtype)
+            for x in _inputs(shape, dtype, rng):
+                y = np.asarray(symgrad.load("logsumexp", convention="jax", dim=dim).forward(x)[0])
+                g = rng.standard_normal(y.shape).astype(np.float32).astype(dtype)
+                t = (rng.standard_normal(shape) * 3).astype(np.float32).astype(dtype)
+                for got, expected in zip(run(x, g, t), want(x, g, t)):
+                    assert _bits_equal(got, np.asarray(expected), dtype), (dtype, shape, dim, x, got, expected)
+
+
+@pytest.mark.slow  # (JAX compiles each shape)
+def test_cuda_backend_equals_jax(fake_cupy):
+    _check("cuda", "jax", CUDA_SHAPES, 8)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_double_exp_and_log_round_every_half_to_the_correct_float32(dtype):
+    """The cuda kernels compute a half value's exp and log in double and round to float32: CUDA's
+    double exp and log are within 1 ulp of the exact value (its programming guide's bound), so that
+    float32 is the correctly rounded one wherever the exact value lies farther than 2 double ulps
+    from a float32 rounding boundary.  Checked here for every float16 and bfloat16 value (flushed
+    as XLA reads it or not), in 80-bit long double; the exact results (exp(0) = 1, log(1) = 0, and
+    0, infinities and NaN) are left to IEEE special-case results."""
+    if np.finfo(np.longdouble).nmant < 63:
+        pytest.skip("needs an 80-bit long double")
+    values = np.arange(1 << 16, dtype=np.uint16).view(dtype).astype(np.float32)
+    flushed = np.where(np.abs(values) < np.finfo(np.float32).tiny, np.float32(0), values)
+    close = []
+    with np.errstate(all="ignore"):
+        args = np.unique(np.concatenate([values, flushed]).astype(np.longdouble))
+        for name, fn in (("exp", np.exp), ("log", np.log)):
+            exact = fn(args)
+            f = exact.astype(np.float32)
+            inexact = np.isfinite(exact) & (exact != 0) & (f.astype(np.longdouble) != exact)
+            up = np.nextafter(f, np.float32(np.inf)).astype(np.longdouble)
+            down = np.nextafter(f, np.float32(-np.inf)).astype(np.longdouble)
+            big = np.isinf(f)  # beyond FLT_MAX's rounding boundary: FLT_MAX + ulp / 2
+            fl = np.where(big, np.longdouble(np.finfo(np.float32).max), f.astype(np.longdouble))
+            top = np.longdouble(2.0) ** 128
+            bounds = [(fl + np.where(big, top, up)) / 2, (fl + np.where(big, fl, down)) / 2]
+            margin = np.min([np.abs(exact - b) for b in bounds], axis=0) / np.abs(exact)
+            close += [(name, float(a)) for a in args[inexact & (margin <= np.longdouble(2.0) ** -51)]]
+    assert not close, close[:10]
+
+
+# shapes whose rows at::sum and XLA add in orders of their own: long rows (vectors, cascades,
+# XLA's windows of 32), columns (dim 0: inner 40 holds whole blocks of 32 columns and 8 others,
+# inner 5 blocks of 4 and one other), several dims
+ORDER_SHAPES = [((1000,), 0), ((3, 300), 1), ((70, 40), 0), ((33, 5), 0), ((40, 3, 70), (0, 2)), ((5, 6), None)]
+
+
+def _cancelling(shape: tuple, dim, dtype, rng) -> np.ndarray:
+    """Tangents whose sum along each reduced slice cancels: +2^14 at the slice's first element,
+    -2^14 at its last, small ones of both signs between, so that what the float32 sum loses of the
+    small ones, which the order of the additions decides, reaches the rounded result."""
+    dims = tuple(range(len(shape))) if dim is None else tuple(sorted(np.atleast_1d(dim) % len(shape)))
+    last = tuple(range(len(shape) - len(dims), len(shape)))
+    moved = [s for d, s in enumerate(shape) if d not in dims] + [shape[d] for d in dims]
+    rows = rng.choice([-1.0, 1.0], moved) * np.exp2(rng.uniform(-4, 0, moved))
+    flat = rows.reshape(tuple(moved[:len(shape) - len(dims)]) + (-1,))  # (a view: rows is new)
+    flat[..., 0], flat[..., -1] = 2.0 ** 14, -2.0 ** 14
+    return np.moveaxis(rows, last, dims).astype(np.float32).astype(dtype)
+
+
+# where the NumPy module's model of at::sum (host/_torch_sum.py.jinja) adds a half jvp's cancelling
+# terms as PyTorch 2.13 does: columns.  Along rows of 32 elements or more, and over all of a (5, 6),
+# PyTorch's own (t * (x - y).exp()).sum(dims) differs from the model on such tangents in about
+# half of the draws (the model's own limit, the NumPy and cpu modules alike; the cuda module
+# equals the model there too)
+TORCH_ORDER_SHAPES = [((70, 40), 0), ((33, 5), 0)]
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_cuda_jvp_adds_in_the_frameworks_order(fake_cupy, framework):
+    """The kernels' sum programs: jvp of cancelling tangents on tie-heavy inputs (every term's
+    weight alike) bit for bit with the NumPy module and, under torch on TORCH_ORDER_SHAPES, with
+    PyTorch's own ops (a sum from left to right, or the wrong columns' order, differs)."""
+    rng = np.random.default_rng(9)
+    for dtype, tdtype in HALVES:
+        for shape, dim in ORDER_SHAPES:
+            module = symgrad.load("logsumexp", backend="cuda", convention=framework, dim=dim)
+            numpy_module = symgrad.load("logsumexp", convention=framework, dim=dim)
+            for x in (np.zeros(shape, dtype), rng.integers(-1, 1, shape).astype(dtype)):
+                t = _cancelling(shape, dim, dtype, rng)
+                got = module.jvp(t, module.forward(x)[1])
+                assert _bits_equal(got, numpy_module.jvp(t, numpy_module.forward(x)[1]), dtype), (dtype, shape, dim)
+                if framework == "torch" and (shape, dim) in TORCH_ORDER_SHAPES:
+                    assert _bits_equal(got, _torch_jvp(x, t, dim, tdtype), dtype), (dtype, shape, dim)
+
+
+@pytest.mark.parametrize("framework", ["torch", pytest.param("jax", marks=pytest.mark.slow)])
+def test_cuda_half_kernels_compile_with_nvcc(tmp_path, framework):
+    """nvcc (the CUDA compiler; CuPy compiles with NVRTC, the same front end) compiles the preset's
+    .cu, its float16/bfloat16 kernels included, without a warning; only those compute in double (a
+    half value's exp and log, above), the float32 kernels do not."""
+    import re
+    import shutil
+    import subprocess
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    (source,) = _cuda_sources_of(framework, (0, 2))
+    cu = tmp_path / "lse.cu"
+    cu.write_text(source)
+    proc = subprocess.run([nvcc, "--ptx", "-arch=compute_80", "--fmad=false", "-Werror", "all-warnings", str(cu),
+                           "-o", str(tmp_path / "lse.ptx")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    entries = dict(re.findall(r"\.entry\s+(\w+)\((.*?)(?=\.entry|\Z)", (tmp_path / "lse.ptx").read_text(), re.S))
+    halves = [name for name in entries if re.search(r"_(forward|backward|jvp)_half_(f16|bf16)$", name)]
+    assert len(halves) == 6 and all(".f64" in entries[name] for name in halves)
+    assert all(".f64" not in body for name, body in entries.items() if name.endswith("_f32"))

@@ -21,6 +21,7 @@ from ..common import (docstring, environment, grad_start_comment, header, order_
                       special_docstring, wrap)
 from ..host import CUPY_ARRAYS, dtype_constants, preamble_context
 from ..printing import pool_axis_code, python_integer_code
+from .logsumexp import half_context
 from .printer import CUDA_REAL_TYPES, cuda_code, cuda_integer_code
 
 if TYPE_CHECKING:  # annotations only: the lowering makes the Artifacts a backend reads
@@ -811,4 +812,4 @@ def _special_cuda_context(op: Op, kernel) -> dict:
             "weight_params": _params(rt, str(GRAD_OUTPUT), str(V), str(Y)),
         })
     return dict(loader_geometry_partial="cuda/_loader_logsumexp.py.jinja", empty_slices=True, template="cuda/logsumexp.cu.jinja", real_types=real_types,
-                index_types_doc=False, layouts_doc=False)
+                index_types_doc=False, layouts_doc=False, **half_context(kernel))
