@@ -12,7 +12,6 @@ which is what the frameworks' tracing (torch.compile's fake tensors, jax.jit) ne
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import warnings
@@ -197,18 +196,6 @@ CPU_BACKEND_CHOICES = ("auto", "cpu", "numpy")
 # the dtypes the bridges run through the cpu backend: float32 and float64, where it equals the NumPy
 # module bit for bit (float16 stays with the NumPy module)
 CPU_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def environ_reader(name: str):
-    """A function of no arguments returning $name's raw value as os.environ holds it (None: unset;
-    bytes on POSIX), a dict look-up where os.environ is CPython's os._Environ: its get runs four
-    Python calls (1-6 us on a loaded machine), which the bridges' per-call paths would pay.  It
-    reads what os.environ.get reads (os.environ's own dict, which os.environ[...] = v and
-    monkeypatch.setenv change), not an os.environ replaced by another object."""
-    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
-    if not isinstance(data, dict) or encode is None:  # not CPython's os._Environ
-        return lambda: os.environ.get(name)
-    return functools.partial(data.get, encode(name))
 
 
 def cpu_backend_choice() -> str:

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 
 import numpy as np
@@ -237,7 +238,7 @@ class SymgradOp:
                 return self.module, self._layouts, _to_numpy, _from_numpy
             # the cpu backend (compiled C) or the NumPy module, by $SYMGRAD_CPU_BACKEND's raw value
             # (checked by bridge.cpu_backend_choice the first time it is met: one look-up a call)
-            raw = _CPU_BACKEND_RAW()
+            raw = os.environ.get(bridge.CPU_BACKEND_ENV)
             found = self._cpu.get(raw)
             if found is None:
                 found = self._cpu[raw] = self._cpu_backend(bridge.cpu_backend_choice())
@@ -607,14 +608,9 @@ _CPU_BACKEND_DTYPES = frozenset(t for t, d in _NUMPY_DTYPES.items() if d in brid
 def _threads(module) -> dict:
     """threads= for the cpu backend's module: PyTorch's intra-op thread count (torch.set_num_threads),
     unless its THREADS or $SYMGRAD_NUM_THREADS is set (OpenMP's default would oversubscribe)."""
-    if getattr(module, "THREADS", 0) is None and not _NUM_THREADS_RAW():  # the usual case, at a look-up's cost
+    if getattr(module, "THREADS", 0) is None and not os.environ.get(THREADS_ENV):  # the usual case, at a look-up's cost
         return {"threads": torch.get_num_threads()}
     return framework_threads(module, torch.get_num_threads)
-
-
-# $SYMGRAD_CPU_BACKEND's and $SYMGRAD_NUM_THREADS's raw values, read at each call of an op
-_CPU_BACKEND_RAW = bridge.environ_reader(bridge.CPU_BACKEND_ENV)
-_NUM_THREADS_RAW = bridge.environ_reader(THREADS_ENV)
 
 
 def _any_requires_grad(tensors) -> bool:

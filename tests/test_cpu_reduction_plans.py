@@ -94,3 +94,34 @@ def test_planned_maxout_takes_the_full_path_for_other_inputs():
         g_out = np.broadcast_to((1 + np.arange(2, dtype=x.dtype)).reshape(2, 1, 1, 1), out.shape)
         (gx,) = m.backward(np.ascontiguousarray(g_out), saved, threads=1)
         assert np.array_equal(gx, grad)
+
+
+@pytest.mark.parametrize("op,params", [("amax", {"dim": 0}), ("maxout", {"pieces": 2})])
+def test_plan_cache_is_bounded_and_drops_its_plans_when_full(op, params):
+    """Both loaders keep their plans in the select loaders' one cache (loader_select.py.jinja
+    _plan_cache): at most 64 shapes; the 65th drops the others, whose inputs then take the full
+    path again, and every call still gives the brute-force answer."""
+    m = symgrad.load(op, backend="cpu", convention="torch", **params)
+    m._PLANS.clear()
+    shapes = [(2, 2 * k, 3) for k in range(1, 66)]
+    for k, shape in enumerate(shapes):
+        m.forward(distinct(shape, np.float32, seed=k).astype(np.float32), threads=1)
+        assert len(m._PLANS) == k % 64 + 1 and m._planned(np.zeros(shape, np.float32)) is not None
+    assert m._planned(np.zeros(shapes[0], np.float32)) is None  # dropped with the others
+    for shape in shapes[:2] + shapes[-1:]:  # dropped and kept plans: the same answers
+        x = distinct(shape, np.float32, seed=7).astype(np.float32)
+        for _ in range(2):
+            y, saved = m.forward(x, threads=1)
+            if op == "amax":
+                want, grad = brute(op, x, (0,))
+            else:
+                pairs = x.reshape(2, shape[1] // 2, 2, 3)
+                want = pairs.max(axis=2)
+                grad = (pairs == want[:, :, None]).astype(np.float32).reshape(shape)
+            assert np.array_equal(y, want.astype(np.float32))
+            if op == "amax":
+                (gx,) = m.backward((1 + np.arange(want.size)).reshape(want.shape).astype(np.float32),
+                                   saved, threads=1)
+            else:
+                (gx,) = m.backward(np.ones(want.shape, np.float32), saved, threads=1)
+            assert np.array_equal(gx, grad.astype(np.float32))

@@ -71,3 +71,122 @@ def test_numpy_module_returns_the_winning_nan(variant, dtype):
 @pytest.mark.parametrize("variant,dtype", _cases(set()))
 def test_cpu_module_returns_the_winning_nan(variant, dtype):
     _check("cpu", variant, dtype)
+
+
+# ----------------------------------------------------------------------------- pooling and segments
+# The same rule for windows: a window holding NaNs outputs its winning NaN's bits, the window's
+# first NaN in window order (row-major over the window's box, padding left out), its last under
+# ties='last' and under the torch preset (PyTorch's pooling kernels: a NaN takes over from the
+# running max, so its index, and the output, is the window's last NaN).  Segments: the segment's
+# first NaN in segment order (scatter_max's input[j] where include_self, then src in index order)
+# under every policy, ties='last' too (the cpu and cuda folds keep the first NaN; the gradient
+# goes to the last under 'last').  Oracle: loops over each window's elements from the op's
+# definition (pooling's boxes; adaptive's floor/ceil bounds; fractional's starts, the NumPy module's
+# _windows, equal to the cpu kernel's in tests/test_cpu_fractional_starts.py).
+
+def _pool_boxes(kind: str, length: int, out: int, params: dict) -> list:
+    """Each output position's input range along one spatial axis."""
+    if kind == "adaptive":
+        return [range(i * length // out, -(-(i + 1) * length // out)) for i in range(out)]
+    k, s, p = params["kernel_size"], params.get("stride", params["kernel_size"]), params.get("padding", 0)
+    return [range(max(i * s - p, 0), min(i * s - p + k, length)) for i in range(out)]
+
+
+def _window_bits(planes: np.ndarray, boxes_of, last: bool) -> np.ndarray:
+    """Each output's winning NaN's bits (0 where its window holds none), by a loop: planes
+    (P, *spatial); boxes_of(p) the per-axis input ranges of plane p's outputs."""
+    import itertools
+    out = []
+    for p in range(planes.shape[0]):
+        for box in itertools.product(*boxes_of(p)):
+            values = [planes[p][at] for at in itertools.product(*box)]
+            at = [k for k, v in enumerate(values) if np.isnan(v)]
+            out.append(values[at[-1] if last else at[0]].view(UINT[planes.itemsize]) if at else 0)
+    return np.array(out, dtype=UINT[planes.itemsize])
+
+
+POOLS = [("max_pool1d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 17)),
+         ("max_pool2d", {"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9, 10)),
+         ("max_pool3d", {"kernel_size": 2}, (1, 2, 4, 5, 4)),
+         ("adaptive_max_pool2d", {"output_size": (3, 4)}, (2, 3, 7, 9)),
+         ("fractional_max_pool2d", {"kernel_size": 2, "output_size": (3, 4)}, (2, 3, 7, 9))]
+# (backend, op, variant) in the default run; the rest slow
+POOLS_DEFAULT = {("numpy", "max_pool2d", "torch"), ("numpy", "max_pool2d", "last"), ("numpy", "adaptive_max_pool2d", "split"),
+                 ("numpy", "fractional_max_pool2d", "jax"), ("numpy", "max_pool1d", "first")}
+
+
+def _pool_cases(backend: str) -> list:
+    return [pytest.param(op, params, shape, v, marks=() if (backend, op, next(iter(v.values()))) in POOLS_DEFAULT
+                         else pytest.mark.slow, id=f"{op}-{'-'.join(v.values())}")
+            for op, params, shape in POOLS for v in VARIANTS]
+
+
+def _check_pool(backend: str, op: str, params: dict, shape: tuple, variant: dict) -> None:
+    rng = np.random.default_rng(11)
+    module = symgrad.load(op, backend=backend, **params, **variant)
+    for dtype in (np.float32, np.float64):
+        x = _input(shape, dtype, rng)
+        planes = x.reshape((-1,) + shape[2:])
+        if op.startswith("fractional"):
+            u = rng.random(shape[:2] + (len(shape) - 2,)).astype(dtype)
+            y = np.ascontiguousarray(module.forward(x, u)[0])
+            starts = symgrad.load(op, **params, **variant)._windows(x.shape, y.shape, u)
+            boxes_of = lambda p: [[range(s, s + params["kernel_size"]) for s in st[p]] for st in starts]  # noqa: E731
+        else:
+            y = np.ascontiguousarray(module.forward(x)[0])
+            kind = "adaptive" if op.startswith("adaptive") else "pool"
+            boxes = [_pool_boxes(kind, n, o, params) for n, o in zip(shape[2:], y.shape[2:])]
+            boxes_of = lambda p: boxes  # noqa: E731
+        want = _window_bits(planes, boxes_of, variant.get("ties") == "last" or variant.get("convention") == "torch")
+        got = y.reshape(-1).view(want.dtype)
+        nan = want != 0
+        assert nan.any() and np.array_equal(got[nan], want[nan]), (op, variant, dtype, np.flatnonzero(got[nan] != want[nan])[:5])
+
+
+@pytest.mark.parametrize("op,params,shape,variant", _pool_cases("numpy"))
+def test_numpy_pooling_returns_the_winning_nan(op, params, shape, variant):
+    _check_pool("numpy", op, params, shape, variant)
+
+
+@pytest.mark.slow  # (each module's C library compiles)
+@pytest.mark.parametrize("op,params,shape,variant", _pool_cases("cpu"))
+def test_cpu_pooling_returns_the_winning_nan(op, params, shape, variant):
+    _check_pool("cpu", op, params, shape, variant)
+
+
+def _segment_bits(values: list) -> int:
+    at = [k for k, v in enumerate(values) if np.isnan(v)]
+    return int(values[at[0]].view(UINT[values[0].itemsize])) if at else 0
+
+
+def _check_segments(backend: str, variant: dict, dtype) -> None:
+    rng = np.random.default_rng(13)
+    data, ids = _input((40, 3), dtype, rng), rng.integers(0, 6, 40)
+    y = np.ascontiguousarray(symgrad.load("segment_max", backend=backend, num_segments=6, **variant).forward(data, ids)[0])
+    want = np.array([[_segment_bits([data[i, c] for i in range(40) if ids[i] == j]) for c in range(3)] for j in range(6)],
+                    dtype=UINT[y.itemsize])
+    nan = want != 0
+    assert nan.any() and np.array_equal(y.view(want.dtype)[nan], want[nan]), ("segment_max", variant, dtype)
+    initial, index, src = _input((6, 3), dtype, rng), rng.integers(0, 6, (40, 3)), _input((40, 3), dtype, rng)
+    y = np.ascontiguousarray(symgrad.load("scatter_max", backend=backend, dim=0, **variant).forward(initial, index, src)[0])
+    want = np.array([[_segment_bits([initial[j, c]] + [src[i, c] for i in range(40) if index[i, c] == j])
+                      for c in range(3)] for j in range(6)], dtype=UINT[y.itemsize])
+    nan = want != 0
+    assert nan.any() and np.array_equal(y.view(want.dtype)[nan], want[nan]), ("scatter_max", variant, dtype)
+
+
+def _segment_cases(default: set) -> list:
+    return [pytest.param(v, d, marks=() if (next(iter(v.values())), d.__name__) in default else pytest.mark.slow,
+                         id=f"{'-'.join(v.values())}-{d.__name__}")
+            for v in VARIANTS for d in (np.float32, np.float64)]
+
+
+@pytest.mark.parametrize("variant,dtype", _segment_cases({("first", "float32"), ("torch", "float64")}))
+def test_numpy_segments_return_the_first_nan(variant, dtype):
+    _check_segments("numpy", variant, dtype)
+
+
+@pytest.mark.slow  # (each module's C library compiles)
+@pytest.mark.parametrize("variant,dtype", _segment_cases(set()))
+def test_cpu_segments_return_the_first_nan(variant, dtype):
+    _check_segments("cpu", variant, dtype)
