@@ -15,6 +15,12 @@ Needs torch (the CPU build), ml_dtypes (bfloat16) and a C compiler.  It prints o
   with the index where the op keeps one).  Backward is symgrad's backward against
   torch.autograd.grad of that output (PyTorch's backward kernel and the engine's call), each
   allocating the gradients it returns.
+* Backward is timed right after its own forward, as a training step runs it: each backward sample
+  is one forward (untimed: symgrad's forward for its `saved`, PyTorch's forward for a fresh
+  autograd graph) followed at once by the one timed backward of its output (PyTorch's graph then
+  freed, no retain_graph).  Session 9's method (all four calls of a case in one shuffled round)
+  ran a backward after its own forward only by chance; session 10's (each backward after an untimed
+  call of itself, its operands warm in the caches) timed a backward that no training step runs.
 * Forward and backward are timed apart, each as a pair (symgrad, PyTorch) in interleaved rounds:
   each round runs both once in an order shuffled afresh (seeded), after 3 warm-up calls of each,
   until --seconds of timed calls are spent (3 s; --quick 1 s; at least --rounds rounds, at most
@@ -162,7 +168,8 @@ def inputs(op: str, params: dict, shape: tuple, dtype: np.dtype, rng):
 
 
 def contenders(label, op, params, shape, torch_forward, dtype, rng) -> tuple:
-    """(the forward pair, the backward pair): {\"symgrad\": function, \"torch\": function} each."""
+    """(the forward pair, the backward pair): {\"symgrad\": ..., \"torch\": ...} each, a function
+    (forward) or (untimed forward, timed backward taking what the forward returned) (backward)."""
     # bfloat16 where the torch preset adds overlapping windows' terms in bfloat16 as PyTorch does,
     # which the cpu backend computes for max pooling only (its b16 kernels): the NumPy module
     # elsewhere (adaptive and fractional pooling), which symgrad.torch runs then
@@ -186,25 +193,31 @@ def contenders(label, op, params, shape, torch_forward, dtype, rng) -> tuple:
     assert tuple(ref.shape) == y.shape, (label, tuple(ref.shape), y.shape)
     ty = fwd(*targs)
     tg = to_torch(g)
+    del y, saved, ty
+    # backward: (untimed forward, timed backward of what it returned); the forward's output stays
+    # alive through the backward on both sides, as in a training step
     return (
         {"symgrad": lambda: m.forward(*args, **one), "torch": lambda: fwd(*targs)},
-        {"symgrad": lambda: m.backward(g, saved, **one),
-         "torch": lambda: torch.autograd.grad(ty, grads, tg, retain_graph=True)},
+        {"symgrad": (lambda: m.forward(*args, **one), lambda kept: m.backward(g, kept[1], **one)),
+         "torch": (lambda: fwd(*targs), lambda out: torch.autograd.grad(out, grads, tg))},
     )
 
 
 def sampled(pair: dict, budget: float, least: int = 7, warm: int = 3, most: int = 401) -> dict:
-    """{name: [seconds of each timed round]} of two contenders ({name: function}) timed alone in
-    interleaved rounds, each round running both once in an order shuffled afresh (seeded).
+    """{name: [seconds of each timed round]} of two contenders ({name: function, or (setup, function):
+    setup() untimed right before each timed function(setup())}) timed alone in interleaved rounds,
+    each round running both once in an order shuffled afresh (seeded).
 
     Before the rounds each contender runs `warm` times (its buffers mapped, its code and the
     library loaded); then rounds run until `budget` seconds of the two contenders' time are spent
     (at least `least`, at most `most` rounds), so that a 2 ms case gets hundreds of rounds and a
     100 ms case about as many seconds.  Python's garbage collector is off while they run."""
     names = list(pair)
+    steps = {n: f if isinstance(f, tuple) else (None, f) for n, f in pair.items()}
     for _ in range(warm):
         for n in names:
-            pair[n]()
+            setup, fn = steps[n]
+            fn(setup()) if setup else fn()
     times = {n: [] for n in names}
     rng = random.Random(0)
     gc.collect()
@@ -214,9 +227,17 @@ def sampled(pair: dict, budget: float, least: int = 7, warm: int = 3, most: int 
         while len(times[names[0]]) < most and (len(times[names[0]]) < least or spent < budget):
             rng.shuffle(names)
             for n in names:
-                t = time.process_time()
-                pair[n]()
-                dt = time.process_time() - t
+                setup, fn = steps[n]
+                if setup:
+                    kept = setup()
+                    t = time.process_time()
+                    fn(kept)
+                    dt = time.process_time() - t
+                    del kept
+                else:
+                    t = time.process_time()
+                    fn()
+                    dt = time.process_time() - t
                 times[n].append(dt)
                 spent += dt
     finally:
@@ -253,7 +274,8 @@ def main() -> None:
     print("symgrad's elementwise outputs: " + ("mapped afresh each call (--no-reuse)" if NO_REUSE
           else "a freed output's buffer reused (the loaders' REUSE)"))
     print(f"times: process CPU time, medians of interleaved shuffled rounds (forward and backward timed apart, "
-          f"{seconds:g} s of timed calls each, at least {args.rounds} rounds, after 3 warm-up calls); ratio: the "
+          f"{seconds:g} s of timed calls each, at least {args.rounds} rounds, after 3 warm-up calls; each backward "
+          "sample timed right after its own untimed forward, as a training step runs it); ratio: the "
           "median of each round's ratio; symgrad cpu backend threads=1 (bfloat16 adaptive/fractional pooling "
           "with overlapping windows: the NumPy module), convention='torch'; PyTorch torch.set_num_threads(1)\n")
     print("| case | dtype | forward ms: symgrad / torch | ratio | backward ms: symgrad / torch | ratio | target |")

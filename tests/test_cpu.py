@@ -69,6 +69,8 @@ BACKWARD_FORMS = [
     ("max_pool2d", {"kernel_size": 3, "stride": 1, "padding": 1}, (1, 2, 200, 170)),
     ("max_pool3d", {"kernel_size": 3, "stride": 2, "padding": 1}, (1, 1, 9, 6, 7)),
     ("max_pool1d", {"kernel_size": 4, "stride": 3, "padding": 2}, (1, 3, 40)),
+    # 1-d: the scatter's winner offset printed from the geometry (no table), dilated
+    ("max_pool1d", {"kernel_size": 4, "stride": 3, "padding": 2, "dilation": 2}, (2, 3, 41)),
 ]
 FORM_SETTINGS = [(op, params, shape, st) for op, params, shape in BACKWARD_FORMS
                  for st in ({"ties": "first"}, {"convention": "jax"})
