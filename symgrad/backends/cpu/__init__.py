@@ -221,7 +221,7 @@ def _selection(kernel: WindowKernel, combine: sp.Basic | None = None) -> tuple[l
              (f"const bool {HIT} = sg_hit_{{rt}}(v, extremum);",))]
     real_types = [{"name": rt, "functions": [
         {"ret": ret.format(rt=rt), "name": f"{name}_{rt}", "params": _params(rt, *map(str, params)),
-         "body": [*(line.format(rt=rt) for line in prelude), f"return {c_code(expr, rt)};"]}
+         "body": [*(line.format(rt=rt) for line in prelude), f"return {c_code(expr, rt, branch_free=True)};"]}
         for _, ret, name, params, expr, prelude in functions]} for rt in C_REAL_TYPES]
     return [f[0] for f in functions], real_types
 
@@ -665,10 +665,11 @@ def _pool_context(art: Artifacts) -> dict:
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "inner": _inner_rows(g, spatial - 1),
-        # the mask form's forward on short rows, window by window: where every window is inside
-        # the input (no padding, floor mode), each window's first element its first in the fold
+        # the scan form's forward on short rows, window by window: where every window is inside
+        # the input (no padding, floor mode).  (The mask form takes the row pass on every row: with
+        # its branch-free selection, window by window is one long dependency chain a window,
+        # 64x16x8x8 float32 split forward 257 us against 121 us for the row pass)
         "short_rows": not any(op.params["padding"]) and not op.params.get("ceil_mode", False),
-        "window_first": " && ".join(f"k{a} == 0" for a in range(spatial)),
         **_pool_backward_strings(op, kernel),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
