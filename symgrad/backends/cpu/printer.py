@@ -33,11 +33,11 @@ class CPrinter(CFamilyPrinter):
         one, zero = f"({self.real_type})1", f"({self.real_type})0"
         return "(" + " + ".join(f"({bare(self._print(a))} ? {one} : {zero})" for a in expr.args) + ")"
 
-    # branch_free (the selection functions: sg_combine, sg_hit, sg_weight): every condition a
-    # value, never a jump.  A selection runs once per window element on the data's comparisons, so
-    # a branch on them is mispredicted as often as the data decides (max_pool2d split, 64x16x8x8
-    # float32 in a training step, where the data changes between calls: backward 250-300 us
-    # branched, 73 us branch-free); the select of bits (sg_pick/sg_keep) is the same value bit for
+    # branch_free (the selection functions sg_hit and sg_weight, and max pooling's mask-form fold
+    # sg_combine: backends/cpu/__init__.py's _selection): every condition a value, never a jump.
+    # A branch on the data's comparisons is mispredicted as often as the data decides (max_pool2d
+    # split's backward, 64x16x8x8 float32 on inputs that change between calls: 300-360 us
+    # branched, 82 us branch-free); the select of bits (sg_pick/sg_keep) is the same value bit for
     # bit, and the connectives are the non-short-circuit & and | of two bools (0 or 1)
     def _print_And(self, expr):
         return self._bool_join(expr, "&" if self._settings["branch_free"] else self.AND)
