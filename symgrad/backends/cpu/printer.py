@@ -94,7 +94,8 @@ def c_code(expr: sp.Basic, real_type: str, names: dict | None = None, half_const
     {symbol name: C identifier} for the symbols spelled otherwise in the .c (an expression's
     inputs, with symgrad's prefix: cfamily.naming.c_identifiers); half_constants: numbers rounded to
     float16 first and each product and sum rounded to float16 (sg_hround), as NumPy's float16
-    computes them (the C-family printer's setting)."""
+    computes them (the C-family printer's setting); branch_free: selects, NaN-propagating max/min
+    and the connectives without a conditional (CPrinter's setting: the selection functions)."""
     return bare(CPrinter({"real_type": real_type, "names": dict(names or {}),
                           "half_constants": half_constants, "branch_free": branch_free}).doprint(expr))
 
