@@ -199,30 +199,43 @@ def _params(real_type: str, *names) -> str:
     return ", ".join(f"const {real_type} {n}" for n in names)
 
 
-def _selection(kernel: WindowKernel, combine: sp.Basic | None = None) -> tuple[list, list]:
+def _selection(kernel: WindowKernel, combine: sp.Basic | None = None,
+               branch_free_fold: bool = False) -> tuple[list, list]:
     """The selection as C functions, once per compute type (a name suffixed by it: C has no
     overloading): (docs, [{name, functions: [{ret, name, params, body}]}]).  combine: the fold's
-    step (default: the NaN-propagating max/min of best and v)."""
+    step (default: the NaN-propagating max/min of best and v).
+
+    sg_hit and sg_weight are printed branch-free (the printer's branch_free: selects of bits, &
+    and |): each is one element's own value, so a jump on the data's comparisons is only a
+    misprediction as often as the data decides (max_pool2d split's backward, 64x16x8x8 float32
+    on inputs that change between calls: 300-360 -> 82 us).  The fold (sg_combine) and sg_take
+    carry the running winner from element to element: branch-free, that is one dependency chain
+    a window, where a predicted branch runs ahead (a large window's running max seldom changes:
+    adaptive_max_pool2d split forward 456 -> 740 us, max_pool2d first k3 s2 p1 1150 -> 3500 us
+    branch-free), so they are printed with branches unless branch_free_fold (max pooling's mask
+    form: its row pass folds the windows of a row side by side, and 2x2 windows' comparisons are
+    coin flips: split forward 300-325 -> 130 us)."""
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
-    # (doc, return type, name, parameters, expression, prelude)
+    # (doc, return type, name, parameters, expression, prelude, branch-free)
     functions = [("sg_combine(best, v): the window's extremum so far, NaN propagating",
-                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V) if combine is None else combine, ())]
+                  "{rt}", "sg_combine", (BEST, V), fold(BEST, V) if combine is None else combine, (),
+                  branch_free_fold)]
     if sel.form == "scan":
         functions.append(("sg_take(v, best): a later element v takes over from the running winner best",
-                          "bool", "sg_take", (V, BEST), sel.take, ()))
+                          "bool", "sg_take", (V, BEST), sel.take, (), False))
     else:
         functions += [
             ("sg_hit(v, extremum): an element attains its window's extremum",
-             "bool", "sg_hit", (V, EXTREMUM), sel.hit, ()),
+             "bool", "sg_hit", (V, EXTREMUM), sel.hit, (), True),
             (f"sg_weight(grad_output, v, extremum{', count' if sel.counts else ''}): the gradient of "
              f"element v of a window", "{rt}", "sg_weight", (GRAD_OUTPUT, V, EXTREMUM, *count), sel.weight,
-             (f"const bool {HIT} = sg_hit_{{rt}}(v, extremum);",))]
+             (f"const bool {HIT} = sg_hit_{{rt}}(v, extremum);",), True)]
     real_types = [{"name": rt, "functions": [
         {"ret": ret.format(rt=rt), "name": f"{name}_{rt}", "params": _params(rt, *map(str, params)),
-         "body": [*(line.format(rt=rt) for line in prelude), f"return {c_code(expr, rt)};"]}
-        for _, ret, name, params, expr, prelude in functions]} for rt in C_REAL_TYPES]
+         "body": [*(line.format(rt=rt) for line in prelude), f"return {c_code(expr, rt, branch_free=free)};"]}
+        for _, ret, name, params, expr, prelude, free in functions]} for rt in C_REAL_TYPES]
     return [f[0] for f in functions], real_types
 
 
@@ -665,10 +678,11 @@ def _pool_context(art: Artifacts) -> dict:
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "inner": _inner_rows(g, spatial - 1),
-        # the mask form's forward on short rows, window by window: where every window is inside
-        # the input (no padding, floor mode), each window's first element its first in the fold
+        # the scan form's forward on short rows, window by window: where every window is inside
+        # the input (no padding, floor mode).  (The mask form takes the row pass on every row: with
+        # its branch-free selection, window by window is one long dependency chain a window,
+        # 64x16x8x8 float32 split forward 257 us against 121 us for the row pass)
         "short_rows": not any(op.params["padding"]) and not op.params.get("ceil_mode", False),
-        "window_first": " && ".join(f"k{a} == 0" for a in range(spatial)),
         **_pool_backward_strings(op, kernel),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
@@ -682,7 +696,7 @@ def _pool_selection_strings(kernel: WindowKernel) -> dict:
     """Max pooling's selection: its docstring words and real types, the scan or mask partial, the
     padding's part in a window, the lowered Selection's parts and jvp's words."""
     sel = kernel.selection
-    selection_doc, real_types = _selection(kernel)
+    selection_doc, real_types = _selection(kernel, branch_free_fold=sel.form == "mask")
     return {
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
