@@ -66,7 +66,7 @@ def test_compiled_half_logsumexp_equals_eager_only_with_emulate_precision_casts(
     want_out, want_grad = _step(mod)(x, g)
     out, grad = _compiled(_step(mod), emulate=True)(x, g)
     assert _differing(out, want_out) == 0 and _differing(grad, want_grad) == 0
-    plain_out, _ = _compiled(_step(mod), emulate=False)(x, g)
+    plain_out = _compiled(lambda v: mod.forward(v)[0], emulate=False)(x)  # (forward only: one compile less)
     assert _differing(plain_out, want_out) > 0  # the limitation the setting removes (docs/frameworks.md)
 
 
