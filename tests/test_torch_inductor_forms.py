@@ -78,3 +78,18 @@ def test_reduction_zero_rule_takes_no_argmax_of_a_boolean_row(settings):
     zero = [line for line in code.splitlines() if line.strip().startswith("zero = ")]
     assert len(zero) == 1
     assert "argmax(" not in zero[0] and "torch.signbit(" not in zero[0]
+
+
+@pytest.mark.parametrize("name,params", [("amax", {"dim": -1}), ("adaptive_max_pool2d", {"output_size": 1})],
+                         ids=["amax", "adaptive_max_pool2d"])
+def test_ordered_zero_rule_reduces_signs_without_a_boolean_row(name, params):
+    """The jax preset's zeros rule (+0 where the row holds one, -0 below +0) as one float reduction of
+    the elements' signs, not a test of (v == 0) & sign over the row (Boolean rows Inductor stored in
+    the compiled CNN step's global adaptive pool: one of its two Boolean (4096, 256) buffers).  Bit
+    equality with the NumPy module, +-0 and NaN included: test_torch_backend, test_torch_adaptive."""
+    mod = symgrad.load(name, backend="torch", convention="jax", **params)
+    with open(mod.__file__) as f:
+        code = f.read()
+    zero = [line.strip() for line in code.splitlines() if line.strip().startswith("zero = ")]
+    assert len(zero) == 1
+    assert ".any(" not in zero[0] and "== 0" not in zero[0] and "copysign" in zero[0]

@@ -88,10 +88,16 @@ def extremum_reduce(extremum: str, zeros: str | None, skip_nan: bool = False, ar
                 "return torch.where(extremum == 0, zero, extremum)"]
     if zeros != "ordered":
         raise ValueError(f"no reduction for the zeros rule {zeros!r}")
-    wins = f"~{d.signbit(array)}" if m == "amax" else d.signbit(array)
+    # the zero is read only where the extremum is a zero, so no element is NaN and every element is
+    # <= 0 (max; min: >= 0): the row holds a +0 (-0) exactly where the greatest (least) of its
+    # elements' signs, ones.copysign(v), is +1 (-1): one float reduction of the row, which Inductor
+    # fuses with the extremum's, where a test of (v == 0) & sign made it store Boolean rows (the
+    # jax preset's global adaptive pool on the benchmark CNN)
+    sign = f"torch.ones_like({array}).copysign({array})"
+    held = f"torch.amax({sign}, dim=-1) > 0" if m == "amax" else f"torch.amin({sign}, dim=-1) < 0"
     signs = "0.0, -0.0" if m == "amax" else "-0.0, 0.0"
     return [f"extremum = torch.{m}({array}, dim=-1)",
-            f"zero = torch.where((({array} == 0) & {wins}).any(dim=-1), {signs}).to({array}.dtype)",
+            f"zero = torch.where({held}, {signs}).to({array}.dtype)",
             "return torch.where(extremum == 0, zero, extremum)"]
 
 
