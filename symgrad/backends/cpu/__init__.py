@@ -212,9 +212,10 @@ def _selection(kernel: WindowKernel, combine: sp.Basic | None = None,
     carry the running winner from element to element: branch-free, that is one dependency chain
     a window, where a predicted branch runs ahead (a large window's running max seldom changes:
     adaptive_max_pool2d split forward 456 -> 740 us, max_pool2d first k3 s2 p1 1150 -> 3500 us
-    branch-free), so they are printed with branches unless branch_free_fold (max pooling's mask
-    form: its row pass folds the windows of a row side by side, and 2x2 windows' comparisons are
-    coin flips: split forward 300-325 -> 130 us)."""
+    branch-free), so they are printed with branches unless branch_free_fold (max pooling, both
+    forms: its row pass folds the windows of a row side by side, and 2x2 windows' comparisons are
+    coin flips: split forward 300-325 -> 130 us; the scan form's fold, under the jax preset,
+    64x16x8x8 260 -> 123 us and 32x16x32x32 k3 s2 p1 4300 -> 1900 us)."""
     sel = kernel.selection
     fold = MaxOf if sel.extremum == "max" else MinOf
     count = [COUNT] if sel.counts else []
@@ -678,11 +679,6 @@ def _pool_context(art: Artifacts) -> dict:
         "kernel_size": list(op.params["kernel_size"]), "stride": list(op.params["stride"]),
         "padding": list(op.params["padding"]), "dilation": list(op.params["dilation"]),
         "inner": _inner_rows(g, spatial - 1),
-        # the scan form's forward on short rows, window by window: where every window is inside
-        # the input (no padding, floor mode).  (The mask form takes the row pass on every row: with
-        # its branch-free selection, window by window is one long dependency chain a window,
-        # 64x16x8x8 float32 split forward 257 us against 121 us for the row pass)
-        "short_rows": not any(op.params["padding"]) and not op.params.get("ceil_mode", False),
         **_pool_backward_strings(op, kernel),
         "loader_coordinates": python_integer_code(g.coordinate, g_names),
         "loader_inside": python_integer_code(g.inside, {"x": "position", "length": "L"}),
@@ -696,7 +692,7 @@ def _pool_selection_strings(kernel: WindowKernel) -> dict:
     """Max pooling's selection: its docstring words and real types, the scan or mask partial, the
     padding's part in a window, the lowered Selection's parts and jvp's words."""
     sel = kernel.selection
-    selection_doc, real_types = _selection(kernel, branch_free_fold=sel.form == "mask")
+    selection_doc, real_types = _selection(kernel, branch_free_fold=True)
     return {
         "selection_doc": selection_doc, "real_types": real_types,
         "selection_partial": f"cpu/_pool_{sel.form}.c.jinja",
