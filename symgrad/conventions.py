@@ -285,7 +285,8 @@ JAX.update({"max_unpool1d": _UNPOOL_JAX, "max_unpool2d": _UNPOOL_JAX, "max_unpoo
 # segment and scatter max/min (issue 33; kinds/segment.py's FRAMEWORK_RULES say how each counts)
 _SCATTER_TORCH = Preset("split", "nan", zeros="first", note=(
     "Tensor.scatter_reduce(dim, index, src, 'amax'/'amin', include_self): forward std::max from "
-    "self (or from the identity, include_self=False) in index order, NaN propagating, the first of "
+    "self (or from the identity, include_self=False) in index order, NaN propagating (each NaN src "
+    "takes over: the output is the segment's last NaN, bits and all, on the CPU), the first of "
     "equals kept; backward N = (self == result) + scatter_add(src == result), grad_src = "
     "(src == result[index]) * (g / N)[index], grad_self = (self == result) * g / N (+0 where "
     "include_self=False and scattered): split, NaN everywhere in a segment holding NaN. Tie bug "
@@ -298,7 +299,8 @@ _SEGMENT_TORCH = Preset("split", "nan", zeros="first", note=(
 _SEGMENT_JAX = Preset("split", "zero", zeros="ordered", note=(
     "jax.ops.segment_max: scatter-max into a -inf fill (-0 below +0); its JVP gives each hit "
     "g * (1 / count), count the hits plus 1 where the fill equals the result (a segment whose max "
-    "is -inf), and a segment holding NaN no gradient (0 to every element)"))
+    "is -inf), and a segment holding NaN no gradient (0 to every element); its NaN output is one "
+    "of the segment's NaNs by XLA's SIMD lanes (here its first, bits and all)"))
 _SCATTER_JAX = Preset("split", "zero", zeros="ordered", note=(
     "JAX has no scatter_reduce; this is jax.ops.segment_max's rule (g * (1 / count), no gradient in "
     "a segment holding NaN) with input[j] as segment j's initial element: its src gradients are "

@@ -408,7 +408,7 @@ def _mask_selection(node: Node, kind: str, rule: _policy.NanRule, split: bool) -
 # ----------------------------------------------------------------------------- forward zeros
 
 def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool = False,
-                  first_nan: bool = False) -> sp.Expr:
+                  first_nan: bool = False, last_nan: bool = False) -> sp.Expr:
     """One step max(a, b) (or min) of a forward, as a select: NaN propagates (a NaN operand is
     returned), and where a == b the rule ``zeros`` (conventions.ZERO_RULES) says which operand is
     returned, which decides the sign of a zero output.
@@ -425,6 +425,9 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
     are NaN (isnan tests the other operand: b where isnan(a) or b beats a, and so on).
     ``first_nan`` (a window's fold, best then v): under ``first`` a NaN b replaces a only where a
     is not NaN, so a row's first NaN, its sign and payload, is the output, as under ``second``.
+    ``last_nan`` (a segment's fold where its winning NaN is its last, SegmentRule.nan_last): under
+    ``second`` and ``ordered`` a NaN a is kept only where b is not NaN, so the last NaN is the
+    output, as under ``first`` without ``first_nan``.
     """
     rel = sp.StrictGreaterThan if kind == "max" else sp.StrictLessThan
 
@@ -439,7 +442,10 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
         if first_nan and not nan_loses:
             takes = sp.And(takes, sp.Not(_policy.isnan_of(a)))
         return Select(sp.Or(takes, beats(b, a)), b, a)
-    cond = sp.Or(_policy.isnan_of(b if nan_loses else a), beats(a, b))
+    keeps = _policy.isnan_of(b if nan_loses else a)
+    if last_nan and not nan_loses:
+        keeps = sp.And(keeps, sp.Not(_policy.isnan_of(b)))
+    cond = sp.Or(keeps, beats(a, b))
     if zeros == "ordered":
         negative = b if kind == "max" else a  # the operand that is -0 where a max must take a
         tie = sp.Eq(a, b, evaluate=False)
@@ -450,7 +456,8 @@ def extremum_step(kind: str, a: sp.Expr, b: sp.Expr, zeros: str, nan_loses: bool
     return Select(cond, a, b)
 
 
-def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False, first_nan: bool = False) -> sp.Expr:
+def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False, first_nan: bool = False,
+                 last_nan: bool = False) -> sp.Expr:
     """A forward value with every max/min as folded ``extremum_step``s under the rule ``zeros``
     (None: left as MaxOf/MinOf, which the printers write as np.maximum/np.minimum; with
     ``nan_loses``, the NaN rule 'lose', None is 'first', as np.fmax/np.fmin return)."""
@@ -458,11 +465,11 @@ def forward_code(e: sp.Expr, zeros: str | None, nan_loses: bool = False, first_n
         zeros = "first"
     if zeros is None or not e.args:
         return e
-    args = [forward_code(a, zeros, nan_loses, first_nan) for a in e.args]
+    args = [forward_code(a, zeros, nan_loses, first_nan, last_nan) for a in e.args]
     if isinstance(e, (MaxOf, MinOf)):
         out = args[0]
         for b in args[1:]:
-            out = extremum_step(e.kind, out, b, zeros, nan_loses, first_nan)
+            out = extremum_step(e.kind, out, b, zeros, nan_loses, first_nan, last_nan)
         return out
     return e.func(*args)
 
@@ -1172,6 +1179,12 @@ class SegmentRule:
     beats_start: the scan starts at the dtype's lowest finite value (max), which an element must
     beat strictly; a segment none beats is 0 (torch_scatter's CPU max: the pyg preset, NaN rule
     'keep' from that start).
+    nan_last: a segment holding NaN outputs its last NaN (in segment order), bits and all, else its
+    first: the winning NaN, the one the gradient goes to (a scan under 'last': its last hit), or
+    the framework's (the torch preset: scatter_reduce lets each NaN src take over, in index order
+    on the CPU).  The fold (the selection's combine) keeps that NaN.
+    nan_picked: where the extremum is NaN, the element the output is (``zeros``: its first or last
+    hit) is that NaN already: the hit holds every NaN and the pick runs from nan_last's end.
     """
 
     initial: str
@@ -1181,6 +1194,8 @@ class SegmentRule:
     hit: sp.Basic
     zeros: str
     beats_start: bool = False
+    nan_last: bool = False
+    nan_picked: bool = False
 
 
 def _lower_segment(d: Derivation, keeps_first: bool = False) -> WindowKernel:
@@ -1203,13 +1218,21 @@ def _lower_segment(d: Derivation, keeps_first: bool = False) -> WindowKernel:
     if beats_start and (op.ties != "first" or op.nan != "keep"):
         raise ValueError(f"{op.name}: convention='pyg' is torch_scatter's rule: ties 'first' and nan "
                          f"'keep', not ties={op.ties!r}, nan={op.nan!r}")
+    nan_last = sel.order == "last" or bool(framework.get("nan_last"))
+    if nan_last:  # (the window's fold keeps the first NaN)
+        loses = _policy.nan_rule(op.nan).nan_loses
+        fold = MaxOf if sel.extremum == "max" else MinOf
+        sel = replace(sel, combine=forward_code(fold(BEST, V), op.zeros or ("second" if loses else "first"),
+                                                loses, last_nan=True))
+    hit = sel.hit if sel.form == "mask" else _policy.nan_rule("dominate").hit(V, EXTREMUM)
+    zeros = op.zeros or ("first" if sel.order != "last" else "second")
     rule = SegmentRule(
         initial="input" if scatter else "fill",
         include_initial=bool(op.params.get("include_self", False)),
         count_initial=bool(framework.get("count_initial")) and sel.counts,
         fill="-inf" if sel.extremum == "max" else "inf",
-        hit=sel.hit if sel.form == "mask" else _policy.nan_rule("dominate").hit(V, EXTREMUM),
-        zeros=op.zeros or ("first" if sel.order != "last" else "second"), beats_start=beats_start)
+        hit=hit, zeros=zeros, beats_start=beats_start, nan_last=nan_last,
+        nan_picked=hit.has(_policy.isnan_of(V)) and zeros == ("second" if nan_last else "first"))
     return replace(kernel, selection=sel, segment=rule, saved=("x", "output") if sel.form == "mask"
                    else ("index",))
 

@@ -78,9 +78,11 @@ def test_cpu_module_returns_the_winning_nan(variant, dtype):
 # first NaN in window order (row-major over the window's box, padding left out), its last under
 # ties='last' and under the torch preset (PyTorch's pooling kernels: a NaN takes over from the
 # running max, so its index, and the output, is the window's last NaN).  Segments: the segment's
-# first NaN in segment order (scatter_max's input[j] where include_self, then src in index order)
-# under every policy, ties='last' too (the cpu and cuda folds keep the first NaN; the gradient
-# goes to the last under 'last').  Oracle: loops over each window's elements from the op's
+# winning NaN in segment order (scatter_max's input[j] where include_self, then src in index
+# order): its last under ties='last' (the gradient goes to it) and under the torch preset
+# (PyTorch's scatter_reduce amax on the CPU: each NaN src takes over, so the last NaN in index
+# order), its first elsewhere (JAX's segment_max returns a NaN by its SIMD lanes: the policy's
+# rule), on every backend (the cuda kernels through tests/cuda_harness).  Oracle: loops over each window's elements from the op's
 # definition (pooling's boxes; adaptive's floor/ceil bounds; fractional's starts, the NumPy module's
 # _windows, equal to the cpu kernel's in tests/test_cpu_fractional_starts.py).
 
@@ -154,25 +156,54 @@ def test_cpu_pooling_returns_the_winning_nan(op, params, shape, variant):
     _check_pool("cpu", op, params, shape, variant)
 
 
-def _segment_bits(values: list) -> int:
+def _segment_last(variant: dict) -> bool:
+    """The winning NaN of a segment is its last (in segment order): under ties='last' (the
+    gradient goes to it) and under the torch preset (PyTorch's scatter_reduce: a NaN src takes
+    over, in index order on the CPU); its first elsewhere."""
+    return variant.get("ties") == "last" or variant.get("convention") == "torch"
+
+
+def _segment_bits(values: list, last: bool) -> int:
     at = [k for k, v in enumerate(values) if np.isnan(v)]
-    return int(values[at[0]].view(UINT[values[0].itemsize])) if at else 0
+    return int(values[at[-1] if last else at[0]].view(UINT[values[0].itemsize])) if at else 0
 
 
-def _check_segments(backend: str, variant: dict, dtype) -> None:
+def _forward(backend: str, op: str, arrays: tuple, **settings) -> np.ndarray:
+    """The module's forward output on the NumPy arrays, as a NumPy array (torch: CPU tensors;
+    jax: jitted, in float64 where asked)."""
+    module = symgrad.load(op, backend=backend, **settings)
+    if backend == "torch":
+        import torch
+        return module.forward(*map(torch.from_numpy, arrays))[0].numpy()
+    if backend == "jax":
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        return np.asarray(jax.jit(module.forward)(*map(jax.numpy.asarray, arrays))[0])
+    return np.asarray(module.forward(*arrays)[0])
+
+
+def _check_segments(backend: str, variant: dict, dtype, ops=("segment_max", "scatter_max", "segment_max_csr",
+                                                             "scatter_min")) -> None:
     rng = np.random.default_rng(13)
-    data, ids = _input((40, 3), dtype, rng), rng.integers(0, 6, 40)
-    y = np.ascontiguousarray(symgrad.load("segment_max", backend=backend, num_segments=6, **variant).forward(data, ids)[0])
-    want = np.array([[_segment_bits([data[i, c] for i in range(40) if ids[i] == j]) for c in range(3)] for j in range(6)],
-                    dtype=UINT[y.itemsize])
-    nan = want != 0
-    assert nan.any() and np.array_equal(y.view(want.dtype)[nan], want[nan]), ("segment_max", variant, dtype)
-    initial, index, src = _input((6, 3), dtype, rng), rng.integers(0, 6, (40, 3)), _input((40, 3), dtype, rng)
-    y = np.ascontiguousarray(symgrad.load("scatter_max", backend=backend, dim=0, **variant).forward(initial, index, src)[0])
-    want = np.array([[_segment_bits([initial[j, c]] + [src[i, c] for i in range(40) if index[i, c] == j])
-                      for c in range(3)] for j in range(6)], dtype=UINT[y.itemsize])
-    nan = want != 0
-    assert nan.any() and np.array_equal(y.view(want.dtype)[nan], want[nan]), ("scatter_max", variant, dtype)
+    last = _segment_last(variant)
+    for op in ops:
+        data, ids = _input((40, 3), dtype, rng), rng.integers(0, 6, 40)
+        if op == "segment_max":
+            y = _forward(backend, op, (data, ids), num_segments=6, **variant)
+            rows = [[[data[i, c] for i in range(40) if ids[i] == j] for c in range(3)] for j in range(6)]
+        elif op == "segment_max_csr":
+            indptr = np.sort(np.concatenate([[0, 40], rng.integers(0, 41, 5)]))
+            y = _forward(backend, op, (data, indptr), **variant)
+            rows = [[list(data[indptr[j]:indptr[j + 1], c]) for c in range(3)] for j in range(6)]
+        else:  # scatter: input[j] first (include_self), then src in index order
+            initial, index = _input((6, 3), dtype, rng), rng.integers(0, 6, (40, 3))
+            y = _forward(backend, op, (initial, index, data), dim=0, **variant)
+            rows = [[[initial[j, c]] + [data[i, c] for i in range(40) if index[i, c] == j] for c in range(3)]
+                    for j in range(6)]
+        want = np.array([[_segment_bits(col, last) for col in row] for row in rows], dtype=UINT[data.itemsize])
+        got = np.ascontiguousarray(y).view(want.dtype)
+        nan = want != 0
+        assert nan.any() and np.array_equal(got[nan], want[nan]), (op, variant, dtype, got[nan], want[nan])
 
 
 def _segment_cases(default: set) -> list:
@@ -181,12 +212,50 @@ def _segment_cases(default: set) -> list:
             for v in VARIANTS for d in (np.float32, np.float64)]
 
 
-@pytest.mark.parametrize("variant,dtype", _segment_cases({("first", "float32"), ("torch", "float64")}))
-def test_numpy_segments_return_the_first_nan(variant, dtype):
+@pytest.mark.parametrize("variant,dtype", _segment_cases({("first", "float32"), ("torch", "float64"),
+                                                          ("last", "float32")}))
+def test_numpy_segments_return_the_winning_nan(variant, dtype):
     _check_segments("numpy", variant, dtype)
 
 
 @pytest.mark.slow  # (each module's C library compiles)
 @pytest.mark.parametrize("variant,dtype", _segment_cases(set()))
-def test_cpu_segments_return_the_first_nan(variant, dtype):
+def test_cpu_segments_return_the_winning_nan(variant, dtype):
     _check_segments("cpu", variant, dtype)
+
+
+@pytest.mark.parametrize("variant,dtype", _segment_cases({("last", "float64"), ("split", "float32")}))
+def test_torch_segments_return_the_winning_nan(variant, dtype):
+    pytest.importorskip("torch")
+    _check_segments("torch", variant, dtype)
+
+
+@pytest.mark.parametrize("variant,dtype", _segment_cases({("torch", "float32")}))
+def test_jax_segments_return_the_winning_nan(variant, dtype):
+    pytest.importorskip("jax")
+    _check_segments("jax", variant, dtype)
+
+
+def test_cpu_segments_under_last_return_the_last_nan():
+    """The default run's cpu case (the C fold keeps the segment's last NaN under 'last')."""
+    _check_segments("cpu", {"ties": "last"}, np.float32, ops=("scatter_max",))
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=() if v == {"ties": "last"} else pytest.mark.slow,
+                                                  id="-".join(v.values())) for v in VARIANTS])
+def test_cuda_segments_return_the_winning_nan(variant, tmp_path_factory, monkeypatch):
+    """The CUDA kernels through the CPU execution harness (tests/cuda_harness)."""
+    import sys
+
+    import cuda_harness as harness
+    from symgrad.backends import cuda as cuda_backend
+    from symgrad.ops import resolve
+    if harness.find_cxx() is None:
+        pytest.skip("no C++ compiler: the CPU execution harness needs one")
+    ops = {"segment_max": {"num_segments": 6}, "scatter_max": {"dim": 0}}
+    specs = [resolve(op, **params, **variant) for op, params in ops.items()]
+    cache = tmp_path_factory.mktemp("cuda-nan-bits")
+    harness.build_many([symgrad.pipeline.render(s, symgrad.backends.get("cuda"))[cuda_backend.source_name(s)]
+                        for s in specs], cache)
+    monkeypatch.setitem(sys.modules, "cupy", harness.fake_cupy(cache))
+    _check_segments("cuda", variant, np.float32, ops=tuple(ops))

@@ -34,7 +34,8 @@
 //
 // Convention 'torch': Tensor.scatter_reduce(dim, index, src, 'amax'/'amin', include_self):
 //     forward std::max from self (or from the identity, include_self=False) in index order,
-//     NaN propagating, the first of equals kept; backward N = (self == result) +
+//     NaN propagating (each NaN src takes over: the output is the segment's last NaN, bits and
+//     all, on the CPU), the first of equals kept; backward N = (self == result) +
 //     scatter_add(src == result), grad_src = (src == result[index]) * (g / N)[index],
 //     grad_self = (self == result) * g / N (+0 where include_self=False and scattered): split,
 //     NaN everywhere in a segment holding NaN. Tie bug reproduced: with include_self=False the
@@ -167,7 +168,7 @@ __device__ __forceinline__ long long sg_thread_count() {
 // sg_hit(v, extremum): an element attains its segment's extremum
 // sg_weight(grad_output, v, extremum, count): the gradient of element v of a segment
 __device__ __forceinline__ float sg_combine(const float best, const float v) {
-  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const float v, const float extremum) {
   return v == extremum;
@@ -177,7 +178,7 @@ __device__ __forceinline__ float sg_weight(const float grad_output, const float 
   return hit*(grad_output) / (count);
 }
 __device__ __forceinline__ double sg_combine(const double best, const double v) {
-  return ((v > best) || (sg_isnan(v) && !sg_isnan(best))) ? v : best;
+  return (sg_isnan(v) || (v > best)) ? v : best;
 }
 __device__ __forceinline__ bool sg_hit(const double v, const double extremum) {
   return v == extremum;

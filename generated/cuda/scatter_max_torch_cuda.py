@@ -33,7 +33,8 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'torch': Tensor.scatter_reduce(dim, index, src, 'amax'/'amin', include_self):
     forward std::max from self (or from the identity, include_self=False) in index order,
-    NaN propagating, the first of equals kept; backward N = (self == result) +
+    NaN propagating (each NaN src takes over: the output is the segment's last NaN, bits and
+    all, on the CPU), the first of equals kept; backward N = (self == result) +
     scatter_add(src == result), grad_src = (src == result[index]) * (g / N)[index],
     grad_self = (self == result) * g / N (+0 where include_self=False and scattered): split,
     NaN everywhere in a segment holding NaN. Tie bug reproduced: with include_self=False the

@@ -34,7 +34,8 @@
 // Convention 'jax': jax.ops.segment_max: scatter-max into a -inf fill (-0 below +0); its JVP
 //     gives each hit g * (1 / count), count the hits plus 1 where the fill equals the result
 //     (a segment whose max is -inf), and a segment holding NaN no gradient (0 to every
-//     element).
+//     element); its NaN output is one of the segment's NaNs by XLA's SIMD lanes (here its
+//     first, bits and all).
 //
 // ============================================================================ kernels
 // Every kernel is extern "C" __global__ and takes a 1-D grid of 1-D blocks of any size (the

@@ -33,7 +33,8 @@ NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradi
 Convention 'jax': jax.ops.segment_max: scatter-max into a -inf fill (-0 below +0); its JVP
     gives each hit g * (1 / count), count the hits plus 1 where the fill equals the result
     (a segment whose max is -inf), and a segment holding NaN no gradient (0 to every
-    element).
+    element); its NaN output is one of the segment's NaNs by XLA's SIMD lanes (here its
+    first, bits and all).
 
 CUDA backend: forward and backward take and return CuPy arrays (float16, float32, float64,
 and bfloat16 where CuPy has it) and run the kernels of segment_max_jax.cu, compiled by CuPy

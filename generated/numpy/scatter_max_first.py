@@ -312,12 +312,13 @@ def _picked(v, hit, starts, seg, extremum):
     return np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)
 
 
-def _first_nans(v, starts) -> np.ndarray:
-    """Each segment's first NaN per column in the sorted order (its initial element first), bits
-    and all, where it holds one (the cpu and cuda folds' NaN output)."""
+def _winning_nans(v, starts) -> np.ndarray:
+    """Each segment's first NaN per column in the sorted order (its initial element first),
+    bits and all, where it holds one (the cpu and cuda folds' NaN output)."""
     n = v.shape[0]
-    first = np.minimum.reduceat(np.where(np.isnan(v), np.arange(n)[:, None], n), starts, axis=0)
-    return np.take_along_axis(v, np.minimum(first, n - 1), axis=0)
+    pos = np.arange(n)[:, None]
+    at = np.minimum.reduceat(np.where(np.isnan(v), pos, n), starts, axis=0)
+    return np.take_along_axis(v, np.clip(at, 0, n - 1), axis=0)
 
 
 def _segments(lay: _Layout) -> tuple:
@@ -334,7 +335,7 @@ def _segments(lay: _Layout) -> tuple:
     extremum = np.maximum.reduceat(v, starts, axis=0)
     nan = np.isnan(extremum)
     if nan.any():  # (reduceat's NaN is one of the segment's, which by its SIMD lanes)
-        extremum[nan] = _first_nans(v, starts)[nan]
+        extremum[nan] = _winning_nans(v, starts)[nan]
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
     chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)

@@ -33,7 +33,8 @@ NaN rule 'nan': the split weight is computed as hit * g / count: a window holdin
 
 Convention 'torch': Tensor.scatter_reduce(dim, index, src, 'amax'/'amin', include_self):
     forward std::max from self (or from the identity, include_self=False) in index order,
-    NaN propagating, the first of equals kept; backward N = (self == result) +
+    NaN propagating (each NaN src takes over: the output is the segment's last NaN, bits and
+    all, on the CPU), the first of equals kept; backward N = (self == result) +
     scatter_add(src == result), grad_src = (src == result[index]) * (g / N)[index],
     grad_self = (self == result) * g / N (+0 where include_self=False and scattered): split,
     NaN everywhere in a segment holding NaN. Tie bug reproduced: with include_self=False the
@@ -325,12 +326,13 @@ def _picked(v, hit, starts, seg, extremum):
     return np.minimum.reduceat(np.where(hit, pos, n), starts, axis=0)
 
 
-def _first_nans(v, starts) -> np.ndarray:
-    """Each segment's first NaN per column in the sorted order (its initial element first), bits
-    and all, where it holds one (the cpu and cuda folds' NaN output)."""
+def _winning_nans(v, starts) -> np.ndarray:
+    """Each segment's last NaN per column in the sorted order (its initial element first),
+    bits and all, where it holds one (the cpu and cuda folds' NaN output)."""
     n = v.shape[0]
-    first = np.minimum.reduceat(np.where(np.isnan(v), np.arange(n)[:, None], n), starts, axis=0)
-    return np.take_along_axis(v, np.minimum(first, n - 1), axis=0)
+    pos = np.arange(n)[:, None]
+    at = np.maximum.reduceat(np.where(np.isnan(v), pos, -1), starts, axis=0)
+    return np.take_along_axis(v, np.clip(at, 0, n - 1), axis=0)
 
 
 def _segments(lay: _Layout) -> tuple:
@@ -347,7 +349,7 @@ def _segments(lay: _Layout) -> tuple:
     extremum = np.maximum.reduceat(v, starts, axis=0)
     nan = np.isnan(extremum)
     if nan.any():  # (reduceat's NaN is one of the segment's, which by its SIMD lanes)
-        extremum[nan] = _first_nans(v, starts)[nan]
+        extremum[nan] = _winning_nans(v, starts)[nan]
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
     chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)

@@ -33,7 +33,8 @@ NaN rule 'zero': equality with NaN is false: a window holding NaN sends no gradi
 Convention 'jax': jax.ops.segment_max: scatter-max into a -inf fill (-0 below +0); its JVP
     gives each hit g * (1 / count), count the hits plus 1 where the fill equals the result
     (a segment whose max is -inf), and a segment holding NaN no gradient (0 to every
-    element).
+    element); its NaN output is one of the segment's NaNs by XLA's SIMD lanes (here its
+    first, bits and all).
 """
 
 from __future__ import annotations
@@ -299,12 +300,13 @@ def _picked(v, hit, starts, seg, extremum):
     return np.where(preferred < n, preferred, first)
 
 
-def _first_nans(v, starts) -> np.ndarray:
-    """Each segment's first NaN per column in the sorted order (its initial element first), bits
-    and all, where it holds one (the cpu and cuda folds' NaN output)."""
+def _winning_nans(v, starts) -> np.ndarray:
+    """Each segment's first NaN per column in the sorted order (its initial element first),
+    bits and all, where it holds one (the cpu and cuda folds' NaN output)."""
     n = v.shape[0]
-    first = np.minimum.reduceat(np.where(np.isnan(v), np.arange(n)[:, None], n), starts, axis=0)
-    return np.take_along_axis(v, np.minimum(first, n - 1), axis=0)
+    pos = np.arange(n)[:, None]
+    at = np.minimum.reduceat(np.where(np.isnan(v), pos, n), starts, axis=0)
+    return np.take_along_axis(v, np.clip(at, 0, n - 1), axis=0)
 
 
 def _segments(lay: _Layout) -> tuple:
@@ -321,7 +323,7 @@ def _segments(lay: _Layout) -> tuple:
     extremum = np.maximum.reduceat(v, starts, axis=0)
     nan = np.isnan(extremum)
     if nan.any():  # (reduceat's NaN is one of the segment's, which by its SIMD lanes)
-        extremum[nan] = _first_nans(v, starts)[nan]
+        extremum[nan] = _winning_nans(v, starts)[nan]
     hit = _hit(v, extremum[seg])
     picked = _picked(v, hit, starts, seg, extremum)
     chosen = np.take_along_axis(v, np.minimum(picked, v.shape[0] - 1), axis=0)

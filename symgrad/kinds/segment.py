@@ -18,7 +18,7 @@ from .base import Kind, representative
 #     segment_max counts its -inf fill (a segment whose max is -inf: 1/(k+1) to each of k hits)
 #   reciprocal: the weight is g * (1 / count) (JAX's scatter-max JVP), not g / count (PyTorch)
 FRAMEWORK_RULES = {
-    "torch": {"count_initial": True, "reciprocal": False},
+    "torch": {"count_initial": True, "reciprocal": False, "nan_last": True},
     "jax": {"count_initial": True, "reciprocal": True},
 }
 # torch_scatter's CPU max (the pyg preset, NaN rule 'keep' from its start): each segment's scan

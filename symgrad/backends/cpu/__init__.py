@@ -1546,7 +1546,10 @@ def _segment_context(art: Artifacts) -> dict:
     """Segments (scatter_max, segment_max): cpu/segment.py."""
     from .segment import segment_context
     base = _base_context(art) | {"loader_note": _loader_note(art.op, "", "the elements (backward; forward and jvp are serial)")}
-    return segment_context(art, base, _selection(art.kernel), base["dtypes"])
+    # the fold: the kernel's where the segment's NaN output is its last (lower.SegmentRule.nan_last:
+    # the max that keeps the last NaN), else the NaN-propagating max/min (its first NaN)
+    combine = art.kernel.selection.combine if art.kernel.segment.nan_last else None
+    return segment_context(art, base, _selection(art.kernel, combine), base["dtypes"])
 
 
 def _bag_context(art: Artifacts) -> dict:

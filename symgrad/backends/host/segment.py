@@ -76,23 +76,51 @@ def layout_of(op, rule) -> str:
 # ``lib`` is the array module's name in the module ("torch" or "jnp").
 
 # the element each segment's output (and a scan's winner) is, among its hits
-_FRAMEWORK_PICKS = {"first": ["return _first_hit(hit_src, hit_initial, lay.key)"],
-                    "second": ["return _last_hit(hit_src, hit_initial, lay.key)"]}
 _FRAMEWORK_PICK_DOCS = {"first": "first hit", "second": "last hit",
                         "ordered": "first hit that is +0 where the extremum is a zero (-0 below +0), "
                                    "else its first hit"}
 
 
-def framework_pick(pick: str, extremum: str, lib: str) -> dict:
+def framework_pick(pick: str, extremum: str, lib: str, rule) -> dict:
     """_picked's lines and docstring: the first or last hit, or under the zeros rule 'ordered'
-    the first +0 (max; min: -0) among them, else the first."""
+    the first +0 (max; min: -0) among them, else the first; and _segments's lines that form the
+    output from it (output_lines).  Where the extremum is NaN the output is the segment's winning
+    NaN (lower.SegmentRule.nan_last: its last NaN in index order, else its first), bits and all,
+    found by index (the framework's scatter returns a NaN by its order of updates: PyTorch's CPU
+    loop its last, its GPU atomics and XLA any).  Where the hit holds no NaN (a preset's equality),
+    the pick takes the NaNs in: a segment holds hits or NaNs, never both, so one integer scatter
+    finds either (the first hit, else the first NaN; or the first hit, else the last NaN: a NaN e
+    as -2 - e, the least of which is the last)."""
     pick = "second" if pick == "last" else pick  # (a scan's order: first or last)
     sign = f"~{lib}.signbit({{}})" if extremum == "max" else f"{lib}.signbit({{}})"
-    ordered = ["first = _first_hit(hit_src, hit_initial, lay.key)",
+    nan_initial = f"lay.taking & {lib}.isnan(lay.initial)"
+    first = "_first_hit(hit_src, hit_initial, lay.key)"
+    if not rule.nan_picked and not rule.nan_last:  # the first hit, else the first NaN
+        first = (f"_first_hit(hit_src | {lib}.isnan(lay.src), hit_initial | ({nan_initial}), lay.key)  "
+                 "# (the first NaN where the segment holds one)")
+    ordered = [f"first = {first}",
                f"preferred = _first_hit(hit_src & {sign.format('lay.src')}, "
                f"hit_initial & {sign.format('lay.initial')}, lay.key)",
                f"return {lib}.where(preferred != -2, preferred, first)"]
-    return {"pick_lines": _FRAMEWORK_PICKS.get(pick, ordered), "pick_doc": _FRAMEWORK_PICK_DOCS[pick]}
+    lines = {"first": [f"return {first}"], "second": ["return _last_hit(hit_src, hit_initial, lay.key)"]}.get(pick, ordered)
+    if not rule.nan_picked and rule.nan_last and pick == "first":  # the first hit, else the last NaN
+        device = ", device=lay.key.device" if lib == "torch" else ""
+        least = ("torch.full(hit_initial.shape, n, dtype=torch.int64, device=lay.key.device).scatter_reduce("
+                 "0, lay.key, at, \"amin\")" if lib == "torch" else
+                 "jnp.full(hit_initial.shape, n, dtype=at.dtype).at[lay.key].min(at)")
+        lines = ["n = hit_src.shape[0]",
+                 f"pos = {lib}.arange(n{device})",
+                 f"at = {lib}.where({lib}.isnan(lay.src), -2 - pos, {lib}.where(hit_src, pos, n))  "
+                 "# a NaN e as -2 - e: the least is the last NaN",
+                 f"least = {least}",
+                 f"return {lib}.where(least <= -2, -2 - least, {lib}.where(hit_initial | ({nan_initial}), -1, "
+                 f"{lib}.where(least < n, least, -2)))"]
+    elif not rule.nan_picked and not (pick in ("first", "ordered") and not rule.nan_last):
+        raise ValueError(f"segment: no pick of the winning NaN for zeros {pick!r}, nan_last={rule.nan_last}")
+    doc = _FRAMEWORK_PICK_DOCS[pick] + (f"; where the extremum is NaN, its {'last' if rule.nan_last else 'first'} "
+                                        "NaN")
+    return {"pick_lines": lines, "pick_doc": doc,
+            "output_lines": ["out = _at(lay.src, picked, lay.initial)"]}
 
 
 def framework_names(op, rule) -> dict:

@@ -59,7 +59,7 @@ def segment_context(op, kernel: WindowKernel, weight_lines: list) -> dict:
         "hit": jax_code(rule.hit.xreplace(SYMBOLS)),
         "weight": jax_code(sel.weight) if mask else "grad_output",
         "weight_lines": weight_lines if mask else [],
-        **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "jnp"),
+        **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "jnp", rule),
         "saved_doc": ("the src and initial elements, the output and each segment's count" if mask
                       else "each segment's winner"),
         "saved_fields": fields,

@@ -51,6 +51,9 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "weight": numpy_code(sel.weight, select=True) if mask else "grad_output",
         "pick_lines": _PICKS.get(pick) or _ordered(sel.extremum),
         "pick_doc": _PICK_DOCS[pick],
+        "nan_doc": "last" if rule.nan_last else "first",
+        "nan_at": ("np.maximum.reduceat(np.where(np.isnan(v), pos, -1), starts, axis=0)" if rule.nan_last else
+                   "np.minimum.reduceat(np.where(np.isnan(v), pos, n), starts, axis=0)"),
         "saved_doc": ("the src and initial elements (by reference), the output and each segment's count"
                       if mask else "each segment's winner"),
         "saved_fields": fields + ["src_shape: tuple"],

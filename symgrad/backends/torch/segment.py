@@ -66,7 +66,7 @@ def segment_context(op, kernel: WindowKernel) -> dict:
         "reduce": "amax" if sel.extremum == "max" else "amin",
         "hit": _code(rule.hit.xreplace(SYMBOLS)),
         "weight": _code(sel.weight) if mask else "grad_output",
-        **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "torch"),
+        **framework_pick(sel.order if sel.form == "scan" else rule.zeros, sel.extremum, "torch", rule),
         "saved_doc": ("the src and initial elements, the output and each segment's count" if mask
                       else "each segment's winner"),
         "saved_fields": fields,
