@@ -328,13 +328,16 @@ def _torch_sum_terms(terms: np.ndarray, input_shape: tuple, dims: tuple, itemsiz
     return (out + 0).reshape(terms.shape[:-1])  # (added into a zero-filled output: -0 becomes +0)
 
 
-def _torch_sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
+def _torch_sum_to(grad: np.ndarray, shape: tuple, itemsize: int = 0) -> np.ndarray:
     """PyTorch's at::sum_to(grad, shape) (autograd's sum of a broadcast input's gradient): one CPU
     at::sum over the leading and the broadcast dims, in its TensorIterator's order: dims of size 1
     dropped, the reduced dims innermost (the last first), then the kept ones, neighbours of one
     kind coalesced.  cascade_sum's 2-d loop: where its two dims are both reduced, each line's
     _line_sum added to the output in turn (the lines in row order); else the one reduced dim
-    summed per output (_line_sum or _column_sum), added into the zero-filled output."""
+    summed per output (_line_sum or _column_sum), added into the zero-filled output.  itemsize: the
+    bytes of an element of PyTorch's gradient (2: float16/bfloat16, grad given widened to float32,
+    its vectors _torch_sum's; where two reduced dims are innermost at::sum adds its float32 copy:
+    sum_out's should_use_acc_buffer); 0: grad's own."""
     if tuple(grad.shape) == tuple(shape):  # nothing to sum: PyTorch passes the gradient on
         return grad
     lead = grad.ndim - len(shape)
@@ -348,10 +351,10 @@ def _torch_sum_to(grad: np.ndarray, shape: tuple) -> np.ndarray:
     if grad.size == 0:  # no terms (or no outputs): +0 each
         return np.zeros(shape, dtype=grad.dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as PyTorch adds
-        return _torch_sum_lines(grad, shape, full, reduced, kept)
+        return _torch_sum_lines(grad, shape, full, reduced, kept, itemsize or grad.dtype.itemsize)
 
 
-def _torch_sum_lines(grad: np.ndarray, shape: tuple, full: tuple, reduced: list, kept: list) -> np.ndarray:
+def _torch_sum_lines(grad: np.ndarray, shape: tuple, full: tuple, reduced: list, kept: list, itemsize: int) -> np.ndarray:
     """_torch_sum_to's sum over the reduced dims of grad (its dims of size 1 dropped)."""
     dims = []  # [axes, reduced], innermost first, neighbours of one kind coalesced
     for d in reduced[::-1] + kept[::-1]:
@@ -363,24 +366,28 @@ def _torch_sum_lines(grad: np.ndarray, shape: tuple, full: tuple, reduced: list,
     order = [a for axes, _ in dims[::-1] for a in axes[::-1]]
     outputs = int(np.prod([grad.shape[a] for a in kept], dtype=np.int64))
     lines = grad.transpose(order).reshape((outputs, -1, sizes[0]))  # (outputs, lines, terms)
-    width = _TORCH_VECTOR_BYTES // grad.dtype.itemsize
+    acc = max(itemsize, 4)  # (the bytes of the accumulated type)
+    width, fold = _TORCH_VECTOR_BYTES // itemsize, acc // itemsize
     contiguous = dims[0][0][0] == grad.ndim - 1
     if len(dims) > 1 and dims[1][1]:
         out = np.zeros(outputs, dtype=grad.dtype)
         for j in range(lines.shape[1]):
-            out = out + _line_sum(lines[:, j].T, contiguous, width)
+            out = out + _line_sum(lines[:, j].T, contiguous, _TORCH_VECTOR_BYTES // acc)
     elif contiguous:
-        out = _line_sum(lines[:, 0].T, True, width) + 0
+        out = _line_sum(lines[:, 0].T, True, width, fold) + 0
     else:
-        out = _column_sum(lines[:, 0].T, sizes[1], width) + 0
+        out = _column_sum(lines[:, 0].T, sizes[1], width, fold) + 0
     return out.reshape(shape)
 
 
-def _sum_to_shape(grad: np.ndarray, shape: tuple) -> np.ndarray:
+def _sum_to_shape(grad: np.ndarray, shape: tuple, itemsize: int = 0) -> np.ndarray:
     """Sum a broadcast gradient back to an input's shape in the order of PyTorch's autograd
-    (_torch_sum_to), in at least float32 (float16 is rounded once, as PyTorch's sum rounds it)."""
+    (_torch_sum_to), in at least float32 (float16 is rounded once, as PyTorch's sum rounds it).
+    itemsize: the bytes of an element of PyTorch's gradient (the cpu loader's kernels give a
+    float16 input's gradient in float32: 2); 0: grad's own."""
     dtype = grad.dtype
-    return _torch_sum_to(grad.astype(np.promote_types(dtype, np.float32), copy=False), shape).astype(dtype, copy=False)
+    return _torch_sum_to(grad.astype(np.promote_types(dtype, np.float32), copy=False), shape,
+                         itemsize or dtype.itemsize).astype(dtype, copy=False)
 
 
 def forward(input1: np.ndarray, input2: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, Saved]:
