@@ -366,6 +366,12 @@ def test_cpu_jvp_adds_in_pytorchs_order():
     _check_jvp_order("cpu", JVP_ORDER_SHAPES[::7], 11)
 
 
+@pytest.mark.slow  # (each shape and dtype jitted)
+def test_jax_jvp_adds_in_pytorchs_order():
+    """The jax backend's own _torch_sum (jax/_torch_sum.py.jinja) under the torch preset."""
+    _check_jvp_order("jax", JVP_ORDER_SHAPES[::13] + JVP_ORDER_SHAPES[-8:], 12)
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_cuda_jvp_adds_in_the_frameworks_order(fake_cupy, framework):
     """The kernels' sum programs: jvp of cancelling tangents on tie-heavy inputs (every term's
