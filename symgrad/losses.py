@@ -76,7 +76,10 @@ class Reduced:
             if not flat.size:
                 total = acc.type(0)  # (a mean of no elements: 0 / 0, NaN, as the frameworks)
             elif self.torch_order:
-                total = _torch_sum()(flat.reshape(1, -1), (flat.size,), (0,))[0]
+                # sum: at::sum of the float16/bfloat16 tensor (its own order, in float32); mean:
+                # PyTorch's CPU mean sums the tensor cast to float32 (ReduceOps.cpp mean_out)
+                itemsize = dtype.itemsize if self.reduction == "sum" else acc.itemsize
+                total = _torch_sum()(flat.reshape(1, -1), (flat.size,), (0,), itemsize)[0]
             else:
                 total = np.sum(flat, dtype=acc)
             if self.reduction == "mean":

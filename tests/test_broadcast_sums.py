@@ -62,6 +62,35 @@ def test_float16_broadcast_gradient_equals_pytorch(op, shape_a, shape_b, backend
     np.testing.assert_array_equal(gb, want)
 
 
+# shapes where at::sum of a float16 gradient adds in an order of its own: rows under and over its
+# vectors of 16 elements (loaded as 8 float32 lanes), columns under and over 16, all of a 2-d
+# gradient, two reduced dims innermost (the float32 copy summed: sum_out's acc buffer)
+CANCELLING_SHAPES = [((9,), (1,)), ((40,), (1,)), ((300,), (1,)), ((3, 64), (3, 1)), ((64, 3), (1, 3)),
+                     ((17, 20), (1, 20)), ((40, 12), (1, 12)), ((5, 6), (1, 1)), ((12, 3, 50), (1, 3, 1)),
+                     ((6, 33), (33,))] + MORE_SHAPES
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_float16_broadcast_gradient_of_cancelling_terms_equals_pytorch(backend):
+    """maximum's gradient of b, which wins everywhere (b's gradient: g summed to its shape), with g
+    of cancelling terms (+-2^14 first and last, small ones of both signs between: the order of
+    the float32 sum decides the rounded result) bit for bit with PyTorch's autograd."""
+    _need_compiler(backend)
+    m = symgrad.load("maximum", backend=backend, convention="torch")
+    rng = np.random.default_rng(28)
+    for shape_a, shape_b in CANCELLING_SHAPES:
+        for _ in range(3):
+            a, b = np.full(shape_a, -5, np.float16), np.zeros(shape_b, np.float16)
+            full = np.broadcast_shapes(shape_a, shape_b)
+            g = rng.choice([-1.0, 1.0], full) * np.exp2(rng.uniform(-4, 0, full))
+            g.reshape(-1)[0], g.reshape(-1)[-1] = 2.0 ** 14, -(2.0 ** 14)
+            g = g.astype(np.float16)
+            ta, tb = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+            torch.maximum(ta, tb).backward(torch.tensor(g))
+            _, gb = m.backward(g, m.forward(a, b)[1])
+            assert gb.dtype == np.float16 and gb.tobytes() == tb.grad.numpy().tobytes(), (shape_a, shape_b)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "cpu"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape_a,shape_b", SHAPES + MORE_SHAPES)

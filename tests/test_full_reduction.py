@@ -7,6 +7,8 @@ max (torch.max splits the gradient among the NaNs, torch.amax gives NaN everywhe
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -87,3 +89,23 @@ def test_jax_preset_equals_jnp(op):
 def test_max_takes_no_dim():
     with pytest.raises(TypeError, match="unexpected parameter 'dim'"):
         symgrad.load("max", dim=0)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_amax_jvp_over_dims_apart_adds_in_pytorchs_order(backend):
+    """amax over dims that are not adjacent, every element a tie: the jvp (the tangents' sum over
+    the ties, divided by their count) of cancelling float32 tangents (+-1e4 first and last, tiny
+    ones of both signs between) bit for bit with torch.func.jvp: at::sum adds line after line (the
+    last run of reduced dims) into the output (host/_torch_sum.py.jinja's _torch_line)."""
+    if backend == "cpu" and not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler: the cpu backend is not available")
+    rng = np.random.default_rng(28)
+    for shape, dim in [((40, 3, 70), (0, 2)), ((7, 3, 40, 5), (0, 2))]:
+        module = symgrad.load("amax", backend=backend, convention="torch", dim=dim)
+        for _ in range(3):
+            x = np.zeros(shape, np.float32)
+            t = (rng.choice([-1.0, 1.0], shape) * np.exp2(rng.uniform(-30, 0, shape))).astype(np.float32)
+            t.reshape(-1)[0], t.reshape(-1)[-1] = 1e4, -1e4
+            got = module.jvp(t, module.forward(x)[1])
+            want = torch.func.jvp(lambda v: torch.amax(v, dim), (torch.tensor(x),), (torch.tensor(t),))[1]
+            assert got.tobytes() == want.numpy().tobytes(), (shape, dim)

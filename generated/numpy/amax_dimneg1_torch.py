@@ -392,15 +392,21 @@ def _row_sum(terms: np.ndarray) -> np.ndarray:
     return total + parts[1] + parts[2] + parts[3]
 
 
-def _line_sum(flat: np.ndarray, contiguous: bool, width: int) -> np.ndarray:
+def _line_sum(flat: np.ndarray, contiguous: bool, width: int, fold: int = 1) -> np.ndarray:
     """SumKernel.cpp's sum along axis 0 of flat (n, outputs) where the reduced dim is innermost:
-    along a contiguous slice of at least a vector, the vectors' lanes (each a row_sum over the
-    vectors), then the leftover terms and the lanes added to +0 in order (vectorized_inner_sum);
-    else a row_sum (scalar_inner_sum)."""
+    along a contiguous slice of at least a vector (width elements of the summed tensor), the
+    vectors' lanes (each a row_sum over the vectors), then the leftover terms and the lanes added
+    to +0 in order (vectorized_inner_sum); else a row_sum (scalar_inner_sum).  fold: the summed
+    tensor's elements per float lane, 2 for float16/bfloat16 (InnerSumCastLoadPolicy loads a vector
+    of 16 as 8 float32 lanes, lane i its element i plus its element i + 8), else 1."""
     n = flat.shape[0]
     if not (contiguous and n >= width):
         return _row_sum(flat)
-    lanes = _row_sum(flat[:n // width * width].reshape((n // width, width) + flat.shape[1:]))
+    vectors = flat[:n // width * width].reshape((n // width, fold, width // fold) + flat.shape[1:])
+    loaded = vectors[:, 0]
+    for f in range(1, fold):
+        loaded = loaded + vectors[:, f]
+    lanes = _row_sum(loaded)
     out = np.zeros(flat.shape[1:], dtype=flat.dtype)
     for k in range(n // width * width, n):
         out = out + flat[k]
@@ -409,39 +415,58 @@ def _line_sum(flat: np.ndarray, contiguous: bool, width: int) -> np.ndarray:
     return out
 
 
-def _column_sum(flat: np.ndarray, inner: int, width: int) -> np.ndarray:
+def _column_sum(flat: np.ndarray, inner: int, width: int, fold: int = 1) -> np.ndarray:
     """SumKernel.cpp's sum along axis 0 of flat (n, outputs) of a strided slice (the dims after
-    it, inner elements, are kept): a cascade for the columns that fill whole blocks of 4 vectors
-    (4 elements where inner is under a vector: vectorized_outer_sum, scalar_outer_sum), else a
-    row_sum."""
-    block = 4 * width if inner >= width else 4
+    it, inner elements, are kept): a cascade for the columns that fill whole blocks of 4 float
+    vectors (4 * width // fold columns where inner holds a vector of the summed tensor, width
+    elements: vectorized_outer_sum; else 4: scalar_outer_sum), else a row_sum."""
+    block = 4 * (width // fold) if inner >= width else 4
     whole = np.arange(flat.shape[1]) % inner < inner // block * block
     return np.where(whole, _cascade(flat), _row_sum(flat))
 
 
-def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray:
+def _torch_sum(terms: np.ndarray, input_shape: tuple, dims: tuple, itemsize: int = 0) -> np.ndarray:
     """Each window's terms (kept..., n) added up in the order of PyTorch's CPU at::sum over dims
     of a contiguous tensor of input_shape, one thread (cascade_sum): _line_sum along the last
-    dims, _column_sum along others.  Reduced dims that are not adjacent: in row order (not
-    PyTorch's)."""
+    dims, _column_sum along others.  itemsize: the bytes of an element of the tensor PyTorch sums
+    (2: float16/bfloat16, its terms given widened to float32); 0: terms' own."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN; beyond the range: inf, as PyTorch adds
-        return _torch_sum_terms(terms, input_shape, dims)
+        return _torch_sum_terms(terms, input_shape, dims, itemsize or terms.dtype.itemsize)
 
 
-def _torch_sum_terms(terms: np.ndarray, input_shape: tuple, dims: tuple) -> np.ndarray:
-    """_torch_sum's additions."""
-    shape = [s for s in input_shape]
-    reduced = [d for d in dims if shape[d] != 1]
+def _torch_line(input_shape: tuple, dims: tuple) -> int:
+    """Where the reduced dims (of size other than 1) are not adjacent among the dims not of size
+    1, the TensorIterator's two innermost dims both reduced: the terms of a line (the last run of
+    adjacent reduced dims), which at::sum adds up and adds to the output, one line after another
+    in row order (in float32 for a float16/bfloat16 tensor: sum_out's should_use_acc_buffer sums
+    its float32 copy); else 0."""
+    big = [d for d, s in enumerate(input_shape) if s != 1]
+    reduced = [d for d in sorted(d % len(input_shape) for d in dims) if input_shape[d] != 1]
+    start = len(reduced)  # the last run starts at reduced[start - 1]
+    while start > 1 and big.index(reduced[start - 2]) + 1 == big.index(reduced[start - 1]):
+        start -= 1
+    return int(np.prod([input_shape[d] for d in reduced[start - 1:]], dtype=np.int64)) if start > 1 else 0
+
+
+def _torch_sum_terms(terms: np.ndarray, input_shape: tuple, dims: tuple, itemsize: int) -> np.ndarray:
+    """_torch_sum's additions: the summed tensor's elements itemsize bytes each, added in float32
+    where they are float16/bfloat16 (a vector of 16 loaded as 8 float32 lanes: fold 2)."""
+    shape = list(input_shape)
+    reduced = [d for d in sorted(d % len(shape) for d in dims) if shape[d] != 1]
+    acc = max(itemsize, 4)  # (the bytes of the accumulated type)
     n = terms.shape[-1]
     flat = np.moveaxis(terms.reshape((-1, n)), -1, 0)  # (n, windows)
-    if reduced and reduced != list(range(reduced[0], reduced[-1] + 1)):
-        out = flat[0] if n else np.zeros(flat.shape[1:], dtype=terms.dtype)
-        for k in range(1, n):
-            out = out + flat[k]
-        return (out + 0).reshape(terms.shape[:-1])
-    width = _TORCH_VECTOR_BYTES // terms.dtype.itemsize
+    line = _torch_line(input_shape, dims)
+    if line and n:
+        lines = flat.reshape((n // line, line) + flat.shape[1:])
+        contiguous = reduced[-1] == max(d for d, s in enumerate(shape) if s != 1)
+        out = np.zeros(flat.shape[1:], dtype=terms.dtype)
+        for j in range(lines.shape[0]):
+            out = out + _line_sum(lines[j], contiguous, _TORCH_VECTOR_BYTES // acc)
+        return out.reshape(terms.shape[:-1])
+    width, fold = _TORCH_VECTOR_BYTES // itemsize, acc // itemsize
     inner = int(np.prod([s for d, s in enumerate(shape) if not reduced or d > reduced[-1]], dtype=np.int64))
-    out = _line_sum(flat, True, width) if inner == 1 else _column_sum(flat, inner, width)
+    out = _line_sum(flat, True, width, fold) if inner == 1 else _column_sum(flat, inner, width, fold)
     return (out + 0).reshape(terms.shape[:-1])  # (added into a zero-filled output: -0 becomes +0)
 
 

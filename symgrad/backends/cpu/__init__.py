@@ -917,6 +917,9 @@ def _elementwise_context(art: Artifacts) -> dict:
         "exp_helpers": uses_exp([kernel.output, *(a.expr for a in (*kernel.intermediates, *back_inter, *adjoints,
                                                                     *grads))]),
         "torch_sum_to": kernel.broadcast_sum == "torch",  # (conventions.BROADCAST_SUMS)
+        # _sum_to_shape's itemsize under the torch sum: the input's (a float16 input's gradient
+        # comes from the kernel in float32, PyTorch sums it as float16: host/_torch_sum_to.py.jinja)
+        "sum_to_itemsize": ", inputs[k].dtype.itemsize" if kernel.broadcast_sum == "torch" else "",
         # (input, whether backward returns its gradient): an expression's wrt
         "returned_tuple": repr(tuple(k for k, name in enumerate(kernel.inputs) if name in wrt)), "wrt_tuple": repr(wrt),
         "partial": any(name not in wrt for name in kernel.inputs),
