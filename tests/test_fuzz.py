@@ -14,7 +14,7 @@ zero-size outputs) or raises exactly ValueError or TypeError with a message that
 parameter and what was expected; through the CLI, exit status 2 and one line on stderr.
 
 The number of examples per entry point is FUZZ_EXAMPLES (environment variable
-SYMGRAD_FUZZ_EXAMPLES, else 2500 in a slow run (`-m slow` or SYMGRAD_SLOW=1) and 1000 in the default
+SYMGRAD_FUZZ_EXAMPLES, else 2500 in a slow run (`-m slow` or SYMGRAD_SLOW=1) and 600 in the default
 run, which must fit CI's 15 minutes on 2 cores).  Examples are derandomized: CI runs the same ones every time.
 """
 
@@ -49,7 +49,7 @@ from symgrad.policy import POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ_EXAMPLES = int(os.environ.get("SYMGRAD_FUZZ_EXAMPLES")
-                    or (2500 if os.environ.get("SYMGRAD_SLOW") == "1" else 1000))
+                    or (2500 if os.environ.get("SYMGRAD_SLOW") == "1" else 600))
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 COUNTS: dict[str, int] = {}  # examples run per entry point (printed with -s)

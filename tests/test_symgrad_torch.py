@@ -228,6 +228,7 @@ def test_opcheck_every_catalog_op(entry):
     torch.library.opcheck(jvp, (tangents, plain, out, arrays), test_utils=checks)
 
 
+@pytest.mark.slow  # 70 s under Inductor; test_symgrad_torch_native compiles fullgraph first in a fresh process by default
 def test_torch_compile_fullgraph_matches_eager():
     torch.manual_seed(0)
     pool = st.MaxPool2d(3, 2, 1, ties="split")
