@@ -574,6 +574,30 @@ def test_backward_after_a_checked_call_still_refuses_forged_saved(ties, params, 
         assert _outcome(lambda: m.backward(*call)) == outcome
 
 
+def test_backward_keeps_at_most_256_checked_calls():
+    """_BACKWARD_KNOWN (a cpu/_bounded.py.jinja _Bounded) holds at most 256 calls: the 257th drops
+    the others, whose next backward takes every check again, and each backward still routes
+    grad_output to its window's first maximum (a loop over the windows)."""
+    m = symgrad.load("max_pool2d", backend="cpu", kernel_size=2)
+    m._BACKWARD_KNOWN.clear()
+    rng = np.random.default_rng(5)
+    calls = []
+    for k in range(257):
+        x = rng.permutation(2 * 2 * (k + 1)).reshape(1, 1, 2, 2 * (k + 1)).astype(np.float32)
+        y, saved = m.forward(x)
+        g = (1 + np.arange(y.size, dtype=np.float32)).reshape(y.shape)
+        calls.append((x, g, m.backward(g, saved)[0], saved))
+        assert len(m._BACKWARD_KNOWN) == k % 256 + 1
+    for x, g, gx, saved in calls[:2] + calls[-1:]:  # dropped and kept calls
+        want = np.zeros_like(x)
+        for j in range(x.shape[-1] // 2):
+            window = x[0, 0, :, 2 * j:2 * j + 2]
+            r, c = np.unravel_index(np.argmax(window), window.shape)
+            want[0, 0, r, 2 * j + c] = g[0, 0, 0, j]
+        np.testing.assert_array_equal(gx, want)
+        np.testing.assert_array_equal(m.backward(g, saved)[0], want)
+
+
 def test_cache_clear_removes_the_c_source_and_the_library(tmp_path, monkeypatch):
     from symgrad import api, cache
     monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))

@@ -1,4 +1,4 @@
-"""The cpu reductions' forward plan (_loader_reduction.py.jinja _planned): once a call has checked
+"""The cpu reductions' forward plan (cpu/_plan_cache.py.jinja _planned): once a call has checked
 a C-contiguous input of a shape and dtype, later calls on such an input skip the checks and the
 layout.  Every other input of that shape must still take the full path: a copy of a strided or
 Fortran-ordered view, a byte-swapped array computed natively, another dtype its own kernel, a
@@ -9,10 +9,15 @@ Oracle: the max or min of each reduced slice, a Python loop over the slices (dis
 zero and no NaN: the value is the answer whatever the tie and zero rules), and a gradient that is
 grad_output at each slice's one winner and zero elsewhere."""
 
+import re
+
 import numpy as np
 import pytest
 
 import symgrad
+from symgrad import backends
+from symgrad.ops import resolve
+from symgrad.pipeline import render
 
 # (op, parameters, shape): a row (the dim last) and columns (a block with a dim after it) of the
 # module tests/test_cpu_columns.py compiles in the default run; slow: other modules (dims last, amin,
@@ -98,8 +103,8 @@ def test_planned_maxout_takes_the_full_path_for_other_inputs():
 
 @pytest.mark.parametrize("op,params", [("amax", {"dim": 0}), ("maxout", {"pieces": 2})])
 def test_plan_cache_is_bounded_and_drops_its_plans_when_full(op, params):
-    """Both loaders keep their plans in the select loaders' one cache (loader_select.py.jinja
-    _plan_cache): at most 64 shapes; the 65th drops the others, whose inputs then take the full
+    """Both loaders keep their plans in the loaders' one bounded cache (cpu/_plan_cache.py.jinja
+    _PLANS, a cpu/_bounded.py.jinja _Bounded): at most 64 shapes; the 65th drops the others, whose inputs then take the full
     path again, and every call still gives the brute-force answer."""
     m = symgrad.load(op, backend="cpu", convention="torch", **params)
     m._PLANS.clear()
@@ -125,3 +130,22 @@ def test_plan_cache_is_bounded_and_drops_its_plans_when_full(op, params):
             else:
                 (gx,) = m.backward(np.ones(want.shape, np.float32), saved, threads=1)
             assert np.array_equal(gx, grad.astype(np.float32))
+
+
+LOADERS = [("amax", {"dim": 0}, True), ("maxout", {"pieces": 2}, True), ("max_pool2d", {"kernel_size": 2}, False),
+           ("adaptive_max_pool2d", {"output_size": 3}, False),
+           ("fractional_max_pool2d", {"kernel_size": 2, "output_size": 3}, False)]
+
+
+@pytest.mark.parametrize("op,params,plans", LOADERS, ids=[c[0] for c in LOADERS])
+def test_only_the_planned_loaders_define_the_plan_cache(op, params, plans):
+    """The reductions' and maxout's loaders define forward's plan cache and call it; the other
+    select loaders (adaptive, fractional), which never call it, hold none of it (they printed
+    _plan_cache from the select skeleton).  The bounded cache is defined once where it is used
+    (pooling's backward keeps its checked calls in it)."""
+    (text,) = [v for k, v in render(resolve(op, **params), backends.get("cpu")).items() if k.endswith(".py")]
+    assert "_plan_cache" not in text
+    assert ("_PLANS" in text) == ("_planned(" in text) == ("_plan(" in text) == plans
+    defined = re.findall(r"^class _Bounded\b", text, re.M)
+    used = re.findall(r"_Bounded\(\d+\)", text)
+    assert len(defined) == (1 if used else 0) and bool(used) == (plans or op == "max_pool2d")
