@@ -413,6 +413,41 @@ def test_unpool_equals_numpy_bit_for_bit(op, params, shape, ties):
         assert not mismatch(got, want), mismatch(got, want)
 
 
+@pytest.mark.parametrize("ties,stride", [("all", 2), ("first", 2), ("all", 8)])
+def test_unpool_backward_blocks_equal_numpy_bit_for_bit(ties, stride):
+    """backward's gather runs in blocks of 16 elements, each prefetching grad_output's plane ahead
+    (where the plane has at most as many cache lines as elements: not for stride 8's gaps): planes
+    of 9 x 11 = 99 elements (6 blocks and a tail of 3) with indices from max pooling (in their
+    window), anywhere in the plane, and colliding, each against the NumPy module in every dtype
+    with 1 and 2 threads; an index outside the plane in the last block is refused."""
+    torch = pytest.importorskip("torch")  # the pooled indices
+    params = {"kernel_size": 2, "stride": stride}
+    m = symgrad.load("max_unpool2d", backend="cpu", ties=ties, **params)
+    ref = symgrad.load("max_unpool2d", ties=ties, **params)
+    rng = np.random.default_rng(28 + stride)
+    shape = (2, 3, 9, 11)
+    pooled = torch.from_numpy(rng.normal(size=(2, 3, 8 * stride + 2, 10 * stride + 2)))  # unpooling's output size
+    _, pooled_idx = torch.nn.functional.max_pool2d(pooled, return_indices=True, **params)
+    size = int(np.prod(ref.forward(np.zeros(shape), np.zeros(shape, np.int64))[0].shape[-2:]))
+    for idx in (pooled_idx.numpy(), rng.integers(0, size, size=shape), rng.integers(0, 3, size=shape)):
+        for dtype in DTYPES:
+            wide = np.float32 if dtype == np.float16 else dtype
+            x = rng.normal(size=shape).astype(dtype)
+            y_ref, saved_ref = ref.forward(x.astype(wide), idx)
+            g = rng.normal(size=y_ref.shape).astype(dtype)
+            (want, _) = ref.backward(g.astype(wide), saved_ref)
+            for threads in (1, 2):
+                y, saved = m.forward(x, idx, threads=threads)
+                (got, none) = m.backward(g, saved, threads=threads)
+                wrong = mismatch(got, want.astype(dtype))
+                assert none is None and not wrong, (dtype, threads, wrong)
+    y, saved = m.forward(x, idx)
+    bad = saved.indices.copy()
+    bad[1, -1] = size  # the tail of plane 1
+    with pytest.raises(ValueError, match="indices must be in"):
+        m.backward(g, saved._replace(indices=bad))
+
+
 def test_unpool_and_fractional_same_bits_with_one_and_two_threads():
     """One thread a plane, each plane's writers and windows in a fixed order: 1, 2 and the default
     number of threads give identical bytes (random gradients and tangents, whose sums round
