@@ -31,8 +31,15 @@ def _env(cache: Path) -> dict:
     return env
 
 
+def shared_cache() -> Path:
+    """The test run's private cache (conftest), shared by this worker's tests and commands: the
+    commands below test what the CLI prints and writes, not the cache, so each derivation is
+    derived once per worker, not once per command (a cold catalog costs minutes on 2 cores)."""
+    return Path(os.environ["SYMGRAD_CACHE_DIR"])
+
+
 def run_symgrad(args, cache: Path) -> subprocess.CompletedProcess:
-    """`python -m symgrad ARGS` in the repository root with a private cache.
+    """`python -m symgrad ARGS` in the repository root with the cache given.
 
     The timeout only stops a hung command: on a 2-core machine under a load of 17,
     `generate --catalog --check` took over 120 s."""
@@ -49,7 +56,7 @@ def run_all(argvs: dict, cache: Path) -> dict:
 
 @pytest.fixture
 def cli(tmp_path):
-    return lambda *args: run_symgrad(args, tmp_path / "cache")
+    return lambda *args: run_symgrad(args, shared_cache())
 
 
 def _show(r: subprocess.CompletedProcess) -> str:
@@ -106,11 +113,10 @@ DERIVE_IDS = [f"{op}-{ties or 'default'}" for op, _, ties in DERIVE_CASES]
 
 
 @pytest.fixture(scope="module")
-def derive_results(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
+def derive_results():
     argvs = {i: ["derive", op, *args, *(["--ties", ties] if ties else []), "--full"]
              for i, (op, args, ties) in zip(DERIVE_IDS, DERIVE_CASES)}
-    return run_all(argvs, cache)
+    return run_all(argvs, shared_cache())
 
 
 @pytest.mark.parametrize("case", DERIVE_IDS)
@@ -299,7 +305,7 @@ BAD_IDS = [c[0] for c in BAD_INPUT]
 def bad_results(tmp_path_factory):
     base = tmp_path_factory.mktemp("bad")
     argvs = {i: [a.replace("{tmp}", str(base / i)) for a in argv] for i, argv, _ in BAD_INPUT}
-    return base, run_all(argvs, base / "cache")
+    return base, run_all(argvs, shared_cache())
 
 
 @pytest.mark.parametrize("case", BAD_IDS)
@@ -403,7 +409,7 @@ def test_a_closed_pipe_is_not_an_error(tmp_path):
     """`symgrad derive ... | head -1`: the reader goes away; symgrad exits 0 and says nothing."""
     proc = subprocess.Popen([sys.executable, "-m", "symgrad", "derive", "max_pool3d", "--kernel-size", "3",
                              "--full"],
-                            cwd=REPO, env=_buffered_env(tmp_path / "cache"),
+                            cwd=REPO, env=_buffered_env(shared_cache()),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     proc.stdout.close()  # more than a pipe buffer is still to come
@@ -423,7 +429,7 @@ def test_a_pipe_closed_after_the_command_is_not_an_error(tmp_path, argv):
     """`symgrad list | head -1` where head goes away after symgrad printed everything but before
     the interpreter flushed it at exit: no 'Exception ignored ... BrokenPipeError', exit 0."""
     proc = subprocess.Popen([sys.executable, "-c", _MAIN_THEN_WAIT, *argv], cwd=REPO,
-                            env=_buffered_env(tmp_path / "cache"), stdin=subprocess.PIPE,
+                            env=_buffered_env(shared_cache()), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stderr.readline() == b"returned\n"
     proc.stdout.close()

@@ -40,7 +40,7 @@ F = torch.nn.functional
 VALUES = [-np.inf, -6.0, -2.0, -1.0, -0.5, -0.1, -0.0, 0.0, 0.1, 0.5, 1.0, 2.0, 6.0, 7.0, np.inf,
           np.nan]
 DTYPES = [np.float64, np.float32, np.float16]
-EXAMPLES = examples(default=40, slow=120)
+EXAMPLES = examples(default=20, slow=120)
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 

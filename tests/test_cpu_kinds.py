@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import symgrad
-from conftest import ELEMENTWISE, WINDOWED, case_id
+from conftest import ELEMENTWISE, WINDOWED, case_id, slow_run
 from cuda_harness.check import compare, inputs_for, mismatch
 from symgrad.ops import OPS, resolve
 from symgrad.policy import NAN_RULES
@@ -99,6 +99,16 @@ def _settings_id(settings: dict) -> str:
     return "-".join(str(v) for v in settings.values())
 
 
+def _default(settings: dict) -> bool:
+    """The default run's policy x NaN rule sweep: every rule under ties first and split, and ties
+    last and all under the default rule (every combination with -m slow)."""
+    return settings.get("ties") in (None, "first", "split") or settings.get("nan", "dominate") == "dominate"
+
+
+def _params(cases: list) -> list:
+    return [c if _default(c[3]) else pytest.param(*c, marks=pytest.mark.slow) for c in cases]
+
+
 def _compare_all(module, op, params, shapes, settings, layouts=("contiguous",), dtypes=DTYPES) -> list[str]:
     """Every comparison of a cpu module with the NumPy module on tie-heavy inputs, without and
     with NaN/+-inf/-0."""
@@ -123,11 +133,13 @@ def _layouts(op, shapes) -> tuple:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _compiled_in_parallel():
-    """Every library the tests below use, compiled first, two at a time (the compiler runs in
-    subprocesses): the tests then find them in the cache."""
+def _compiled_in_parallel(request):
+    """Every library the tests below use in this run, compiled first, two at a time (the compiler
+    runs in subprocesses): the tests then find them in the cache."""
     from concurrent.futures import ThreadPoolExecutor
-    modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES + WINDOW_CASES]
+    slow = slow_run(request.config)
+    modules = [symgrad.load(op, backend="cpu", **s, **params) for op, params, _, s in ELEMENTWISE_CASES + WINDOW_CASES
+               if slow or _default(s)]
     modules += [symgrad.load_expr(text, backend="cpu", inputs=names, wrt=wrt) for text, names, wrt, _ in EXPRESSIONS]
     modules += [symgrad.load(op, backend="cpu", ties=t, **params) for op, params, _, t in UNPOOL_CASES]
     with ThreadPoolExecutor(2) as pool:
@@ -136,7 +148,7 @@ def _compiled_in_parallel():
 
 # ----------------------------------------------------------------------------- elementwise
 
-@pytest.mark.parametrize("op,params,shapes,settings", ELEMENTWISE_CASES,
+@pytest.mark.parametrize("op,params,shapes,settings", _params(ELEMENTWISE_CASES),
                          ids=[f"{case_id(op, params)}-{_settings_id(s)}" for op, params, _, s in ELEMENTWISE_CASES])
 def test_elementwise_equals_numpy_bit_for_bit(op, params, shapes, settings):
     module = symgrad.load(op, backend="cpu", **settings, **params)
@@ -307,7 +319,7 @@ def test_elementwise_forged_saved_is_refused_as_numpy_refuses_it():
 
 # ----------------------------------------------------------------------------- window kinds
 
-@pytest.mark.parametrize("op,params,shapes,settings", WINDOW_CASES,
+@pytest.mark.parametrize("op,params,shapes,settings", _params(WINDOW_CASES),
                          ids=[f"{case_id(op, params)}-{_settings_id(s)}" for op, params, _, s in WINDOW_CASES])
 def test_window_kind_equals_numpy_bit_for_bit(op, params, shapes, settings):
     """Forward, saved state (the scan's index: its values and dtype), backward and jvp."""

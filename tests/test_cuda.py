@@ -82,6 +82,16 @@ def _first_case_of_its_op(op, params) -> bool:
     return next(p for o, p, _ in CASES if o == op) is params
 
 
+def _default_ties(op, params, ties) -> bool:
+    """Whether the default run compares (op, params) under ties: an op with one case under both
+    default policies; an op with several takes them in turn, case by case (every case under
+    every policy with -m slow)."""
+    if ties not in DEFAULT_TIES:
+        return False
+    own = [p for o, p, _ in CASES if o == op]
+    return len(own) == 1 or DEFAULT_TIES[next(k for k, p in enumerate(own) if p is params) % 2] == ties
+
+
 @pytest.fixture(scope="session")
 def host_cache(tmp_path_factory, request):
     """The .cu sources of the cases this run compares compiled for the CPU once, in parallel, into
@@ -92,7 +102,7 @@ def host_cache(tmp_path_factory, request):
     # source, the compatibility header, the compiler and its flags)
     cache = Path(os.environ.get("SYMGRAD_HARNESS_CACHE") or tmp_path_factory.mktemp("cuda-host"))
     slow = slow_run(request.config)
-    settings = [(op, params, {"ties": t}) for op, params, _ in CASES for t in POLICIES if slow or t in DEFAULT_TIES]
+    settings = [(op, params, {"ties": t}) for op, params, _ in CASES for t in POLICIES if slow or _default_ties(op, params, t)]
     settings += [(op, params, {"convention": c}) for op, params, _ in CASES for c in CONVENTIONS
                  if slow or _first_case_of_its_op(op, params)]
     settings += [(op, params, st) for op, params, _, st in NAN_CASES if slow or st["ties"] in DEFAULT_TIES]
@@ -261,9 +271,9 @@ def test_float_kernels_do_no_double_math(nvcc_builds):
 
 # ----------------------------------------------------------------------------- the CPU harness
 
-@pytest.mark.parametrize("ties", [t if t in DEFAULT_TIES else pytest.param(t, marks=pytest.mark.slow)
-                                  for t in POLICIES])
-@pytest.mark.parametrize("op,params,shapes", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("op,params,shapes,ties", [
+    (*c, t) if _default_ties(c[0], c[1], t) else pytest.param(*c, t, marks=pytest.mark.slow)
+    for c in CASES for t in POLICIES], ids=[f"{i}-{t}" for i in CASE_IDS for t in POLICIES])
 def test_cpu_execution_equals_numpy_bit_for_bit(fake_cupy, monkeypatch, op, params, shapes, ties):
     if not _allowed(op, ties):
         pytest.skip(f"{op} refuses ties={ties!r}")
