@@ -59,8 +59,9 @@ def test_jax_preset_modules_print_no_scalar_loop_test(name, params):
     with open(mod.__file__) as f:
         code = f.read()
     assert "torch.signbit(" not in code and "torch.isnan(" not in code
-    if name == "relu":  # max(0, x) with -0 below +0: a tie with the number 0 returns +0, no sign test
-        assert "copysign" not in code and "torch.where((0 == x) | (0 > x), 0, x)" in code
+    if name == "relu":  # max(0, x) with -0 below +0: a tie with the number 0 returns +0, no sign test;
+        # (0 == x) | (0 > x) printed as the one comparison 0 >= x (printing.weak_comparisons)
+        assert "copysign" not in code and "torch.where(0 >= x, 0, x)" in code and "0 == x" not in code
     else:  # (the preset does test signs: the fold of two elements)
         assert "copysign" in code
 
@@ -93,3 +94,42 @@ def test_ordered_zero_rule_reduces_signs_without_a_boolean_row(name, params):
     zero = [line.strip() for line in code.splitlines() if line.strip().startswith("zero = ")]
     assert len(zero) == 1
     assert ".any(" not in zero[0] and "== 0" not in zero[0] and "copysign" in zero[0]
+
+
+def test_an_equality_or_a_strict_comparison_of_the_same_operands_is_printed_as_one_comparison():
+    """Or(a == b, a > b) is printed a >= b, Or(a == b, a < b) a <= b (either operand order, any
+    place in the OR), by every backend's printer; each printed condition has the OR's truth on
+    every pair of special values of the four dtypes (NaN: false; +0 and -0: true)."""
+    import itertools
+
+    import sympy as sp
+
+    from symgrad.backends.cpu.printer import c_code
+    from symgrad.backends.jax.printer import jax_code
+    from symgrad.backends.torch.printer import torch_code
+
+    a, b, c = sp.symbols("a b c")
+    eq = sp.Eq(a, b, evaluate=False)
+    cases = [(sp.Or(eq, sp.StrictGreaterThan(a, b, evaluate=False), evaluate=False), "a >= b"),
+             (sp.Or(sp.StrictLessThan(b, a, evaluate=False), sp.Eq(b, a, evaluate=False), evaluate=False), "b <= a"),
+             (sp.Or(sp.StrictGreaterThan(c, 0, evaluate=False), eq, sp.StrictLessThan(a, b, evaluate=False),
+                    evaluate=False), None),
+             (sp.Or(eq, sp.StrictGreaterThan(a, c, evaluate=False), evaluate=False), None)]  # other operands: kept
+    def printed_torch(e):
+        return torch_code(e, [])
+
+    for dtype in DTYPES:
+        v = _specials(dtype)
+        x, y = (torch.tensor(p, dtype=dtype) for p in zip(*itertools.product(v.tolist(), repeat=2)))
+        z = torch.zeros_like(x)
+        for expr, printed in cases:
+            code = printed_torch(expr)
+            if printed is not None:
+                assert code == printed
+            oracle = torch.zeros_like(x, dtype=torch.bool)
+            for arg in expr.args:  # each operand printed alone: no join
+                oracle = oracle | eval(printed_torch(arg), {"a": x, "b": y, "c": z})
+            assert torch.equal(eval(code, {"a": x, "b": y, "c": z}), oracle), (dtype, code)
+    assert "==" not in printed_torch(cases[2][0]) and "<=" in printed_torch(cases[2][0])
+    assert "==" in printed_torch(cases[3][0])
+    assert jax_code(cases[0][0]) == "a >= b" and c_code(cases[0][0], "double") == "a >= b"

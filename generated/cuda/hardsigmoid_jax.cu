@@ -177,46 +177,46 @@ struct sg_bfloat16_tag : sg_any_tag {};
 template <> struct sg_tag_of<sg_bfloat16> { typedef sg_bfloat16_tag type; };
 
 __device__ __forceinline__ float sg_output(const float sg_in_x, sg_any_tag) {
-  const float u0 = ((0.0f == sg_in_x + 3.0f) || (0.0f > sg_in_x + 3.0f)) ? 0.0f : sg_in_x + 3.0f;
+  const float u0 = (0.0f >= sg_in_x + 3.0f) ? 0.0f : sg_in_x + 3.0f;
   return (0.16666667f)*((6.0f < u0) ? 6.0f : u0);
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x, sg_any_tag) {
   const float t0 = sg_in_x + 3.0f;
-  const float u0 = ((0.0f == t0) || (0.0f > t0)) ? 0.0f : t0;
+  const float u0 = (0.0f >= t0) ? 0.0f : t0;
   sg_grad_x = ((t0 > 0.0f) && (u0 < 6.0f)) ? (0.16666667f)*grad_output : 0.0f;
 }
 
 __device__ __forceinline__ double sg_output(const double sg_in_x, sg_any_tag) {
-  const double u0 = ((0.0 == sg_in_x + 3.0) || (0.0 > sg_in_x + 3.0)) ? 0.0 : sg_in_x + 3.0;
+  const double u0 = (0.0 >= sg_in_x + 3.0) ? 0.0 : sg_in_x + 3.0;
   return (0.16666666666666666)*((6.0 < u0) ? 6.0 : u0);
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_x, double& sg_grad_x, sg_any_tag) {
   const double t0 = sg_in_x + 3.0;
-  const double u0 = ((0.0 == t0) || (0.0 > t0)) ? 0.0 : t0;
+  const double u0 = (0.0 >= t0) ? 0.0 : t0;
   sg_grad_x = ((t0 > 0.0) && (u0 < 6.0)) ? (0.16666666666666666)*grad_output : 0.0;
 }
 
 __device__ __forceinline__ float sg_output(const float sg_in_x, sg_half_tag) {
-  const float u0 = ((0.0f == sg_hround(sg_in_x + 3.0f)) || (0.0f > sg_hround(sg_in_x + 3.0f))) ? 0.0f : sg_hround(sg_in_x + 3.0f);
+  const float u0 = (0.0f >= sg_hround(sg_in_x + 3.0f)) ? 0.0f : sg_hround(sg_in_x + 3.0f);
   return sg_hround((0.16662598f)*((6.0f < u0) ? 6.0f : u0));
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x, sg_half_tag) {
   const float t0 = sg_hround(sg_in_x + 3.0f);
-  const float u0 = ((0.0f == t0) || (0.0f > t0)) ? 0.0f : t0;
+  const float u0 = (0.0f >= t0) ? 0.0f : t0;
   sg_grad_x = ((t0 > 0.0f) && (u0 < 6.0f)) ? sg_hround((0.16662598f)*grad_output) : 0.0f;
 }
 
 __device__ __forceinline__ float sg_output(const float sg_in_x, sg_bfloat16_tag) {
-  const float u0 = ((0.0f == sg_bround(sg_in_x + 3.0f)) || (0.0f > sg_bround(sg_in_x + 3.0f))) ? 0.0f : sg_bround(sg_in_x + 3.0f);
+  const float u0 = (0.0f >= sg_bround(sg_in_x + 3.0f)) ? 0.0f : sg_bround(sg_in_x + 3.0f);
   return sg_bround((0.16699219f)*((6.0f < u0) ? 6.0f : u0));
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_x, float& sg_grad_x, sg_bfloat16_tag) {
   const float t0 = sg_bround(sg_in_x + 3.0f);
-  const float u0 = ((0.0f == t0) || (0.0f > t0)) ? 0.0f : t0;
+  const float u0 = (0.0f >= t0) ? 0.0f : t0;
   sg_grad_x = ((t0 > 0.0f) && (u0 < 6.0f)) ? sg_bround((0.16699219f)*grad_output) : 0.0f;
 }
 

@@ -183,7 +183,7 @@ struct sg_bfloat16_tag : sg_any_tag {};
 template <> struct sg_tag_of<sg_bfloat16> { typedef sg_bfloat16_tag type; };
 
 __device__ __forceinline__ float sg_output(const float sg_in_input1, const float sg_in_input2, const float sg_in_target, sg_any_tag) {
-  return ((0.0f == -sg_in_target*(sg_in_input1 - sg_in_input2)) || (0.0f > -sg_in_target*(sg_in_input1 - sg_in_input2))) ? 0.0f : -sg_in_target*(sg_in_input1 - sg_in_input2);
+  return (0.0f >= -sg_in_target*(sg_in_input1 - sg_in_input2)) ? 0.0f : -sg_in_target*(sg_in_input1 - sg_in_input2);
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_input1, const float sg_in_input2, const float sg_in_target, float& sg_grad_input1, float& sg_grad_input2, float& sg_grad_target, sg_any_tag) {
@@ -197,7 +197,7 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
 }
 
 __device__ __forceinline__ double sg_output(const double sg_in_input1, const double sg_in_input2, const double sg_in_target, sg_any_tag) {
-  return ((0.0 == -sg_in_target*(sg_in_input1 - sg_in_input2)) || (0.0 > -sg_in_target*(sg_in_input1 - sg_in_input2))) ? 0.0 : -sg_in_target*(sg_in_input1 - sg_in_input2);
+  return (0.0 >= -sg_in_target*(sg_in_input1 - sg_in_input2)) ? 0.0 : -sg_in_target*(sg_in_input1 - sg_in_input2);
 }
 
 __device__ __forceinline__ void sg_gradients(const double grad_output, const double sg_in_input1, const double sg_in_input2, const double sg_in_target, double& sg_grad_input1, double& sg_grad_input2, double& sg_grad_target, sg_any_tag) {
@@ -211,7 +211,7 @@ __device__ __forceinline__ void sg_gradients(const double grad_output, const dou
 }
 
 __device__ __forceinline__ float sg_output(const float sg_in_input1, const float sg_in_input2, const float sg_in_target, sg_half_tag) {
-  return ((0.0f == sg_hround(-sg_in_target*(sg_hround(sg_in_input1 + sg_hround(-sg_in_input2))))) || (0.0f > sg_hround(-sg_in_target*(sg_hround(sg_in_input1 + sg_hround(-sg_in_input2)))))) ? 0.0f : sg_hround(-sg_in_target*(sg_hround(sg_in_input1 + sg_hround(-sg_in_input2))));
+  return (0.0f >= sg_hround(-sg_in_target*(sg_hround(sg_in_input1 + sg_hround(-sg_in_input2))))) ? 0.0f : sg_hround(-sg_in_target*(sg_hround(sg_in_input1 + sg_hround(-sg_in_input2))));
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_input1, const float sg_in_input2, const float sg_in_target, float& sg_grad_input1, float& sg_grad_input2, float& sg_grad_target, sg_half_tag) {
@@ -225,7 +225,7 @@ __device__ __forceinline__ void sg_gradients(const float grad_output, const floa
 }
 
 __device__ __forceinline__ float sg_output(const float sg_in_input1, const float sg_in_input2, const float sg_in_target, sg_bfloat16_tag) {
-  return ((0.0f == sg_bround(-sg_in_target*(sg_bround(sg_in_input1 + sg_bround(-sg_in_input2))))) || (0.0f > sg_bround(-sg_in_target*(sg_bround(sg_in_input1 + sg_bround(-sg_in_input2)))))) ? 0.0f : sg_bround(-sg_in_target*(sg_bround(sg_in_input1 + sg_bround(-sg_in_input2))));
+  return (0.0f >= sg_bround(-sg_in_target*(sg_bround(sg_in_input1 + sg_bround(-sg_in_input2))))) ? 0.0f : sg_bround(-sg_in_target*(sg_bround(sg_in_input1 + sg_bround(-sg_in_input2))));
 }
 
 __device__ __forceinline__ void sg_gradients(const float grad_output, const float sg_in_input1, const float sg_in_input2, const float sg_in_target, float& sg_grad_input1, float& sg_grad_input2, float& sg_grad_target, sg_bfloat16_tag) {

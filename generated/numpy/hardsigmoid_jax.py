@@ -222,13 +222,13 @@ def _forward(output_of, x) -> tuple[np.ndarray, Saved]:
 
 def _output(x: np.ndarray, dtype) -> np.ndarray:
     """forward's output in dtype."""
-    u0 = np.where((0 == x + 3) | (0 > x + 3), 0, x + 3)
+    u0 = np.where(0 >= x + 3, 0, x + 3)
     return np.asarray((1/6)*np.where(6 < u0, 6, u0), dtype=dtype)
 
 
 def _output_bf16(x: np.ndarray, dtype) -> np.ndarray:
     """forward's output computed in bfloat16 (float32 arrays holding bfloat16 values)."""
-    u0 = np.where((0 == _bf16(x + 3)) | (0 > _bf16(x + 3)), 0, _bf16(x + 3))
+    u0 = np.where(0 >= _bf16(x + 3), 0, _bf16(x + 3))
     return np.asarray(_bf16((0.1669921875)*np.where(6 < u0, 6, u0)), dtype=dtype)
 
 
@@ -254,7 +254,7 @@ def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         t0 = x + 3
-        u0 = np.where((0 == t0) | (0 > t0), 0, t0)
+        u0 = np.where(0 >= t0, 0, t0)
         grad_x = _select((t0 > 0) & (u0 < 6), (1/6)*grad_output)
     return (grad_x,)
 
@@ -263,7 +263,7 @@ def _gradients_bf16(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """_gradients computed in bfloat16 (float32 arrays holding bfloat16 values)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         t0 = _bf16(x + 3)
-        u0 = np.where((0 == t0) | (0 > t0), 0, t0)
+        u0 = np.where(0 >= t0, 0, t0)
         grad_x = _select((t0 > 0) & (u0 < 6), _bf16((0.1669921875)*grad_output))
     return (grad_x,)
 

@@ -226,7 +226,7 @@ def _forward(output_of, x) -> tuple[np.ndarray, Saved]:
 def _output(x: np.ndarray, dtype) -> np.ndarray:
     """forward's output in dtype."""
     with np.errstate(invalid="ignore"):  # x times a clamp of x is NaN at x = +-inf where the clamp is 0, as the frameworks compute it
-        u0 = np.where((0 == x + 3) | (0 > x + 3), 0, x + 3)
+        u0 = np.where(0 >= x + 3, 0, x + 3)
         u1 = np.where(6 < u0, 6, u0)
         return np.asarray((x) * ((u1) * (1/6)), dtype=dtype)
 
@@ -234,7 +234,7 @@ def _output(x: np.ndarray, dtype) -> np.ndarray:
 def _output_bf16(x: np.ndarray, dtype) -> np.ndarray:
     """forward's output computed in bfloat16 (float32 arrays holding bfloat16 values)."""
     with np.errstate(invalid="ignore"):  # x times a clamp of x is NaN at x = +-inf where the clamp is 0, as the frameworks compute it
-        u0 = np.where((0 == _bf16(x + 3)) | (0 > _bf16(x + 3)), 0, _bf16(x + 3))
+        u0 = np.where(0 >= _bf16(x + 3), 0, _bf16(x + 3))
         u1 = np.where(6 < u0, 6, u0)
         return np.asarray(_bf16((x) * (_bf16((u1) * (0.1669921875)))), dtype=dtype)
 
@@ -261,7 +261,7 @@ def _gradients(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """The gradient of every input that backward returns, in grad_output's shape (or a scalar)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         t0 = x + 3
-        u0 = np.where((0 == t0) | (0 > t0), 0, t0)
+        u0 = np.where(0 >= t0, 0, t0)
         u1 = np.where(6 < u0, 6, u0)
         grad_x = (grad_output) * ((u1) * (1/6)) + _select((t0 > 0) & (u0 < 6), ((x) * (grad_output)) * (1/6))
     return (grad_x,)
@@ -271,7 +271,7 @@ def _gradients_bf16(grad_output: np.ndarray, x: np.ndarray, dtype) -> tuple:
     """_gradients computed in bfloat16 (float32 arrays holding bfloat16 values)."""
     with np.errstate(divide="ignore", invalid="ignore"):  # IEEE results, silently: 0/0, x/0, inf*0
         t0 = _bf16(x + 3)
-        u0 = np.where((0 == t0) | (0 > t0), 0, t0)
+        u0 = np.where(0 >= t0, 0, t0)
         u1 = np.where(6 < u0, 6, u0)
         grad_x = _bf16(_bf16((grad_output) * (_bf16((u1) * (0.1669921875)))) + _select((t0 > 0) & (u0 < 6), _bf16((_bf16((x) * (grad_output))) * (0.1669921875))))
     return (grad_x,)

@@ -252,13 +252,13 @@ def _forward(output_of, input1, input2, target) -> tuple[np.ndarray, Saved]:
 def _output(input1: np.ndarray, input2: np.ndarray, target: np.ndarray, dtype) -> np.ndarray:
     """forward's output in dtype."""
     with np.errstate(invalid="ignore"):  # input - target is NaN where both are the same infinity, as the frameworks compute it
-        return np.asarray(np.where((0 == -target*(input1 - input2)) | (0 > -target*(input1 - input2)), 0, -target*(input1 - input2)), dtype=dtype)
+        return np.asarray(np.where(0 >= -target*(input1 - input2), 0, -target*(input1 - input2)), dtype=dtype)
 
 
 def _output_bf16(input1: np.ndarray, input2: np.ndarray, target: np.ndarray, dtype) -> np.ndarray:
     """forward's output computed in bfloat16 (float32 arrays holding bfloat16 values)."""
     with np.errstate(invalid="ignore"):  # input - target is NaN where both are the same infinity, as the frameworks compute it
-        return np.asarray(np.where((0 == _bf16(-target*(_bf16(input1 + _bf16(-input2))))) | (0 > _bf16(-target*(_bf16(input1 + _bf16(-input2))))), 0, _bf16(-target*(_bf16(input1 + _bf16(-input2))))), dtype=dtype)
+        return np.asarray(np.where(0 >= _bf16(-target*(_bf16(input1 + _bf16(-input2)))), 0, _bf16(-target*(_bf16(input1 + _bf16(-input2))))), dtype=dtype)
 
 
 def _saved_inputs(saved: Saved) -> tuple:

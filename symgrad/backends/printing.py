@@ -55,6 +55,34 @@ def fold_calls(printer, fn: str, args) -> str:
     return out
 
 
+def _weak(rel, others):
+    """rel (a strict comparison) joined with an equality of the same two operands among others
+    into one weak comparison, and that equality's index; else (rel, None)."""
+    if not isinstance(rel, (sp.StrictGreaterThan, sp.StrictLessThan)):
+        return rel, None
+    for j, e in enumerate(others):
+        if isinstance(e, sp.Eq) and {e.lhs, e.rhs} == {rel.lhs, rel.rhs}:
+            weak = sp.GreaterThan if isinstance(rel, sp.StrictGreaterThan) else sp.LessThan
+            return weak(rel.lhs, rel.rhs, evaluate=False), j
+    return rel, None
+
+
+def weak_comparisons(args) -> list:
+    """The operands of an OR, each pair (a == b, a > b) of the same two operands joined into
+    a >= b (and (a == b, a < b) into a <= b) in the place of the strict comparison: the same
+    truth for every pair of floats (NaN: both false; -0 and +0: both true), one comparison
+    instead of three operations."""
+    args, joined = list(args), {}
+    for i, a in enumerate(args):
+        free = [e if k != i and k not in joined and k not in joined.values() else None
+                for k, e in enumerate(args)]
+        weak, j = _weak(a, free)
+        if j is not None:
+            joined[i] = j
+            args[i] = weak
+    return [a for k, a in enumerate(args) if k not in joined.values()]
+
+
 class ConditionPrinter:
     """Comparisons and Boolean connectives in a backend's operators (AND, OR, NOT, TRUE, FALSE,
     set by each printer): a comparison is printed as a comparison, in parentheses; a connective
@@ -65,14 +93,20 @@ class ConditionPrinter:
     def _print_Relational(self, expr):
         return f"({self._print(expr.lhs)} {INFIX[expr.rel_op]} {self._print(expr.rhs)})"
 
-    def _bool_join(self, expr, sep):
-        return "(" + f" {sep} ".join(self._print(a) for a in expr.args) + ")"
+    def _bool_join(self, expr, sep, args=None):
+        return "(" + f" {sep} ".join(self._print(a) for a in (expr.args if args is None else args)) + ")"
 
     def _print_And(self, expr):
         return self._bool_join(expr, self.AND)
 
     def _print_Or(self, expr):
-        return self._bool_join(expr, self.OR)
+        return self._or_join(expr, self.OR)
+
+    def _or_join(self, expr, sep):
+        """An OR's operands joined by sep, an equality and a strict comparison of the same two
+        operands printed as one weak comparison (weak_comparisons)."""
+        args = weak_comparisons(expr.args)
+        return self._print(args[0]) if len(args) == 1 else self._bool_join(expr, sep, args)
 
     def _print_Not(self, expr):
         return f"{self.NOT}{self._print(expr.args[0])}"

@@ -43,7 +43,7 @@ class CPrinter(CFamilyPrinter):
         return self._bool_join(expr, "&" if self._settings["branch_free"] else self.AND)
 
     def _print_Or(self, expr):
-        return self._bool_join(expr, "|" if self._settings["branch_free"] else self.OR)
+        return self._or_join(expr, "|" if self._settings["branch_free"] else self.OR)
 
     def _print_Select(self, expr):
         if not self._settings["branch_free"]:
