@@ -4,6 +4,7 @@ own ops: PyTorch eager, torch.compile and jax.jit, side by side in one process.
     python benchmarks/frameworks.py                       # both models, every contender
     python benchmarks/frameworks.py --model cnn --rounds 11 --only torch-eager,jax-jit
     python benchmarks/frameworks.py --ties split,torch,jax
+    python benchmarks/frameworks.py --model digits --only torch-eager --processes 5
 
 Models (float32, batch 64, random data of the models' input shape; the step's cost does not
 depend on the values):
@@ -22,9 +23,12 @@ Every time is the median of --rounds interleaved rounds (each round runs every c
 order shuffled afresh each round) after --warmup rounds, all in this one process, on one thread for
 both frameworks by default (--threads: torch.set_num_threads and XLA's CPU flags, set before JAX
 starts), on the wall clock or (--clock cpu) in process CPU time (fairer on a loaded machine).
-The ratio is symgrad's step over the native step of the same framework and mode.  Prints a table
-and asserts nothing; which path each symgrad op took (the framework backend's generated
-code, or a compiled C kernel / host callback) is printed beside it.
+The ratio is symgrad's step over the native step of the same framework and mode.  On a shared
+machine a step's time also moves from one process to the next (the native digits step took 1.03 to
+1.69 ms in four processes of one idle half hour), as much as a ratio's margin: --processes N runs
+the whole measurement in N fresh processes, one after another, and prints each process's ratios
+and their median.  Prints a table and asserts nothing; which path each symgrad op took (the
+framework backend's generated code, or a compiled C kernel / host callback) is printed beside it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,7 +72,12 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall: time.perf_counter; cpu: process CPU time (time.process_time), the fairer "
                          "figure on a loaded machine with --threads 1")
+    ap.add_argument("--processes", type=int, default=1,
+                    help="run the measurement in this many fresh processes, one after another, and "
+                         "print the median of their ratios")
     args = ap.parse_args()
+    if args.processes < 1:
+        ap.error(f"--processes: expected a positive count, got {args.processes}")
     for name, allowed, given in (("--model", MODELS, args.model), ("--only", MODES, args.only)):
         wrong = [v for v in given.split(",") if v not in allowed]
         if wrong:
@@ -237,8 +248,39 @@ def _time(steps: dict, rounds: int, warmup: int, clock=time.perf_counter) -> dic
     return {key: statistics.median(s) for key, s in samples.items()}
 
 
+_ROW = re.compile(r"^  (\S+)\s+(native|symgrad \S+)\s+([\d.]+)\s+([\d.]+)  ")
+
+
+def _across_processes(args) -> int:
+    """The measurement in args.processes fresh processes: each one's table, then each row's ratios
+    and their median."""
+    ratios: dict = {}
+    for k in range(args.processes):
+        # the same arguments, the last --processes 1 overriding the first (argparse: the last wins)
+        out = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--processes", "1"],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            sys.exit(f"benchmarks/frameworks.py: process {k + 1} failed: {last}")
+        print(f"--- process {k + 1} of {args.processes}\n{out.stdout.rstrip()}", flush=True)
+        model = None
+        for line in out.stdout.splitlines():
+            if line.startswith("model "):
+                model = line.split()[1]
+            m = _ROW.match(line)
+            if m and m[2] != "native":
+                ratios.setdefault((model, m[1], m[2]), []).append(float(m[4]))
+    print(f"\nratios to the native step in each of {args.processes} processes, and their median")
+    for (model, mode, kind), rs in ratios.items():
+        each = " ".join(f"{r:.2f}" for r in rs)
+        print(f"  {model:7s} {mode:14s} {kind:16s} {each}   median {statistics.median(rs):.2f}")
+    return 0
+
+
 def main() -> int:
     args = _parse()
+    if args.processes > 1:
+        return _across_processes(args)
     modes = set(args.only.split(","))
     ties = args.ties.split(",")
     if "jax-jit" in modes and args.threads == 1:  # before JAX starts: one thread, as torch below
