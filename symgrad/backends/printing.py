@@ -55,32 +55,22 @@ def fold_calls(printer, fn: str, args) -> str:
     return out
 
 
-def _weak(rel, others):
-    """rel (a strict comparison) joined with an equality of the same two operands among others
-    into one weak comparison, and that equality's index; else (rel, None)."""
-    if not isinstance(rel, (sp.StrictGreaterThan, sp.StrictLessThan)):
-        return rel, None
-    for j, e in enumerate(others):
-        if isinstance(e, sp.Eq) and {e.lhs, e.rhs} == {rel.lhs, rel.rhs}:
-            weak = sp.GreaterThan if isinstance(rel, sp.StrictGreaterThan) else sp.LessThan
-            return weak(rel.lhs, rel.rhs, evaluate=False), j
-    return rel, None
-
-
 def weak_comparisons(args) -> list:
     """The operands of an OR, each pair (a == b, a > b) of the same two operands joined into
     a >= b (and (a == b, a < b) into a <= b) in the place of the strict comparison: the same
     truth for every pair of floats (NaN: both false; -0 and +0: both true), one comparison
     instead of three operations."""
-    args, joined = list(args), {}
-    for i, a in enumerate(args):
-        free = [e if k != i and k not in joined and k not in joined.values() else None
-                for k, e in enumerate(args)]
-        weak, j = _weak(a, free)
+    args, used = list(args), set()  # used: the equalities joined
+    for i, rel in enumerate(args):
+        if not isinstance(rel, (sp.StrictGreaterThan, sp.StrictLessThan)):
+            continue
+        j = next((j for j, e in enumerate(args) if j not in used and isinstance(e, sp.Eq)
+                  and {e.lhs, e.rhs} == {rel.lhs, rel.rhs}), None)
         if j is not None:
-            joined[i] = j
-            args[i] = weak
-    return [a for k, a in enumerate(args) if k not in joined.values()]
+            weak = sp.GreaterThan if isinstance(rel, sp.StrictGreaterThan) else sp.LessThan
+            args[i] = weak(rel.lhs, rel.rhs, evaluate=False)
+            used.add(j)
+    return [a for k, a in enumerate(args) if k not in used]
 
 
 class ConditionPrinter:

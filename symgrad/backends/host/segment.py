@@ -90,7 +90,7 @@ def framework_pick(pick: str, extremum: str, lib: str, rule) -> dict:
     loop its last, its GPU atomics and XLA any).  Where the hit holds no NaN (a preset's equality),
     the pick takes the NaNs in: a segment holds hits or NaNs, never both, so one integer scatter
     finds either (the first hit, else the first NaN; or the first hit, else the last NaN: a NaN e
-    as -2 - e, torch's as ~e = -1 - e, the least of which is the last)."""
+    as ~e = -1 - e, the least of which is the last)."""
     pick = "second" if pick == "last" else pick  # (a scan's order: first or last)
     sign = f"~{lib}.signbit({{}})" if extremum == "max" else f"{lib}.signbit({{}})"
     nan_initial = f"lay.taking & {lib}.isnan(lay.initial)"
@@ -103,28 +103,28 @@ def framework_pick(pick: str, extremum: str, lib: str, rule) -> dict:
                f"hit_initial & {sign.format('lay.initial')}, lay.key)",
                f"return {lib}.where(preferred != -2, preferred, first)"]
     lines = {"first": [f"return {first}"], "second": ["return _last_hit(hit_src, hit_initial, lay.key)"]}.get(pick, ordered)
-    if not rule.nan_picked and rule.nan_last and pick == "first" and lib == "torch":
-        # the first hit, else the last NaN: eager PyTorch runs each operation as a pass of its own,
-        # so the positions are int32 where they fit (half the bytes of int64) and a NaN's ~e is
-        # written over them in place: 17 bytes written an element, the first hit's pick 16, where
-        # -2 - e in int64 wrote 33 (scatter_max 100000x16 into 1000 segments, forward, one thread:
-        # 38.8-74.0 -> 26.3-45.3 ms, the first hit's pick alone 22.5-55.6, at load 4.4-4.6)
+    if not rule.nan_picked and rule.nan_last and pick == "first":  # the first hit, else the last NaN
+        # eager PyTorch runs each operation as a pass of its own, so its positions are int32 where
+        # they fit (half the bytes of int64) and a NaN's ~e is written over them in place: 17 bytes
+        # written an element, the first hit's pick 16, where -2 - e in int64 wrote 33 (scatter_max
+        # 100000x16 into 1000 segments, forward, one thread: 38.8-74.0 -> 26.3-45.3 ms, the first
+        # hit's pick alone 22.5-55.6, at load 4.4-4.6); JAX's positions are its default integers
+        if lib == "torch":
+            pos = "torch.arange(n, dtype=torch.int32 if n < 2**31 else torch.int64, device=lay.key.device)"
+            nan_at = "pos.bitwise_not_()"
+            least = ("torch.full(hit_initial.shape, n, dtype=pos.dtype, device=lay.key.device)"
+                     ".scatter_reduce(0, lay.key, at, \"amin\").to(torch.int64)")
+        else:
+            pos, nan_at = "jnp.arange(n)", "~pos"
+            least = "jnp.full(hit_initial.shape, n, dtype=at.dtype).at[lay.key].min(at)"
         lines = ["n = hit_src.shape[0]",
-                 "pos = torch.arange(n, dtype=torch.int32 if n < 2**31 else torch.int64, device=lay.key.device)",
-                 "at = torch.where(hit_src, pos, n)",
-                 "at = torch.where(torch.isnan(lay.src), pos.bitwise_not_(), at)  # a NaN e as ~e = -1 - e: the least is the last NaN",
-                 "least = torch.full(hit_initial.shape, n, dtype=pos.dtype, device=lay.key.device).scatter_reduce("
-                 "0, lay.key, at, \"amin\").to(torch.int64)",
-                 f"return torch.where(least < 0, ~least, torch.where(hit_initial | ({nan_initial}), -1, "
-                 "torch.where(least < n, least, -2)))"]
-    elif not rule.nan_picked and rule.nan_last and pick == "first":  # the first hit, else the last NaN
-        lines = ["n = hit_src.shape[0]",
-                 "pos = jnp.arange(n)",
-                 "at = jnp.where(jnp.isnan(lay.src), -2 - pos, jnp.where(hit_src, pos, n))  "
-                 "# a NaN e as -2 - e: the least is the last NaN",
-                 "least = jnp.full(hit_initial.shape, n, dtype=at.dtype).at[lay.key].min(at)",
-                 f"return jnp.where(least <= -2, -2 - least, jnp.where(hit_initial | ({nan_initial}), -1, "
-                 "jnp.where(least < n, least, -2)))"]
+                 f"pos = {pos}",
+                 f"at = {lib}.where(hit_src, pos, n)",
+                 f"at = {lib}.where({lib}.isnan(lay.src), {nan_at}, at)  "
+                 "# a NaN e as ~e = -1 - e: the least is the last NaN",
+                 f"least = {least}",
+                 f"return {lib}.where(least < 0, ~least, {lib}.where(hit_initial | ({nan_initial}), -1, "
+                 f"{lib}.where(least < n, least, -2)))"]
     elif not rule.nan_picked and not (pick in ("first", "ordered") and not rule.nan_last):
         raise ValueError(f"segment: no pick of the winning NaN for zeros {pick!r}, nan_last={rule.nan_last}")
     doc = _FRAMEWORK_PICK_DOCS[pick] + (f"; where the extremum is NaN, its {'last' if rule.nan_last else 'first'} "
